@@ -1,0 +1,160 @@
+"""Baseline store: one human-readable YAML file per trace per hardware.
+
+Layout: ``<dir>/<hardware key>/<trace name>.yaml``. A file holds the raw samples, their summary
+and provenance (date, versions, git commit when known), so a pull request that updates a baseline
+can be reviewed like code. Files are read with ``yaml.safe_load`` only and written atomically: a
+temporary file in the same directory, flushed and fsynced, then renamed over the old one, so a
+killed run never leaves a half-written baseline.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import BaselineError
+
+FORMAT_VERSION = 1
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str) -> str:
+    """A file name made only of letters, digits, '.', '_' and '-', never '.' or '..' alone."""
+    cleaned = _SAFE_NAME.sub("_", name).strip("._") or "trace"
+    return cleaned[:150]
+
+
+@dataclass
+class Baseline:
+    path: Path
+    data: dict
+
+    @property
+    def samples_s(self) -> list[float]:
+        return self.data["samples_s"]
+
+    @property
+    def environment(self) -> dict:
+        return self.data.get("environment", {})
+
+    @property
+    def per_op_median_s(self) -> dict:
+        return self.data.get("per_op_median_s") or {}
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha) else None
+
+
+class BaselineStore:
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path_for(self, hardware_key: str, trace_name: str) -> Path:
+        return self.root / safe_name(hardware_key) / f"{safe_name(trace_name)}.yaml"
+
+    def load(self, hardware_key: str, trace_name: str) -> Baseline | None:
+        path = self.path_for(hardware_key, trace_name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise BaselineError(path, f"cannot read baseline: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise BaselineError(path, "baseline is not UTF-8 text") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise BaselineError(path, f"corrupt baseline YAML: {_yaml_problem(e)}") from None
+        return Baseline(path, validate(data, path))
+
+    def save(self, hardware_key: str, trace_name: str, data: dict) -> Path:
+        path = self.path_for(hardware_key, trace_name)
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+        atomic_write(path, text)
+        return path
+
+
+def validate(data, path: Path) -> dict:
+    if not isinstance(data, dict):
+        raise BaselineError(path, "corrupt baseline: top level is not a mapping")
+    fmt = data.get("format")
+    if not isinstance(fmt, int):
+        raise BaselineError(path, "corrupt baseline: no integer 'format' field")
+    if fmt > FORMAT_VERSION:
+        raise BaselineError(path, f"baseline format {fmt} is newer than this pytest-mystique understands ({FORMAT_VERSION}); upgrade it")
+    samples = data.get("samples_s")
+    if (
+        not isinstance(samples, list)
+        or len(samples) < 2
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in samples)
+    ):
+        raise BaselineError(path, "corrupt baseline: 'samples_s' must be a list of at least two positive numbers")
+    if not isinstance(data.get("environment", {}), dict):
+        raise BaselineError(path, "corrupt baseline: 'environment' is not a mapping")
+    return data
+
+
+def make_record(trace_name: str, trace_file: str, samples_s: list[float], environment: dict, *,
+                ops_total: int, ops_replayed: int, per_op_median_s: dict | None = None,
+                commit: str | None = None) -> dict:  # fmt: skip
+    return {
+        "format": FORMAT_VERSION,
+        "trace": trace_name,
+        "trace_file": trace_file,
+        "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "summary": {
+            "median_s": statistics.median(samples_s),
+            "min_s": min(samples_s),
+            "max_s": max(samples_s),
+            "n": len(samples_s),
+        },
+        "ops": {"total": ops_total, "replayed": ops_replayed},
+        "environment": environment,
+        "samples_s": [float(x) for x in samples_s],
+        **({"per_op_median_s": per_op_median_s} if per_op_median_s else {}),
+    }
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise BaselineError(path, f"cannot write baseline: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise BaselineError(path, f"cannot write baseline: {e.strerror or e}") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else str(problem)

@@ -1,0 +1,117 @@
+"""The ``mystique`` command line: ``replay`` a trace, ``capture`` one from your own step."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from .errors import MystiqueError
+from .measure import DEFAULT_ITERS, DEFAULT_WARMUP
+from .runner import Options, release, replay_file, with_original_timing
+from .stats import fmt_seconds
+
+
+def _replay(args: argparse.Namespace) -> int:
+    opts = Options(device=args.device, warmup=args.warmup, iters=args.iters, threads=args.threads)
+    run = None
+    try:
+        run = replay_file(args.trace, opts)
+        summary = with_original_timing(run.summary(), args.trace)
+    except (MystiqueError, ValueError) as e:
+        print(f"mystique: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        release(run)
+    if args.json:
+        print(json.dumps(summary, indent=None if args.compact else 2, default=str))
+        return 0
+    print(f"{summary['trace']}: {summary['ops_replayed']}/{summary['ops_total']} ops replayed on {summary['device']} "
+          f"({summary['threads']} threads)")  # fmt: skip
+    print(f"  load {summary['load_s']:.3f} s, setup {summary['setup_s']:.3f} s")
+    print(f"  median {fmt_seconds(summary['median_s'])} over {len(summary['samples_s'])} iterations "
+          f"(min {fmt_seconds(min(summary['samples_s']))})")  # fmt: skip
+    if "original_median_s" in summary:
+        print(f"  original step {fmt_seconds(summary['original_median_s'])}: ratio {summary['fidelity_ratio']:.3f}")
+    for s in summary["skipped"]:
+        print(f"  skipped {s['count']}x {s['op']}: {s['reason']}")
+    for s in summary["substitutions"]:
+        print(f"  substituted {s['count']}x {s['op']} -> {s['replacement']}")
+    for note, n in summary["notes"].items():
+        print(f"  note ({n}x): {note}")
+    return 0
+
+
+def _load_callable(spec: str):
+    """``path/to/script.py:function`` or ``package.module:function`` (the user's own code)."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not attr:
+        raise SystemExit(f"mystique capture: expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got {spec!r}")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None:
+            raise SystemExit(f"mystique capture: cannot load {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.path.insert(0, str(path.parent))
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise SystemExit(f"mystique capture: {attr!r} in {target!r} is not callable")
+    return fn
+
+
+def _capture(args: argparse.Namespace) -> int:
+    import torch
+
+    from .capture import capture_step
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fn = _load_callable(args.step)
+    step = fn() if args.factory else fn
+    result = capture_step(step, args.output, warmup=args.warmup, runs=args.runs, what=args.what or args.step)
+    print(f"wrote {result.path} and {result.sidecar_path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mystique", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("replay", help="replay one execution trace and print its timing")
+    r.add_argument("trace", help="execution trace file (.json or .json.gz)")
+    r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    r.add_argument("--iters", type=int, default=DEFAULT_ITERS, help=f"timed iterations (default {DEFAULT_ITERS})")
+    r.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"warm-up iterations (default {DEFAULT_WARMUP})")
+    r.add_argument("--threads", type=int, default=None, help="CPU threads (default: OMP_NUM_THREADS or torch's)")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument("--compact", action="store_true", help="with --json: on one line")
+    r.set_defaults(func=_replay)
+
+    c = sub.add_parser("capture", help="record an execution trace of your step, with its original timing")
+    c.add_argument("step", help="SCRIPT.py:FUNCTION or MODULE:FUNCTION; the function is one step")
+    c.add_argument("-o", "--output", required=True, help="trace file to write (.json or .json.gz)")
+    c.add_argument("--factory", action="store_true", help="FUNCTION builds the model and returns the step")
+    c.add_argument("--runs", type=int, default=20, help="timed runs of the step before the capture (default 20)")
+    c.add_argument("--warmup", type=int, default=3, help="warm-up runs (default 3)")
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads while capturing")
+    c.add_argument("--what", default="", help="a description stored in the timing sidecar")
+    c.set_defaults(func=_capture)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "iters", 2) < 2:
+        print("mystique: error: --iters must be at least 2", file=sys.stderr)
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The environment fingerprint: what a timing depends on.
+
+Two parts: the *hardware* (device name, CPU model, thread count), which keys the baselines so
+that numbers are only ever compared on the same kind of machine, and the *software* (torch, CUDA,
+driver, Python, numpy), which is recorded beside them so a report can say what changed when a
+trace got slower after an upgrade.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy
+import torch
+
+HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@lru_cache(maxsize=1)
+def driver_version() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module\s+([\d.]+)", text)
+    return m.group(1) if m else None
+
+
+def fingerprint(device: torch.device, threads: int) -> dict:
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = "cpu"
+    return {
+        "device_name": device_name,
+        "cpu_model": cpu_model(),
+        "threads": int(threads),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "driver": driver_version() if device.type == "cuda" else None,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def hardware_key(env: dict) -> str:
+    """A directory-safe name for the hardware part of ``env``: readable prefix plus a hash."""
+    raw = "|".join(str(env.get(k)) for k in HARDWARE_KEYS)
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+    dev = re.sub(r"[^A-Za-z0-9]+", "-", str(env.get("device_name", "dev"))).strip("-").lower()[:24] or "dev"
+    return f"{dev}-t{env.get('threads')}-{digest}"
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """Human-readable lines for each fingerprint field that changed, e.g. ``torch 2.13.0 -> 2.14.1``."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a != b:
+            out.append(f"{key} {a} -> {b}")
+    return out

@@ -1,0 +1,30 @@
+"""Errors the plugin reports to the user.
+
+Every error raised for bad input names the file it is about and what is wrong with it, so the
+pytest report for that one item is enough to fix the problem.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class MystiqueError(Exception):
+    """Base class: a problem with one item (trace, baseline, history) that the user can fix."""
+
+    def __init__(self, path: str | os.PathLike | None, problem: str):
+        self.path = os.fspath(path) if path is not None else None
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class TraceError(MystiqueError):
+    """The execution trace file cannot be read or is not a valid trace."""
+
+
+class BaselineError(MystiqueError):
+    """A stored baseline cannot be read or written."""
+
+
+class ReplayError(MystiqueError):
+    """The replay of a trace failed as a whole (not a single skipped op)."""

@@ -1,0 +1,35 @@
+"""Op selection: which nodes of a trace the replayer runs.
+
+The replayer runs the *outermost operators*: nodes that carry an ``op_schema`` and have no
+ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
+``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
+thread/process roots) have no schema and are descended through. Operators nested inside a
+selected operator are its implementation and run when it runs, so they are not selected again.
+"""
+
+from __future__ import annotations
+
+from .trace import Node, Trace
+
+
+def select_ops(trace: Trace) -> list[Node]:
+    """Outermost operator nodes in execution (id) order."""
+    by_id = trace.by_id
+    # under_op[id]: some strict ancestor of the node is an operator.
+    under_op: dict[int, bool] = {}
+    for node in trace.nodes:  # parent links were checked acyclic at load time
+        chain = []
+        cur = node
+        while cur.id not in under_op:
+            chain.append(cur)
+            parent = by_id.get(cur.parent)
+            if parent is None or parent.id == cur.id:
+                under_op[cur.id] = False
+                chain.pop()
+                break
+            cur = parent
+        # Fill in from the topmost known node down to ``node``.
+        for child in reversed(chain):
+            parent = by_id[child.parent]
+            under_op[child.id] = under_op[parent.id] or parent.is_op
+    return [n for n in trace.nodes if n.is_op and not under_op[n.id]]

@@ -1,0 +1,93 @@
+"""Measurement: warm-up, then timed iterations of a prepared replay.
+
+On CUDA each iteration is bracketed by CUDA events (the GPU's own clock, queued behind the ops);
+on the CPU by ``time.perf_counter_ns``. Raw per-iteration samples are kept: the statistics work on
+them, and the baseline stores them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from .defaults import DEFAULT_ITERS, DEFAULT_WARMUP  # noqa: F401 - re-exported
+
+
+@dataclass
+class Measurement:
+    samples_s: list[float]
+    device: str
+    threads: int
+    warmup: int
+    setup_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.samples_s)
+
+
+def thread_count(requested: int | None) -> int:
+    """``--mystique-threads`` when given, else ``OMP_NUM_THREADS``, else torch's default."""
+    if requested:
+        return requested
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return torch.get_num_threads()
+
+
+@contextmanager
+def torch_threads(n: int):
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def time_iterations(run, device: torch.device, iters: int) -> list[float]:
+    """Seconds per call of ``run`` for ``iters`` calls."""
+    samples = []
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            torch.cuda.synchronize()
+            for s, e in zip(starts, ends):
+                s.record()
+                run()
+                e.record()
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+    clock = time.perf_counter_ns
+    for _ in range(iters):
+        t0 = clock()
+        run()
+        samples.append((clock() - t0) / 1e9)
+    return samples
+
+
+def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, threads: int | None = None) -> Measurement:
+    """Prepare (if needed), warm up and time ``replay``."""
+    n = thread_count(threads)
+    with torch_threads(n), torch.no_grad():
+        t0 = time.perf_counter()
+        replay.prepare()
+        setup = time.perf_counter() - t0
+        for _ in range(warmup):
+            replay.run()
+        if replay.device.type == "cuda":
+            torch.cuda.synchronize(replay.device)
+        samples = time_iterations(replay.run, replay.device, iters)
+    return Measurement(samples, str(replay.device), n, warmup, setup)

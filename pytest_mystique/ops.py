@@ -1,0 +1,110 @@
+"""Operator resolution: from a trace's ``op_schema`` string to a ``torch.ops`` overload.
+
+Only ``torch.ops.<namespace>.<op>.<overload>`` can come out of here. Names are checked against a
+strict identifier pattern, attribute lookups never touch attributes that the namespace or packet
+classes define themselves (so ``__class__``, ``__dict__`` and friends are unreachable), and the
+result must be a real ``OpOverload``. A trace therefore cannot make the replayer import or call
+anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_QUALIFIED_RE = re.compile(rf"^({_NAME})::({_NAME})(?:\.({_NAME}))?\(")
+
+
+class Unsupported(Exception):
+    """This op cannot be replayed; the message is the reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class OpName:
+    namespace: str
+    name: str
+    overload: str
+
+    def __str__(self) -> str:
+        base = f"{self.namespace}::{self.name}"
+        return base if self.overload == "default" else f"{base}.{self.overload}"
+
+
+def parse_op_name(op_schema: str) -> OpName:
+    m = _QUALIFIED_RE.match(op_schema)
+    if not m:
+        raise Unsupported(f"op schema is not of the form 'namespace::op.overload(...)': {op_schema[:80]!r}")
+    ns, name, overload = m.group(1), m.group(2), m.group(3) or "default"
+    for part in (ns, name, overload):
+        if part.startswith("__") and part.endswith("__") and part not in _DUNDER_OPS:
+            raise Unsupported(f"refusing special name {part!r} in op schema")
+    return OpName(ns, name, overload)
+
+
+# aten has a few real operators with dunder names.
+_DUNDER_OPS = frozenset(
+    f"__{n}__" for n in ("and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift")
+)
+
+
+def resolve(op_schema: str) -> torch._ops.OpOverload:
+    """The ``torch.ops`` overload that ``op_schema`` names, or :class:`Unsupported`."""
+    op = parse_op_name(op_schema)
+    if hasattr(torch._ops._OpNamespace, op.namespace) or hasattr(torch._ops._Ops, op.namespace):
+        raise Unsupported(f"refusing namespace {op.namespace!r}")
+    namespace = getattr(torch.ops, op.namespace)
+    if not isinstance(namespace, torch._ops._OpNamespace):
+        raise Unsupported(f"{op.namespace!r} is not an operator namespace")
+    if hasattr(torch._ops._OpNamespace, op.name):
+        raise Unsupported(f"refusing operator name {op.name!r}")
+    try:
+        packet = getattr(namespace, op.name)
+    except (AttributeError, RuntimeError):
+        raise Unsupported(
+            f"operator {op.namespace}::{op.name} is not registered in this torch "
+            f"(is the library that defines it installed and loaded?)"
+        ) from None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        raise Unsupported(f"{op.namespace}::{op.name} is not an operator")
+    if op.overload not in packet.overloads():
+        raise Unsupported(f"operator {op} has no overload {op.overload!r} in this torch")
+    overload = getattr(packet, op.overload)
+    if not isinstance(overload, torch._ops.OpOverload):
+        raise Unsupported(f"{op} is not an operator overload")
+    return overload
+
+
+# --------------------------------------------------------------------------------------------
+# Enum codes the trace records as integers.
+
+# c10::ScalarType order.
+SCALAR_TYPES = [
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+    torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
+    torch.quint8, torch.qint32, torch.bfloat16,
+]  # fmt: skip
+LAYOUTS = [torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc]
+MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
+
+
+def enum_from_code(kind: str, code: int):
+    table = {"ScalarType": SCALAR_TYPES, "Layout": LAYOUTS, "MemoryFormat": MEMORY_FORMATS}[kind]
+    if not isinstance(code, int) or not 0 <= code < len(table):
+        raise Unsupported(f"invalid {kind} code {code!r}")
+    return table[code]
+
+
+def base_type(arg_type) -> str:
+    """The schema type of an argument with Optional stripped, as a string: ``Tensor``,
+    ``List[Tensor]``, ``ScalarType``, ``int``..."""
+    t = arg_type
+    while isinstance(t, torch._C.OptionalType):
+        t = t.getElementType()
+    return str(t)
+
+
+def is_optional(arg_type) -> bool:
+    return isinstance(arg_type, torch._C.OptionalType)

@@ -1,0 +1,298 @@
+"""The pytest plugin: ``pytest --mystique traces/``.
+
+Each execution trace file under the given paths becomes one test item named after the file. The
+item replays the trace, compares its timing with the stored baseline and fails only on a
+significant slowdown. Without ``--mystique`` nothing here changes pytest's behaviour.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from .defaults import DEFAULT_ITERS, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .errors import MystiqueError
+from .trace import sniff, trace_stem
+
+# Everything that imports torch, numpy or scipy is imported where it is used, so that collecting
+# (even thousands of traces with --collect-only) stays fast and a session without --mystique
+# pays nothing.
+
+RESULT_PROPERTY = "mystique_result"
+_results_key = pytest.StashKey[list]()
+_ignored_key = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mystique", "trace-driven performance regression tests (pytest-mystique)")
+    group.addoption("--mystique", action="store_true", default=False,
+                    help="collect execution traces (*.json, *.json.gz) as performance tests")  # fmt: skip
+    group.addoption("--mystique-device", default="auto", metavar="DEV",
+                    help="replay device: auto (current CUDA device, else cpu), cpu, cuda, cuda:N")  # fmt: skip
+    group.addoption("--mystique-warmup", type=int, default=None, metavar="N",
+                    help=f"warm-up iterations per trace (default {DEFAULT_WARMUP})")  # fmt: skip
+    group.addoption("--mystique-iters", type=int, default=None, metavar="N",
+                    help=f"timed iterations per trace (default {DEFAULT_ITERS})")  # fmt: skip
+    group.addoption("--mystique-threads", type=int, default=None, metavar="N",
+                    help="CPU threads for the replay (default: OMP_NUM_THREADS, else torch's default)")  # fmt: skip
+    group.addoption("--mystique-baseline-dir", default=None, metavar="DIR",
+                    help="baseline directory (default .mystique/baselines under the rootdir)")  # fmt: skip
+    group.addoption("--mystique-update", action="store_true", default=False,
+                    help="re-record the baselines of the traces that run")  # fmt: skip
+    group.addoption("--mystique-tolerance", type=float, default=None, metavar="FRACTION",
+                    help=f"slowdown tolerated before failing, e.g. 0.05 for 5% (default {DEFAULT_TOLERANCE})")  # fmt: skip
+    group.addoption("--mystique-json", default=None, metavar="PATH",
+                    help="write the results in pytest-benchmark's JSON format")  # fmt: skip
+    group.addoption("--mystique-max-memory", default=None, metavar="SIZE",
+                    help="refuse a replay whose input tensors need more than SIZE (e.g. 8GiB)")  # fmt: skip
+    parser.addini("mystique_baseline_dir", "baseline directory, relative to the rootdir", default=None)
+    parser.addini("mystique_tolerance", "default slowdown tolerance (fraction)", default=None)
+    parser.addini("mystique_trace_tolerance", "per-trace tolerance lines: 'GLOB = FRACTION'", type="linelist",
+                  default=[])  # fmt: skip
+    parser.addini("mystique_iters", "timed iterations per trace", default=None)
+    parser.addini("mystique_warmup", "warm-up iterations per trace", default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_results_key] = []
+    config.stash[_ignored_key] = []
+    config.addinivalue_line("markers", "mystique: a trace replayed by pytest-mystique")
+
+
+def _enabled(config: pytest.Config) -> bool:
+    return bool(config.getoption("mystique", False))
+
+
+def _int_setting(config: pytest.Config, name: str, default: int) -> int:
+    value = config.getoption(f"mystique_{name}")
+    if value is None:
+        raw = config.getini(f"mystique_{name}")
+        value = int(raw) if raw not in (None, "") else default
+    if value < 0 or (name == "iters" and value < 2):
+        raise pytest.UsageError(f"--mystique-{name} must be {'at least 2' if name == 'iters' else 'non-negative'}")
+    return value
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
+
+
+def parse_size(text: str | None) -> int | None:
+    if text in (None, ""):
+        return None
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise pytest.UsageError(f"--mystique-max-memory: cannot read size {text!r} (e.g. 512MiB, 8GiB)")
+    mult = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[m.group(2).upper()]
+    return int(float(m.group(1)) * mult)
+
+
+def options_from(config: pytest.Config):
+    from .runner import Options
+
+    return Options(
+        device=config.getoption("mystique_device") or "auto",
+        warmup=_int_setting(config, "warmup", DEFAULT_WARMUP),
+        iters=_int_setting(config, "iters", DEFAULT_ITERS),
+        threads=config.getoption("mystique_threads"),
+        max_memory=parse_size(config.getoption("mystique_max_memory")),
+    )
+
+
+def baseline_dir(config: pytest.Config) -> Path:
+    opt = config.getoption("mystique_baseline_dir")
+    if opt:
+        return Path(opt).resolve()
+    ini = config.getini("mystique_baseline_dir")
+    base = config.inipath.parent if config.inipath else config.rootpath
+    return (base / ini).resolve() if ini else config.rootpath / ".mystique" / "baselines"
+
+
+def tolerance_for(config: pytest.Config, trace_name: str, rel_path: str) -> float:
+    for line in config.getini("mystique_trace_tolerance"):
+        pattern, sep, value = line.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"mystique_trace_tolerance: expected 'GLOB = FRACTION', got {line!r}")
+        pattern = pattern.strip()
+        if fnmatch.fnmatch(trace_name, pattern) or fnmatch.fnmatch(rel_path, pattern):
+            return _fraction(value, "mystique_trace_tolerance")
+    opt = config.getoption("mystique_tolerance")
+    if opt is not None:
+        return _fraction(opt, "--mystique-tolerance")
+    ini = config.getini("mystique_tolerance")
+    return _fraction(ini, "mystique_tolerance") if ini else DEFAULT_TOLERANCE
+
+
+def _fraction(value, what: str) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{what}: {value!r} is not a number") from None
+    if not 0 <= f < 10:
+        raise pytest.UsageError(f"{what}: {f} is not a fraction such as 0.05")
+    return f
+
+
+def _is_trace_name(name: str) -> bool:
+    return (name.endswith(".json") or name.endswith(".json.gz")) and not name.endswith(".meta.json")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    config = parent.config
+    if not _enabled(config) or not _is_trace_name(file_path.name):
+        return None
+    kind, info = sniff(file_path)
+    if kind == "other":
+        config.stash[_ignored_key].append(f"{_rel(config, file_path)}: {info}")
+        return None
+    return TraceFile.from_parent(parent, path=file_path)
+
+
+def _rel(config: pytest.Config, path: Path) -> str:
+    try:
+        return str(path.relative_to(config.rootpath))
+    except ValueError:
+        return str(path)
+
+
+class TraceFile(pytest.File):
+    def collect(self):
+        yield TraceItem.from_parent(self, name=trace_stem(self.path))
+
+
+class Regression(Exception):
+    """The replay is significantly slower than its baseline."""
+
+
+class TraceItem(pytest.Item):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_marker("mystique")
+
+    def runtest(self) -> None:
+        from .baseline import BaselineStore
+        from .runner import judge, release, replay_file, with_original_timing
+
+        config = self.config
+        rel = _rel(config, self.path)
+        baseline_name = re.sub(r"\.json(\.gz)?$", "", rel)
+        result = {"trace": self.name, "nodeid": self.nodeid, "file": rel, "status": "error"}
+        run = None
+        try:
+            run = replay_file(self.path, options_from(config))
+            result = judge(
+                run, BaselineStore(baseline_dir(config)), baseline_name,
+                tolerance=tolerance_for(config, self.name, rel),
+                update=config.getoption("mystique_update"), rootdir=config.rootpath,
+            )  # fmt: skip
+            result = with_original_timing(result, self.path)
+            result.update(trace=self.name, nodeid=self.nodeid, file=rel)
+        except MystiqueError as e:
+            result["error"] = str(e)
+            raise
+        finally:
+            release(run)
+            self._record(result)
+        if result["status"] == "slower":
+            raise Regression(_regression_message(result))
+
+    def _record(self, result: dict) -> None:
+        from . import report
+
+        for name, value in report.junit_properties(result):
+            if value is not None:
+                self.user_properties.append((name, value))
+        slim = {k: v for k, v in result.items() if k not in ("environment",)}
+        self.user_properties.append((RESULT_PROPERTY, json.dumps(slim, default=str)))
+        lines = report.skipped_lines(result)
+        if result.get("status") not in (None, "error"):
+            head = (
+                f"{result['ops_replayed']}/{result['ops_total']} ops replayed on {result['device']}, "
+                f"median {report.fmt_seconds(result['median_s'])} over {len(result['samples_s'])} iterations"
+            )
+            if result.get("fidelity_ratio"):
+                head += f", {result['fidelity_ratio']:.2f}x the original step"
+            lines.insert(0, head)
+        if lines:
+            self.add_report_section("call", "mystique", "\n".join(lines))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (MystiqueError, Regression)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"mystique trace {self.name}"
+
+
+def _regression_message(result: dict) -> str:
+    from .stats import Comparison
+
+    cmp = Comparison(**{k: v for k, v in result["comparison"].items() if k != "change"})
+    lines = [
+        f"{result['trace']} is slower than its baseline: {cmp.describe()}",
+        f"baseline: {result['baseline_path']}",
+    ]
+    changes = result.get("env_changes") or []
+    lines.append("environment changes: " + ("; ".join(changes) if changes else "none recorded"))
+    if result.get("ops_skipped"):
+        lines.append(f"{result['ops_skipped']} of {result['ops_total']} ops were skipped (see the mystique section)")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == RESULT_PROPERTY:
+            _pending.append(json.loads(value))
+
+
+# Results gathered from reports: on the controller this includes pytest-xdist workers' items.
+_pending: list[dict] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _pending.clear()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if not _enabled(config):
+        return
+    from . import report
+
+    tr = terminalreporter
+    results = list(_pending)
+    ignored = config.stash.get(_ignored_key, [])
+    if not results and not ignored:
+        return
+    tr.write_sep("=", "mystique")
+    if results:
+        for line in report.format_table(report.table_rows(results)):
+            tr.write_line(line)
+        for r in results:
+            extra = report.skipped_lines(r)
+            if r.get("status") == "error":
+                tr.write_line(f"{r['trace']}: {r.get('error', 'error')}")
+            elif extra:
+                tr.write_line(f"{r['trace']}:")
+                for line in extra:
+                    tr.write_line(f"    {line}")
+        new = [r for r in results if r.get("status") in ("new", "updated")]
+        if new:
+            tr.write_line(f"{len(new)} baseline(s) recorded under {baseline_dir(config)}")
+    for line in ignored:
+        tr.write_line(f"ignored {line}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    config = session.config
+    path = config.getoption("mystique_json", None) if _enabled(config) else None
+    if path and not hasattr(config, "workerinput"):
+        from . import report
+
+        report.write_benchmark_json(path, list(_pending))

@@ -1,0 +1,484 @@
+"""The replay engine: turns a trace's selected operators into a list of pre-bound calls.
+
+Preparation runs in three passes:
+
+1. *plan*: resolve every selected op to a ``torch.ops`` overload, convert its recorded arguments
+   to the schema's types, and collect what the input data must look like (index ranges) and how
+   large each storage is;
+2. *build*: walk the ops in order, binding each tensor argument to the output of an earlier
+   replayed op when there is one (same tensor id and layout), to a view of such an output (same
+   storage), or else to a seeded input tensor; each op is called once here, so an op that cannot
+   run is found now and skipped with its error as the reason;
+3. *liveness*: an op's output is released right after its last consumer, as the original
+   program's allocator would have released it.
+
+:meth:`Replay.run` then executes one iteration: for each step, fill the tensor slots of a
+pre-built argument list and call the overload. Nothing else happens inside the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .errors import ReplayError
+from .graph import select_ops
+from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
+from .tensors import TensorFactory, index_ranges
+from .trace import ListValue, Node, Scalar, TensorRef, Trace
+
+_FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+@dataclass
+class TensorArg:
+    ref: TensorRef
+
+
+@dataclass
+class TensorListArg:
+    refs: list[TensorRef | None]
+
+
+@dataclass
+class PlannedOp:
+    node: Node
+    overload: Any
+    values: list[Any]  # constants, TensorArg or TensorListArg, in schema order
+    kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
+    substitution: str | None = None
+
+
+@dataclass
+class Step:
+    """One call of the replay loop."""
+
+    fn: Any
+    args: list[Any]
+    fills: list[tuple[int, int]]  # (position in args, env slot)
+    list_fills: list[tuple[int, tuple[int, ...]]]  # (position, slots; -1 for None)
+    npos: int  # args[:npos] are positional, the rest are keyword arguments named kwnames
+    kwnames: tuple[str, ...]
+    outs: list[tuple[int, Any]]  # (result index, slot or tuple of slots)
+    single: bool  # the op returns one value, not a tuple
+    frees: tuple[int, ...] = ()
+    name: str = ""
+    node_id: int = -1
+
+
+@dataclass
+class Report:
+    """What the replay did with the trace's ops; shown to the user."""
+
+    ops_total: int = 0
+    ops_replayed: int = 0
+    skipped: Counter = field(default_factory=Counter)  # (op, reason) -> count
+    substitutions: Counter = field(default_factory=Counter)  # (op, replacement) -> count
+    notes: Counter = field(default_factory=Counter)  # free-text remarks -> count
+
+    @property
+    def ops_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def skipped_list(self) -> list[dict]:
+        return [{"op": op, "reason": why, "count": n} for (op, why), n in self.skipped.most_common()]
+
+    def substitutions_list(self) -> list[dict]:
+        return [{"op": op, "replacement": rep, "count": n} for (op, rep), n in self.substitutions.most_common()]
+
+
+def resolve_device(spec: str | None) -> torch.device:
+    """``auto`` (or None): the current CUDA device when there is one, else the CPU."""
+    if spec in (None, "", "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise ReplayError(None, f"invalid device {spec!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ReplayError(None, f"device {spec!r} asked for, but CUDA is not available")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+class Replay:
+    """A prepared replay of one trace on one device."""
+
+    def __init__(self, trace: Trace, device: str | torch.device | None = "cpu", *, seed: int = 0,
+                 max_memory: int | None = None):  # fmt: skip
+        self.trace = trace
+        self.device = device if isinstance(device, torch.device) else resolve_device(device)
+        self.seed = seed
+        self.max_memory = max_memory
+        self.report = Report()
+        self.steps: list[Step] = []
+        self.env: list[Any] = []
+        self.factory = TensorFactory(self.device, seed)
+        self._produced: dict[tuple[int, int], tuple[int, TensorRef]] = {}
+        self._by_storage: dict[int, tuple[int, TensorRef]] = {}
+        self._externals: dict[TensorRef, int] = {}
+        self.permanent: set[int] = set()
+        self.prepared = False
+
+    # ---------------------------------------------------------------- plan
+    def _plan(self) -> list[PlannedOp]:
+        ops = select_ops(self.trace)
+        self.report.ops_total = len(ops)
+        planned = []
+        made: set[tuple[int, int]] = set()
+        external_bytes: dict[int, int] = {}
+        for node in ops:
+            try:
+                p = self._plan_op(node)
+            except Unsupported as e:
+                self.report.skipped[(node.name, str(e))] += 1
+                continue
+            planned.append(p)
+            for v in p.values:
+                for ref in _refs(v):
+                    self.factory.reserve(ref)
+                    if ref.key not in made:
+                        need = (ref.offset + ref.extent()) * ref.itemsize
+                        external_bytes[ref.storage_id] = max(external_bytes.get(ref.storage_id, 0), need)
+            for out in node.outputs:
+                for ref in _refs_of_value(out):
+                    made.add(ref.key)
+                    self.factory.reserve(ref)
+        if self.max_memory is not None:
+            total = sum(external_bytes.values())
+            if total > self.max_memory:
+                raise ReplayError(
+                    self.trace.path,
+                    f"replay needs at least {_fmt_bytes(total)} of input tensors, over the "
+                    f"{_fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
+                )
+        return planned
+
+    def _plan_op(self, node: Node) -> PlannedOp:
+        overload = resolve(node.op_schema)
+        schema_args = overload._schema.arguments
+        if len(node.inputs) > len(schema_args):
+            raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
+        values, kwnames = [], []
+        names = [a.name for a in schema_args]
+        for arg, val in zip(schema_args, node.inputs):
+            values.append(self._convert(arg, val))
+            if arg.kwarg_only:
+                kwnames.append(arg.name)
+            elif kwnames:
+                raise Unsupported("positional argument after keyword-only ones")
+            if isinstance(val, TensorRef) and val.defined:
+                self.factory.mark_positive(val, arg.name)
+        for ref, rng in index_ranges(node, names).items():
+            self.factory.constrain(ref, rng)
+        return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _convert(self, arg, val) -> Any:
+        """A recorded value as the schema argument ``arg`` wants it."""
+        t = base_type(arg.real_type)
+        if isinstance(val, Scalar) and (val.type == "None" or val.value in (None, "<None>")):
+            if not is_optional(arg.real_type) and not arg.has_default_value():
+                raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
+            return None
+        if t == "Tensor":
+            if isinstance(val, TensorRef):
+                return TensorArg(val) if val.defined else None
+            raise Unsupported(f"argument {arg.name!r} should be a tensor, trace has {_kind(val)}")
+        if t in ("List[Tensor]", "List[Optional[Tensor]]"):
+            if not isinstance(val, ListValue):
+                raise Unsupported(f"argument {arg.name!r} should be a tensor list, trace has {_kind(val)}")
+            refs = []
+            for item in val.items:
+                if isinstance(item, TensorRef):
+                    refs.append(item if item.defined else None)
+                elif isinstance(item, Scalar) and item.type == "None":
+                    refs.append(None)
+                else:
+                    raise Unsupported(f"argument {arg.name!r}: tensor list holds {_kind(item)}")
+            return TensorListArg(refs)
+        if isinstance(val, (TensorRef, ListValue)) and t not in ("List[int]", "List[float]", "List[bool]",
+                                                                "List[SymInt]", "List[Optional[int]]",
+                                                                "List[str]", "List[Scalar]"):  # fmt: skip
+            raise Unsupported(f"argument {arg.name!r} of type {t} cannot take {_kind(val)} from the trace")
+        if isinstance(val, ListValue):
+            return [self._scalar(t[5:-1], x, arg.name) for x in val.items]
+        return self._scalar(t, val, arg.name)
+
+    def _scalar(self, t: str, val: Any, name: str) -> Any:
+        if not isinstance(val, Scalar):
+            raise Unsupported(f"argument {name!r} of type {t} cannot take {_kind(val)} from the trace")
+        v = val.value
+        if val.type in ("Object", "Stream", "Storage", "Generator") or t in ("Stream", "Storage"):
+            raise Unsupported(f"argument {name!r} of type {val.type}/{t} cannot be rebuilt from a trace")
+        if v is None or v == "<None>":
+            return None
+        if t.startswith("Optional["):
+            t = t[9:-1]
+        if t in ("ScalarType", "Layout", "MemoryFormat"):
+            return enum_from_code(t, v)
+        if t == "Device":
+            return self.device if isinstance(v, str) else v
+        if t in ("int", "SymInt"):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise Unsupported(f"argument {name!r} should be an integer, trace has {v!r:.40}")
+            return int(v)
+        if t == "bool":
+            if name == "pin_memory" and v and not torch.cuda.is_available():
+                self.report.notes["pin_memory=True dropped: no CUDA on this machine"] += 1
+                return False
+            return bool(v)
+        if t in ("float", "Scalar", "number"):
+            if isinstance(v, str):
+                if v in _FLOAT_WORDS:
+                    return _FLOAT_WORDS[v]
+                raise Unsupported(f"argument {name!r} should be a number, trace has {v!r:.40}")
+            return v
+        if t == "str":
+            if not isinstance(v, str):
+                raise Unsupported(f"argument {name!r} should be a string, trace has {v!r:.40}")
+            return v
+        if t == "Generator":
+            return None
+        raise Unsupported(f"argument {name!r} has schema type {t}, which the replayer cannot rebuild")
+
+    # ---------------------------------------------------------------- build
+    def _new_slot(self, value: Any = None) -> int:
+        self.env.append(value)
+        return len(self.env) - 1
+
+    def _external(self, ref: TensorRef) -> int:
+        slot = self._externals.get(ref)
+        if slot is None:
+            slot = self._new_slot(self.factory.make(ref))
+            self._externals[ref] = slot
+            self.permanent.add(slot)
+        return slot
+
+    def _slot_for(self, ref: TensorRef) -> int:
+        hit = self._produced.get(ref.key)
+        if hit is not None:
+            slot, made = hit
+            if made.shape == ref.shape and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides():
+                return slot
+        base = self._by_storage.get(ref.storage_id)
+        if base is not None and base[1].dtype == ref.dtype:
+            view = self._derived_view(base, ref)
+            if view is not None:
+                return view
+        return self._external(ref)
+
+    def _derived_view(self, base: tuple[int, TensorRef], ref: TensorRef) -> int | None:
+        """A view into the storage of an earlier op's output, for a tensor the trace shows living
+        in that storage but that no replayed op returned (e.g. made by a skipped op)."""
+        base_slot, base_ref = base
+        tensor = self.env[base_slot]
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        offset = tensor.storage_offset() + ref.offset - base_ref.offset
+        fn = torch.ops.aten.as_strided.default
+        args = [tensor, list(ref.shape), list(ref.layout_strides()), offset]
+        try:
+            view = fn(*args)
+        except Exception:  # noqa: BLE001 - any failure means: fall back to a fresh input
+            return None
+        slot = self._new_slot(view)
+        self.steps.append(Step(fn._op, args, [(0, base_slot)], [], 4, (), [(0, slot)], True, name="view", node_id=-1))
+        self._produced[ref.key] = (slot, ref)
+        self.report.notes["views rebuilt from a storage shared with an earlier output"] += 1
+        return slot
+
+    def _build_step(self, p: PlannedOp) -> None:
+        args, fills, list_fills = [], [], []
+        for i, v in enumerate(p.values):
+            if isinstance(v, TensorArg):
+                fills.append((i, self._slot_for(v.ref)))
+                args.append(None)
+            elif isinstance(v, TensorListArg):
+                list_fills.append((i, tuple(-1 if r is None else self._slot_for(r) for r in v.refs)))
+                args.append(None)
+            else:
+                args.append(v)
+        npos = len(args) - len(p.kwnames)
+        fn = p.overload._op
+        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id)
+        env = self.env
+        call = _fill(step, env)
+        try:
+            result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
+        except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
+            self.report.skipped[(p.node.name, _reason(e))] += 1
+            return
+        n_returns = len(p.overload._schema.returns)
+        step.single = n_returns <= 1
+        results = (result,) if step.single else tuple(result)
+        for i, out in enumerate(p.node.outputs[: len(results)]):
+            bound = self._bind(out, results[i])
+            if bound is not None:
+                step.outs.append((i, bound))
+        for i, slot in step.outs:
+            for s, value in zip(_as_tuple(slot), _as_tuple(results[i]) if not isinstance(slot, int) else (results[i],)):
+                if s >= 0:
+                    env[s] = value
+        self.steps.append(step)
+        self.report.ops_replayed += 1
+        if p.substitution:
+            self.report.substitutions[(p.node.name, p.substitution)] += 1
+
+    def _bind(self, out: Any, value: Any) -> int | tuple[int, ...] | None:
+        """Give a slot to each recorded output tensor that the replay returned with the same
+        layout; later ops read it from there."""
+        if isinstance(out, TensorRef):
+            if not out.defined or not isinstance(value, torch.Tensor):
+                return None
+            if tuple(value.shape) != out.shape or str(value.dtype)[6:] != out.dtype:
+                self.report.notes["an output's shape or dtype differs from the trace (data-dependent?); its consumers get fresh inputs"] += 1
+                return None
+            slot = self._new_slot()
+            self._produced[out.key] = (slot, out)
+            self._by_storage[out.storage_id] = (slot, out)
+            return slot
+        if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
+            slots = []
+            for item, v in zip(out.items, value):
+                s = self._bind(item, v) if isinstance(item, TensorRef) else None
+                slots.append(-1 if s is None else s)
+            return tuple(slots) if any(s >= 0 for s in slots) else None
+        return None
+
+    def _liveness(self) -> None:
+        last_read: dict[int, int] = {}
+        for i, step in enumerate(self.steps):
+            for _, slot in step.fills:
+                last_read[slot] = i
+            for _, slots in step.list_fills:
+                for s in slots:
+                    if s >= 0:
+                        last_read[s] = i
+        frees: dict[int, list[int]] = {}
+        for step in self.steps:  # outputs nobody reads are not stored at all
+            outs = []
+            for idx, slot in step.outs:
+                if isinstance(slot, int):
+                    if slot in last_read:
+                        outs.append((idx, slot))
+                else:
+                    kept = tuple(s if s in last_read else -1 for s in slot)
+                    if any(s >= 0 for s in kept):
+                        outs.append((idx, kept))
+            step.outs = outs
+        for slot, i in last_read.items():
+            if slot not in self.permanent:
+                frees.setdefault(i, []).append(slot)
+        for i, step in enumerate(self.steps):
+            step.frees = tuple(frees.get(i, ()))
+
+    def prepare(self) -> "Replay":
+        if self.prepared:
+            return self
+        planned = self._plan()
+        with torch.no_grad():
+            for p in planned:
+                self._build_step(p)
+        self._liveness()
+        for i, value in enumerate(self.env):
+            if i not in self.permanent:
+                self.env[i] = None
+        self.prepared = True
+        return self
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> None:
+        """One iteration of the selected ops, in order."""
+        env = self.env
+        step = None
+        try:
+            for step in self.steps:
+                if step.fills or step.list_fills:
+                    args = step.args.copy()
+                    for pos, slot in step.fills:
+                        args[pos] = env[slot]
+                    for pos, slots in step.list_fills:
+                        args[pos] = [env[s] if s >= 0 else None for s in slots]
+                else:
+                    args = step.args
+                if step.kwnames:
+                    n = step.npos
+                    result = step.fn(*args[:n], **dict(zip(step.kwnames, args[n:])))
+                else:
+                    result = step.fn(*args)
+                if step.outs:
+                    if step.single:
+                        result = (result,)
+                    for i, slot in step.outs:
+                        if slot.__class__ is int:
+                            env[slot] = result[i]
+                        else:
+                            for s, value in zip(slot, result[i]):
+                                if s >= 0:
+                                    env[s] = value
+                for s in step.frees:
+                    env[s] = None
+        except Exception as e:
+            where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
+            raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
+
+
+def _fill(step: Step, env: list) -> list:
+    args = step.args.copy()
+    for pos, slot in step.fills:
+        args[pos] = env[slot]
+    for pos, slots in step.list_fills:
+        args[pos] = [env[s] if s >= 0 else None for s in slots]
+    return args
+
+
+def _as_tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _refs(v: Any) -> list[TensorRef]:
+    if isinstance(v, TensorArg):
+        return [v.ref]
+    if isinstance(v, TensorListArg):
+        return [r for r in v.refs if r is not None]
+    return []
+
+
+def _refs_of_value(v: Any) -> list[TensorRef]:
+    if isinstance(v, TensorRef):
+        return [v] if v.defined else []
+    if isinstance(v, ListValue):
+        return [r for item in v.items for r in _refs_of_value(item)]
+    return []
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, TensorRef):
+        return "a tensor"
+    if isinstance(v, ListValue):
+        return "a list"
+    if isinstance(v, Scalar):
+        return f"a {v.type}"
+    return type(v).__name__
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else type(e).__name__
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"

@@ -1,0 +1,132 @@
+"""Reporting: the terminal table, JUnit properties and pytest-benchmark's JSON format.
+
+A result is a plain dict (it travels from pytest-xdist workers to the controller inside the
+test report's ``user_properties``); these functions only format it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+
+from .baseline import atomic_write
+from .stats import fmt_seconds
+
+VERDICT_WORDS = {
+    "new": "new baseline",
+    "updated": "baseline updated",
+    "same": "ok",
+    "slower": "SLOWER",
+    "faster": "faster",
+    "error": "ERROR",
+}
+
+
+def table_rows(results: list[dict]) -> list[list[str]]:
+    rows = [["trace", "ops replayed/total", "median", "baseline", "change", "verdict"]]
+    for r in results:
+        if r.get("status") == "error":
+            rows.append([r["trace"], "-", "-", "-", "-", "ERROR"])
+            continue
+        cmp = r.get("comparison")
+        change = "-"
+        if cmp:
+            change = f"{cmp['change'] * 100:+.1f}% [{(cmp['ci_low'] - 1) * 100:+.1f}, {(cmp['ci_high'] - 1) * 100:+.1f}]"
+        rows.append([
+            r["trace"],
+            f"{r['ops_replayed']}/{r['ops_total']}",
+            fmt_seconds(r["median_s"]),
+            fmt_seconds(r["baseline_median_s"]) if r.get("baseline_median_s") else "-",
+            change,
+            VERDICT_WORDS.get(r["status"], r["status"]),
+        ])  # fmt: skip
+    return rows
+
+
+def format_table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def skipped_lines(result: dict) -> list[str]:
+    lines = []
+    for s in result.get("skipped", []):
+        lines.append(f"skipped {s['count']}x {s['op']}: {s['reason']}")
+    for s in result.get("substitutions", []):
+        lines.append(f"substituted {s['count']}x {s['op']} -> {s['replacement']}")
+    for note, n in result.get("notes", {}).items():
+        lines.append(f"note ({n}x): {note}")
+    return lines
+
+
+def junit_properties(result: dict) -> list[tuple[str, object]]:
+    props = [
+        ("mystique_status", result.get("status")),
+        ("mystique_ops_total", result.get("ops_total")),
+        ("mystique_ops_replayed", result.get("ops_replayed")),
+        ("mystique_ops_skipped", result.get("ops_skipped")),
+        ("mystique_median_s", result.get("median_s")),
+        ("mystique_baseline_median_s", result.get("baseline_median_s")),
+        ("mystique_device", result.get("device")),
+    ]
+    cmp = result.get("comparison")
+    if cmp:
+        props += [
+            ("mystique_ratio", cmp["ratio"]),
+            ("mystique_ci_low", cmp["ci_low"]),
+            ("mystique_ci_high", cmp["ci_high"]),
+            ("mystique_p_value", cmp["p_slower"]),
+        ]
+    return props
+
+
+def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -> dict:
+    """The results in pytest-benchmark's saved-run format (readable by ``pytest-benchmark compare``)."""
+    from pytest_benchmark import __version__ as pb_version
+    from pytest_benchmark.stats import Stats
+
+    benchmarks = []
+    for r in results:
+        if not r.get("samples_s"):
+            continue
+        stats = Stats()
+        for x in r["samples_s"]:
+            stats.update(x)
+        d = stats.as_dict()
+        d["data"] = list(r["samples_s"])
+        d["iterations"] = 1
+        benchmarks.append({
+            "group": "mystique",
+            "name": r["trace"],
+            "fullname": r.get("nodeid", r["trace"]),
+            "params": None,
+            "param": None,
+            "extra_info": {
+                k: r.get(k) for k in ("status", "device", "threads", "ops_total", "ops_replayed", "ops_skipped",
+                                      "baseline_median_s", "comparison")  # fmt: skip
+            },
+            "options": {"warmup": r.get("warmup"), "timer": r.get("timer"), "min_rounds": len(r["samples_s"])},
+            "stats": d,
+        })  # fmt: skip
+    return {
+        "machine_info": machine_info,
+        "commit_info": commit_info,
+        "benchmarks": benchmarks,
+        "datetime": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "version": pb_version,
+    }
+
+
+def write_benchmark_json(path: str | os.PathLike, results: list[dict]) -> None:
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+    from pytest_benchmark.utils import get_commit_info
+
+    data = benchmark_json(results, pytest_benchmark_generate_machine_info(), get_commit_info())
+    atomic_write(Path(path), json.dumps(data, indent=2, default=str))

@@ -1,0 +1,230 @@
+"""Tensor reconstruction: storages, views and their data.
+
+Each ``storage_id`` of the trace becomes one allocation on the replay device, sized to hold every
+tensor of the trace that lives in it; each tensor is a view of its storage at the recorded offset
+(in elements), shape and strides, so views and in-place ops share memory as in the original.
+
+Data is seeded. Floating tensors hold values in [-1, 1) (positive where the consuming argument
+must be, e.g. a variance); integer tensors that index something hold values valid for their
+consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
+from the consuming op (the row count of an embedding table, the size of the indexed dimension,
+the number of classes of a loss).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from .trace import ListValue, Node, TensorRef
+
+# Arguments whose values must be positive for the op to see realistic data.
+_POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
+
+
+@dataclass
+class IntRange:
+    """Half-open ``[low, high)`` range for integer data; ``kind`` marks special layouts."""
+
+    low: int = 0
+    high: int = 2
+    kind: str = "uniform"  # or "offsets" (sorted, starting at 0) or "lengths"
+
+    def narrow(self, other: "IntRange") -> "IntRange":
+        if other.kind != "uniform":
+            return other
+        if self.kind != "uniform":
+            return self
+        return IntRange(max(self.low, other.low), max(min(self.high, other.high), max(self.low, other.low) + 1))
+
+
+def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
+    if not isinstance(ref, TensorRef) or not ref.shape:
+        return None
+    nd = len(ref.shape)
+    if -nd <= dim < nd:
+        return ref.shape[dim]
+    return None
+
+
+def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
+    """Value ranges the op ``node`` needs for its integer tensor inputs.
+
+    ``arg_names`` are the schema's argument names, aligned with ``node.inputs``."""
+    out: dict[TensorRef, IntRange] = {}
+    recorded = _recorded_ranges(node)
+    args = dict(zip(arg_names, node.inputs))
+    name = node.name.split("::")[-1]
+
+    def put(arg: str, rng: IntRange | None) -> None:
+        ref = args.get(arg)
+        if isinstance(ref, TensorRef) and ref.defined and rng is not None and rng.high > rng.low:
+            out[ref] = rng
+
+    def rows(arg: str, dim: int = 0) -> IntRange | None:
+        n = _dim_size(args.get(arg), dim)
+        return IntRange(0, n) if n else None
+
+    def scalar(arg: str) -> int | None:
+        v = args.get(arg)
+        return v.value if v is not None and hasattr(v, "value") and isinstance(v.value, int) else None
+
+    if name in ("embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"):
+        put("indices", rows("weight"))
+        put("offsets", _offsets(args))
+    elif name in ("embedding_backward", "embedding_dense_backward", "_embedding_bag_backward",
+                  "_embedding_bag_dense_backward", "_embedding_bag_sparse_backward"):  # fmt: skip
+        nw = scalar("num_weights")
+        if nw:
+            put("indices", IntRange(0, nw))
+        put("offsets", _offsets(args))
+    elif name in ("index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+                  "scatter_reduce", "scatter_reduce_", "index_add", "index_add_", "index_copy",
+                  "index_copy_", "index_fill", "index_fill_", "take_along_dim"):  # fmt: skip
+        dim = scalar("dim") or 0
+        put("index", rows("self", dim))
+    elif name in ("nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d", "nll_loss2d_forward",
+                  "nll_loss2d_backward", "cross_entropy_loss", "nll_loss_nd", "multi_margin_loss"):  # fmt: skip
+        x = args.get("self")
+        if isinstance(x, TensorRef) and x.shape:
+            put("target", IntRange(0, x.shape[1] if len(x.shape) > 1 else x.shape[0]))
+    elif name == "one_hot":
+        nc = scalar("num_classes")
+        put("self", IntRange(0, nc if nc and nc > 0 else 2))
+    elif name in ("index", "_index_put_impl_", "index_put", "index_put_", "_unsafe_index"):
+        idx = args.get("indices")
+        base = args.get("self")
+        if isinstance(idx, ListValue):
+            for dim, ref in enumerate(idx.items):
+                n = _dim_size(base, dim)
+                if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
+                    out[ref] = IntRange(0, n)
+    elif name == "take":
+        x = args.get("self")
+        if isinstance(x, TensorRef):
+            put("index", IntRange(0, max(math.prod(x.shape), 1)))
+    for ref, rng in recorded.items():
+        out[ref] = rng
+    return out
+
+
+def _offsets(args: dict) -> IntRange | None:
+    """Offsets into a bag of indices: monotone, from 0 up to the number of indices."""
+    idx = args.get("indices")
+    if not isinstance(idx, TensorRef) or not idx.defined:
+        return None
+    return IntRange(0, math.prod(idx.shape) + 1, "offsets")
+
+
+def _recorded_ranges(node: Node) -> dict[TensorRef, IntRange]:
+    """``tensor_range`` attribute: JSON mapping input index to ``[min, max]`` (inclusive)."""
+    raw = node.attrs.get("tensor_range")
+    if not raw or not isinstance(raw, str):
+        return {}
+    try:
+        table = json.loads(raw)
+    except ValueError:
+        return {}
+    out = {}
+    if isinstance(table, dict):
+        for k, v in table.items():
+            try:
+                ref = node.inputs[int(k)]
+                lo, hi = int(v[0]), int(v[1])
+            except (ValueError, TypeError, IndexError, KeyError):
+                continue
+            if isinstance(ref, TensorRef) and ref.defined and hi >= lo:
+                out[ref] = IntRange(lo, hi + 1)
+    return out
+
+
+@dataclass
+class TensorFactory:
+    """Makes the replay's input tensors: one allocation per storage, views into it."""
+
+    device: torch.device
+    seed: int = 0
+    storage_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
+    positive: set[TensorRef] = field(default_factory=set)
+    _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    _generator: torch.Generator | None = None
+
+    def reserve(self, ref: TensorRef) -> None:
+        """Make the storage of ``ref`` large enough to hold it."""
+        if ref.defined:
+            need = (ref.offset + ref.extent()) * ref.itemsize
+            if need > self.storage_bytes[ref.storage_id]:
+                self.storage_bytes[ref.storage_id] = need
+
+    def constrain(self, ref: TensorRef, rng: IntRange) -> None:
+        old = self.ranges.get(ref)
+        self.ranges[ref] = rng if old is None else old.narrow(rng)
+
+    def mark_positive(self, ref: TensorRef, arg_name: str) -> None:
+        if arg_name in _POSITIVE_ARGS:
+            self.positive.add(ref)
+
+    def planned_bytes(self) -> int:
+        return sum(self.storage_bytes.values())
+
+    def make(self, ref: TensorRef) -> torch.Tensor:
+        """A view of ``ref``'s storage holding fresh seeded data."""
+        dtype = torch_dtype(ref.dtype)
+        key = (ref.storage_id, ref.device)
+        base = self._storages.get(key)
+        nbytes = max(self.storage_bytes.get(ref.storage_id, 0), (ref.offset + ref.extent()) * ref.itemsize)
+        if base is None or base.numel() < nbytes:
+            base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            self._storages[key] = base
+        t = torch.empty(0, dtype=dtype, device=self.device)
+        t.set_(base.untyped_storage(), ref.offset, ref.shape, ref.layout_strides())
+        self.fill(t, ref)
+        return t
+
+    def fresh(self, ref: TensorRef) -> torch.Tensor:
+        """A new standalone tensor with ``ref``'s shape, strides and dtype (no shared storage)."""
+        dtype = torch_dtype(ref.dtype)
+        t = torch.empty_strided(ref.shape, ref.layout_strides(), dtype=dtype, device=self.device)
+        self.fill(t, ref)
+        return t
+
+    def fill(self, t: torch.Tensor, ref: TensorRef) -> None:
+        if t.numel() == 0:
+            return
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(self.seed)
+        g = self._generator
+        with torch.no_grad():
+            if t.dtype == torch.bool:
+                t.copy_(torch.rand(t.shape, generator=g, device=self.device) < 0.5)
+            elif t.is_floating_point() or t.is_complex():
+                if ref in self.positive:
+                    t.uniform_(0.5, 1.5, generator=g)
+                else:
+                    t.uniform_(-1.0, 1.0, generator=g)
+            else:
+                rng = self.ranges.get(ref, IntRange(0, 2))
+                if rng.kind == "offsets":
+                    # Monotone offsets into a bag of indices: 0, then sorted cut points.
+                    n = t.numel()
+                    cuts = torch.randint(0, max(rng.high, 1), (n,), generator=g, device=self.device)
+                    cuts = torch.sort(cuts).values
+                    cuts[0] = 0
+                    t.copy_(cuts.reshape(t.shape).to(t.dtype))
+                else:
+                    info = torch.iinfo(t.dtype)
+                    lo, hi = max(rng.low, info.min), min(rng.high, info.max)
+                    t.copy_(torch.randint(lo, max(hi, lo + 1), t.shape, generator=g, device=self.device).to(t.dtype))

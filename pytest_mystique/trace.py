@@ -1,0 +1,499 @@
+"""Loading and validating PyTorch execution traces (ETs) into one typed model.
+
+Two layouts exist in the wild:
+
+* schema ``1.0.1``: the flat layout, where each node carries ``parent``, ``inputs``,
+  ``input_shapes``, ``input_types`` (and the same for outputs) and its attributes as keys;
+* schema ``1.0.2``...``1.1.1`` (``-chakra.0.0.4`` suffixed): ``ctrl_deps`` names the parent,
+  ``inputs``/``outputs`` are objects of ``values``/``shapes``/``types`` (``strides`` from 1.1.1
+  on) and attributes are a list of ``{name, type, value}``.
+
+Both load into :class:`Trace`, made of :class:`Node` objects whose inputs and outputs are parsed
+values (:class:`TensorRef`, :class:`ListValue`, :class:`Scalar`). A trace is data: nothing in it
+is imported, evaluated or used as a path.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from .errors import TraceError
+
+# Versions this loader understands (inclusive range) and the layout each uses.
+MIN_SCHEMA = (1, 0, 1)
+MAX_SCHEMA = (1, 1, 1)
+_SCHEMA_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-chakra\.0\.0\.4)?$")
+
+#: Refuse to inflate a trace past this many bytes (a gzip bomb guard).
+DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
+#: How deeply nested a value (lists of lists ...) may be.
+MAX_VALUE_DEPTH = 32
+#: How many bytes of a file collection reads to decide whether it is an ET.
+HEAD_BYTES = 64 * 1024
+
+# ET spells element types the way c10 prints them.
+DTYPE_NAMES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::Half": "float16",
+    "c10::BFloat16": "bfloat16",
+    "long int": "int64",
+    "long": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "short": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+    "c10::complex<c10::Half>": "complex32",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+    "unsigned short": "uint16",
+    "unsigned int": "uint32",
+    "unsigned long": "uint64",
+}
+UNINITIALIZED = "nullptr (uninitialized)"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRef:
+    """A tensor as the trace recorded it: identity, storage placement, layout."""
+
+    tensor_id: int
+    storage_id: int
+    offset: int  # storage offset, in elements
+    numel: int
+    itemsize: int
+    device: str
+    dtype: str  # torch dtype name (``float32``...) or ``undefined``
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None  # None when the trace has no strides (contiguous assumed)
+
+    @property
+    def defined(self) -> bool:
+        return self.dtype != "undefined"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tensor_id, self.storage_id)
+
+    def layout_strides(self) -> tuple[int, ...]:
+        if self.strides is not None and len(self.strides) == len(self.shape):
+            return self.strides
+        return contiguous_strides(self.shape)
+
+    def extent(self) -> int:
+        """Elements of storage this tensor reaches, counted from its offset."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((n - 1) * abs(s) for n, s in zip(self.shape, self.layout_strides()))
+
+
+@dataclass(frozen=True, slots=True)
+class ListValue:
+    """``GenericList[...]`` or ``Tuple[...]`` of values."""
+
+    items: tuple["Value", ...]
+    is_tuple: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    """Any non-tensor, non-list value: ``Int``, ``Double``, ``Bool``, ``String``, ``Device``,
+    ``None``, and the opaque ``Object``/``Stream``/``Storage`` (kept with their type so the
+    replayer can say why it cannot rebuild them)."""
+
+    type: str
+    value: Any
+
+
+Value = Union[TensorRef, ListValue, Scalar]
+
+
+@dataclass(slots=True)
+class Node:
+    id: int
+    name: str
+    parent: int
+    op_schema: str
+    inputs: list[Value]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_op(self) -> bool:
+        return bool(self.op_schema)
+
+
+@dataclass(slots=True)
+class Trace:
+    path: Path
+    schema: str
+    nodes: list[Node]  # in id (execution) order
+    meta: dict[str, Any] = field(default_factory=dict)
+    by_id: dict[int, Node] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_id = {n.id: n for n in self.nodes}
+
+    @property
+    def name(self) -> str:
+        return trace_stem(self.path)
+
+
+def trace_stem(path: str | os.PathLike) -> str:
+    name = Path(path).name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def parse_schema_version(schema: Any, path: Path) -> tuple[int, int, int]:
+    if not isinstance(schema, str):
+        raise TraceError(path, f"'schema' must be a string, got {type(schema).__name__}")
+    m = _SCHEMA_RE.match(schema)
+    if not m:
+        raise TraceError(path, f"unknown execution trace schema {schema!r}")
+    version = tuple(int(g) for g in m.groups())
+    if not (MIN_SCHEMA <= version <= MAX_SCHEMA):
+        raise TraceError(
+            path,
+            f"unsupported execution trace schema {schema!r} (supported: 1.0.1 to 1.1.1-chakra.0.0.4)",
+        )
+    return version  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading bytes
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def read_head(path: str | os.PathLike, limit: int = HEAD_BYTES) -> bytes:
+    """The first ``limit`` bytes of the (decompressed) file."""
+    path = Path(path)
+    if _is_gzip(path):
+        with open(path, "rb") as raw:
+            d = zlib.decompressobj(wbits=31)
+            out = bytearray()
+            while len(out) < limit:
+                chunk = raw.read(16384)
+                if not chunk:
+                    break
+                out += d.decompress(chunk, limit - len(out))
+            return bytes(out)
+    with open(path, "rb") as f:
+        return f.read(limit)
+
+
+def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
+    """The whole (decompressed) file, refusing to inflate past ``max_bytes``."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise TraceError(path, f"cannot read file: {e.strerror or e}") from None
+    if size == 0:
+        raise TraceError(path, "empty file")
+    try:
+        if not _is_gzip(path):
+            if size > max_bytes:
+                raise TraceError(path, f"file is {size} bytes, over the {max_bytes}-byte limit")
+            return path.read_bytes()
+        out = io.BytesIO()
+        with gzip.open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                out.write(chunk)
+                if out.tell() > max_bytes:
+                    raise TraceError(
+                        path, f"gzip content inflates past the {max_bytes}-byte limit (a gzip bomb?)"
+                    )
+        return out.getvalue()
+    except EOFError:
+        raise TraceError(path, "truncated gzip file (compressed stream ended early)") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise TraceError(path, f"corrupt gzip file: {e}") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot read file: {e.strerror or e}") from None
+
+
+_HEAD_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"((?:[^"\\]|\\.){0,200})"')
+
+
+def sniff(path: str | os.PathLike) -> tuple[str, str]:
+    """Decide from the head of a file whether it is an execution trace.
+
+    Returns ``("et", schema)``, ``("other", why)`` for JSON that is not an ET (to be ignored), or
+    ``("broken", why)`` for a file that cannot be read as JSON at all (to be reported)."""
+    path = Path(path)
+    try:
+        head = read_head(path)
+    except (OSError, EOFError, zlib.error) as e:
+        return "broken", f"cannot read the file head: {e}"
+    stripped = head.lstrip()
+    if not stripped:
+        return "broken", "empty file"
+    m = _HEAD_SCHEMA_RE.search(head)
+    if m:
+        return "et", m.group(1).decode("utf-8", "replace")
+    if stripped[:1] not in (b"{", b"["):
+        return "broken", "not JSON (does not start with '{' or '[')"
+    return "other", "JSON without a 'schema' key in its head: not an execution trace"
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing values
+
+
+def _split_type_list(inner: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(inner):
+        if c in "[(":
+            depth += 1
+        elif c in "])":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    if inner[start:]:
+        parts.append(inner[start:])
+    return parts
+
+
+class _ValueParser:
+    def __init__(self, path: Path, node_id: int, has_strides: bool):
+        self.path = path
+        self.node_id = node_id
+        self.has_strides = has_strides
+
+    def fail(self, problem: str) -> TraceError:
+        return TraceError(self.path, f"node {self.node_id}: {problem}")
+
+    def parse(self, typ: Any, value: Any, shape: Any, strides: Any, depth: int = 0) -> Value:
+        if depth > MAX_VALUE_DEPTH:
+            raise self.fail(f"value nested deeper than {MAX_VALUE_DEPTH} levels")
+        if not isinstance(typ, str):
+            raise self.fail(f"type must be a string, got {type(typ).__name__}")
+        if typ.startswith("Tensor(") and typ.endswith(")"):
+            return self.tensor(typ[7:-1], value, shape, strides)
+        for prefix, is_tuple in (("GenericList[", False), ("Tuple[", True)):
+            if typ.startswith(prefix) and typ.endswith("]"):
+                return self.list(typ[len(prefix) : -1], is_tuple, value, shape, strides, depth)
+        return Scalar(typ, value)
+
+    def list(self, inner, is_tuple, value, shape, strides, depth) -> ListValue:
+        if not isinstance(value, list):
+            raise self.fail(f"list value expected, got {type(value).__name__}")
+        types = _split_type_list(inner)
+        if len(types) != len(value):
+            # Some writers record a single element type for the whole list.
+            if len(types) == 1:
+                types = types * len(value)
+            elif not value:
+                types = []
+            else:
+                raise self.fail(f"list of {len(value)} values but {len(types)} types")
+        shapes = shape if isinstance(shape, list) and len(shape) == len(value) else [[]] * len(value)
+        stridesl = (
+            strides if isinstance(strides, list) and len(strides) == len(value) else [None] * len(value)
+        )
+        items = tuple(
+            self.parse(t, v, s, st, depth + 1) for t, v, s, st in zip(types, value, shapes, stridesl)
+        )
+        return ListValue(items, is_tuple)
+
+    def tensor(self, elem: str, value, shape, strides) -> Value:
+        if elem == UNINITIALIZED or value in (None, [], "<None>"):
+            return TensorRef(0, 0, 0, 0, 0, "cpu", "undefined", (), None)
+        dtype = DTYPE_NAMES.get(elem)
+        if dtype is None:
+            raise self.fail(f"unknown tensor element type {elem!r}")
+        if not isinstance(value, list) or len(value) < 5:
+            raise self.fail(f"tensor value must be [id, storage, offset, numel, itemsize, device], got {value!r:.80}")
+        tid, sid, offset, numel, itemsize = value[:5]
+        device = value[5] if len(value) > 5 else "cpu"
+        for label, x in (("id", tid), ("storage id", sid), ("offset", offset), ("numel", numel), ("itemsize", itemsize)):
+            if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+                raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
+        if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
+            raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
+        shp = self.dims(shape, "shape")
+        strd = self.dims(strides, "strides") if self.has_strides and strides is not None else None
+        if strd is not None and len(strd) != len(shp):
+            strd = None
+        return TensorRef(tid, sid, offset, numel, itemsize, device, dtype, shp, strd)
+
+    def dims(self, dims, what: str) -> tuple[int, ...]:
+        if not isinstance(dims, list):
+            raise self.fail(f"tensor {what} must be a list, got {type(dims).__name__}")
+        for d in dims:
+            if not isinstance(d, int) or isinstance(d, bool):
+                raise self.fail(f"tensor {what} must hold integers, got {d!r:.40}")
+            if what == "shape" and d < 0:
+                raise self.fail(f"negative tensor size {d} in shape {dims}")
+        return tuple(dims)
+
+
+def _values(p: _ValueParser, values, shapes, types, strides, side: str) -> list[Value]:
+    if not isinstance(values, list) or not isinstance(types, list):
+        raise p.fail(f"{side} values and types must be lists")
+    if len(types) != len(values):
+        raise p.fail(f"{side}: {len(values)} values but {len(types)} types")
+    if not isinstance(shapes, list) or len(shapes) != len(values):
+        shapes = [[]] * len(values)
+    if not isinstance(strides, list) or len(strides) != len(values):
+        strides = [None] * len(values)
+    return [p.parse(t, v, s, st) for t, v, s, st in zip(types, values, shapes, strides)]
+
+
+def _node_flat(raw: dict, path: Path) -> Node:
+    nid = raw["id"]
+    p = _ValueParser(path, nid, has_strides=False)
+    attrs = {k: v for k, v in raw.items() if not k.startswith(("input", "output"))}
+    return Node(
+        id=nid,
+        name=raw["name"],
+        parent=raw.get("parent", nid),
+        op_schema=raw.get("op_schema") or "",
+        inputs=_values(p, raw.get("inputs", []), raw.get("input_shapes"), raw.get("input_types", []), None, "inputs"),
+        outputs=_values(p, raw.get("outputs", []), raw.get("output_shapes"), raw.get("output_types", []), None, "outputs"),
+        attrs=attrs,
+    )
+
+
+def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
+    nid = raw["id"]
+    p = _ValueParser(path, nid, has_strides)
+    attrs: dict[str, Any] = {}
+    raw_attrs = raw.get("attrs", [])
+    if not isinstance(raw_attrs, list):
+        raise p.fail("'attrs' must be a list")
+    for a in raw_attrs:
+        if isinstance(a, dict) and isinstance(a.get("name"), str):
+            attrs[a["name"]] = a.get("value")
+    sides = []
+    for side in ("inputs", "outputs"):
+        block = raw.get(side, {})
+        if not isinstance(block, dict):
+            raise p.fail(f"'{side}' must be an object with values/shapes/types")
+        sides.append(
+            _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
+        )
+    schema = attrs.get("op_schema") or ""
+    if not isinstance(schema, str):
+        raise p.fail("'op_schema' must be a string")
+    return Node(
+        id=nid,
+        name=raw["name"],
+        parent=raw.get("ctrl_deps", nid),
+        op_schema=schema,
+        inputs=sides[0],
+        outputs=sides[1],
+        attrs=attrs,
+    )
+
+
+def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
+    """Validate a decoded ET document and build the :class:`Trace`."""
+    path = Path(path)
+    if not isinstance(data, dict):
+        raise TraceError(path, f"top level must be a JSON object, got {type(data).__name__}")
+    if "schema" not in data:
+        raise TraceError(path, "no 'schema' key: not an execution trace")
+    version = parse_schema_version(data["schema"], path)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise TraceError(path, "missing 'nodes' list")
+    flat = version == (1, 0, 1)
+    has_strides = version >= (1, 1, 1)
+    nodes: list[Node] = []
+    seen: set[int] = set()
+    for i, raw in enumerate(raw_nodes):
+        if not isinstance(raw, dict):
+            raise TraceError(path, f"nodes[{i}] is not an object")
+        nid, name = raw.get("id"), raw.get("name")
+        if not isinstance(nid, int) or isinstance(nid, bool):
+            raise TraceError(path, f"nodes[{i}] has no integer 'id'")
+        if not isinstance(name, str):
+            raise TraceError(path, f"node {nid} has no string 'name'")
+        if nid in seen:
+            raise TraceError(path, f"duplicate node id {nid}")
+        seen.add(nid)
+        parent = raw.get("parent" if flat else "ctrl_deps", nid)
+        if not isinstance(parent, int) or isinstance(parent, bool):
+            raise TraceError(path, f"node {nid}: parent id must be an integer")
+        try:
+            node = _node_flat(raw, path) if flat else _node_nested(raw, path, has_strides)
+        except RecursionError:
+            raise TraceError(path, f"node {nid}: value nested too deeply") from None
+        nodes.append(node)
+    nodes.sort(key=lambda n: n.id)
+    meta = {k: v for k, v in data.items() if k != "nodes" and isinstance(v, (str, int, float))}
+    trace = Trace(path=path, schema=data["schema"], nodes=nodes, meta=meta)
+    _check_parents(trace)
+    return trace
+
+
+def _check_parents(trace: Trace) -> None:
+    """Every parent exists (or is the node itself: a root) and parent links have no cycle."""
+    by_id = trace.by_id
+    state: dict[int, int] = {}  # 1 = on the current path, 2 = known good
+    for node in trace.nodes:
+        walk = []
+        cur = node
+        while True:
+            s = state.get(cur.id)
+            if s == 2:
+                break
+            if s == 1:
+                raise TraceError(trace.path, f"parent links form a cycle through node {cur.id}")
+            state[cur.id] = 1
+            walk.append(cur.id)
+            if cur.parent == cur.id or cur.parent == 0:
+                break
+            nxt = by_id.get(cur.parent)
+            if nxt is None:
+                raise TraceError(trace.path, f"node {cur.id} names parent {cur.parent}, which is not in the trace")
+            cur = nxt
+        for nid in walk:
+            state[nid] = 2
+
+
+def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> Trace:
+    """Read, decompress, decode and validate the trace at ``path``."""
+    path = Path(path)
+    raw = read_bytes(path, max_bytes)
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not UTF-8 text: {e.reason}") from None
+    except json.JSONDecodeError as e:
+        where = "file ends early (truncated?)" if e.pos >= len(raw) - 1 else f"line {e.lineno} column {e.colno}"
+        raise TraceError(path, f"invalid JSON: {e.msg} at {where}") from None
+    return parse_trace(data, path)

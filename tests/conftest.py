@@ -1,0 +1,49 @@
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "traces"
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def corpus(name: str) -> Path:
+    path = CORPUS / name
+    if not path.exists():
+        pytest.skip(f"shared corpus trace {path} is not present beside this checkout")
+    return path
+
+
+def bundled(name: str) -> Path:
+    path = TRACES / f"{name}.json.gz"
+    assert path.exists(), f"bundled trace {path} missing: run python scripts/make_traces.py"
+    return path
+
+
+def read_json(path: Path) -> dict:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def write_json(path: Path, data: dict) -> Path:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wt") as f:
+        json.dump(data, f)
+    return path
+
+
+@pytest.fixture
+def trace_copy(tmp_path):
+    """Copy a trace (and its sidecar) into a pytester-style directory under a given name."""
+
+    def make(src: Path, dest_dir: Path, name: str | None = None) -> Path:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / (name or src.name)
+        shutil.copyfile(src, dest)
+        return dest
+
+    return make

@@ -1,0 +1,146 @@
+"""Loading and validating execution traces of every supported layout."""
+
+import gzip
+import json
+
+import pytest
+from conftest import corpus, read_json, write_json
+
+from pytest_mystique.errors import TraceError
+from pytest_mystique.graph import select_ops
+from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, sniff
+
+
+def test_chakra_111_loads_with_strides():
+    trace = load_trace(corpus("llama_train.json.gz"))
+    assert trace.schema == "1.1.1-chakra.0.0.4"
+    strided = [v for n in trace.nodes for v in n.inputs if isinstance(v, TensorRef) and v.strides is not None]
+    assert strided, "1.1.1 traces record strides"
+    t = strided[0]
+    assert len(t.strides) == len(t.shape)
+
+
+def test_flat_101_layout_loads():
+    trace = load_trace(corpus("param_linear_v101.json.gz"))
+    addmm = next(n for n in trace.nodes if n.name == "aten::addmm")
+    assert addmm.op_schema.startswith("aten::addmm(")
+    tensors = [v for v in addmm.inputs if isinstance(v, TensorRef)]
+    assert [t.shape for t in tensors] == [(1024,), (512, 1024), (1024, 1024)]
+    assert all(t.strides is None for t in tensors)  # 1.0.1 records none: contiguous assumed
+    assert tensors[1].layout_strides() == (1024, 1)
+
+
+def test_102_layout_loads():
+    trace = load_trace(corpus("multirank/allgather_2rank/chakra_allgather_v102.json.gz"))
+    assert trace.schema == "1.0.2-chakra.0.0.4"
+    ag = next(n for n in trace.nodes if n.name == "c10d::allgather_")
+    nested = ag.inputs[0]
+    assert isinstance(nested, ListValue) and isinstance(nested.items[0], ListValue)
+
+
+def test_value_types_are_parsed():
+    trace = load_trace(corpus("llama_train.json.gz"))
+    kinds = {type(v).__name__ for n in trace.nodes for v in n.inputs}
+    assert {"TensorRef", "ListValue", "Scalar"} <= kinds
+    scalar_types = {v.type for n in trace.nodes for v in n.inputs if isinstance(v, Scalar)}
+    assert {"Int", "Bool", "None", "Device"} <= scalar_types
+
+
+def test_selection_descends_labels_and_skips_nested_ops():
+    trace = load_trace(corpus("llama_train.json.gz"))
+    ops = select_ops(trace)
+    ids = {n.id for n in ops}
+    assert [n.id for n in ops] == sorted(ids)
+    # Nothing selected lies below another selected op.
+    for n in ops:
+        p = trace.by_id.get(n.parent)
+        while p is not None and p.id != p.parent:
+            assert p.id not in ids
+            p = trace.by_id.get(p.parent)
+    # Backward ops below autograd labels are selected.
+    assert any(n.name == "aten::mm" for n in ops)
+    assert any("Backward" in trace.by_id[n.parent].name for n in ops)
+    # Ops nested inside a selected op (aten::linear -> aten::t) are not.
+    linear = next(n for n in ops if n.name == "aten::linear")
+    child_ids = [c.id for c in trace.nodes if c.parent == linear.id]
+    assert child_ids and not (set(child_ids) & ids)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "empty file"),
+        (b'{"schema": "1.1.1-chakra.0.0.4", "nodes": [', "invalid JSON"),
+        (b'{"schema": "9.9.9", "nodes": []}', "unsupported execution trace schema '9.9.9'"),
+        (b'{"schema": "banana", "nodes": []}', "unknown execution trace schema 'banana'"),
+        (b'{"schema": "2.0.0", "nodes": []}', "unsupported execution trace schema"),
+        (b'{"schema": "1.1.1-chakra.0.0.4"}', "missing 'nodes' list"),
+        (b'{"schema": 3, "nodes": []}', "'schema' must be a string"),
+        (b'{"nodes": []}', "no 'schema' key"),
+        (b'[1, 2]', "top level must be a JSON object"),
+    ],
+)
+def test_bad_files_name_file_and_problem(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert str(path) in str(info.value)
+    assert problem in str(info.value)
+
+
+def test_truncated_gzip(tmp_path):
+    raw = gzip.compress(json.dumps(read_json(corpus("vit_infer.json.gz"))).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceError, match="truncated gzip"):
+        load_trace(path)
+
+
+def test_gzip_bomb_is_refused(tmp_path):
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b'{"schema": "1.1.1-chakra.0.0.4", "nodes": [], "pad": "' + b" " * (8 << 20) + b'"}'))
+    with pytest.raises(TraceError, match="inflates past"):
+        load_trace(path, max_bytes=1 << 20)
+
+
+def test_structural_errors(tmp_path):
+    good = read_json(corpus("vit_infer.json.gz"))
+    cases = {
+        "duplicate node id": lambda d: d["nodes"].append(dict(d["nodes"][3])),
+        "not in the trace": lambda d: d["nodes"][5].update(ctrl_deps=999999),
+        "cycle": lambda d: (d["nodes"][5].update(ctrl_deps=d["nodes"][6]["id"]),
+                            d["nodes"][6].update(ctrl_deps=d["nodes"][5]["id"])),
+        "negative tensor size": lambda d: next(n for n in d["nodes"] if n["inputs"]["types"][:1] == ["Tensor(float)"])[
+            "inputs"]["shapes"].__setitem__(0, [-4, 3]),
+        "unknown tensor element type": lambda d: next(
+            n for n in d["nodes"] if n["inputs"]["types"][:1] == ["Tensor(float)"])["inputs"]["types"].__setitem__(0, "Tensor(quux)"),
+    }  # fmt: skip
+    for problem, mutate in cases.items():
+        data = json.loads(json.dumps(good))
+        mutate(data)
+        path = write_json(tmp_path / "t.json", data)
+        with pytest.raises(TraceError, match=problem):
+            load_trace(path)
+
+
+@pytest.mark.parametrize("depth", [200, 100_000])
+def test_deep_nesting_is_refused(tmp_path, depth):
+    data = read_json(corpus("vit_infer.json.gz"))
+    data["nodes"][5]["inputs"] = "@@DEEP@@"
+    typ = "GenericList[" * depth + "Int" + "]" * depth
+    deep = f'{{"values": [{"[" * depth}1{"]" * depth}], "shapes": [[]], "types": ["{typ}"], "strides": [[]]}}'
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(data).replace('"@@DEEP@@"', deep))
+    with pytest.raises(TraceError, match="nested"):
+        load_trace(path)  # refused with a clear error, never a RecursionError
+
+
+def test_sniff(tmp_path):
+    assert sniff(corpus("vit_infer.json.gz"))[0] == "et"
+    (tmp_path / "pkg.json").write_text('{"name": "x", "version": "1"}')
+    assert sniff(tmp_path / "pkg.json")[0] == "other"
+    (tmp_path / "junk.json").write_text("hello")
+    assert sniff(tmp_path / "junk.json")[0] == "broken"
+    (tmp_path / "empty.json").write_text("")
+    assert sniff(tmp_path / "empty.json") == ("broken", "empty file")
