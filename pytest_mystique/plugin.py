@@ -190,8 +190,8 @@ class TraceItem(pytest.Item):
             )  # fmt: skip
             result = with_original_timing(result, self.path)
             result.update(trace=self.name, nodeid=self.nodeid, file=rel)
-        except MystiqueError as e:
-            result["error"] = str(e)
+        except Exception as e:
+            result["error"] = str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"
             raise
         finally:
             release(run)

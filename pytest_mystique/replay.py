@@ -380,7 +380,7 @@ class Replay:
         for i, step in enumerate(self.steps):
             step.frees = tuple(frees.get(i, ()))
 
-    def prepare(self) -> "Replay":
+    def prepare(self) -> Replay:
         if self.prepared:
             return self
         planned = self._plan()
@@ -388,7 +388,7 @@ class Replay:
             for p in planned:
                 self._build_step(p)
         self._liveness()
-        for i, value in enumerate(self.env):
+        for i in range(len(self.env)):
             if i not in self.permanent:
                 self.env[i] = None
         self.prepared = True

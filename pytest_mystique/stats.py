@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE
+
 BOOTSTRAP_RESAMPLES = 2000
 
 

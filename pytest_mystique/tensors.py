@@ -41,7 +41,7 @@ class IntRange:
     high: int = 2
     kind: str = "uniform"  # or "offsets" (sorted, starting at 0) or "lengths"
 
-    def narrow(self, other: "IntRange") -> "IntRange":
+    def narrow(self, other: IntRange) -> IntRange:
         if other.kind != "uniform":
             return other
         if self.kind != "uniform":

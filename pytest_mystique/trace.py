@@ -23,7 +23,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from .errors import TraceError
 
@@ -103,7 +103,7 @@ class TensorRef:
 class ListValue:
     """``GenericList[...]`` or ``Tuple[...]`` of values."""
 
-    items: tuple["Value", ...]
+    items: tuple[Value, ...]
     is_tuple: bool = False
 
 
@@ -117,7 +117,7 @@ class Scalar:
     value: Any
 
 
-Value = Union[TensorRef, ListValue, Scalar]
+Value = TensorRef | ListValue | Scalar
 
 
 @dataclass(slots=True)

@@ -5,6 +5,11 @@ from pathlib import Path
 
 import pytest
 
+# pytester's in-process runs restore sys.modules afterwards; extension modules (numpy, torch)
+# cannot be loaded twice, so everything the plugin imports lazily is imported here first.
+import pytest_mystique.report  # noqa: F401
+import pytest_mystique.runner  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"
 CORPUS = ROOT.parent / "shared" / "corpus"

@@ -1,0 +1,178 @@
+"""The plugin end to end, through pytest itself (pytester)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import corpus, read_json, write_json
+from pytest_mystique.inject import duplicate_ops
+
+FAST = ["--mystique-iters=12", "--mystique-warmup=2", "--mystique-threads=1", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def traces(pytester):
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    return d
+
+
+def baselines(pytester) -> list[Path]:
+    return sorted((pytester.path / ".mystique" / "baselines").rglob("*.yaml"))
+
+
+def run(pytester, *args):
+    return pytester.runpytest("--mystique", "traces", *FAST, *args)
+
+
+def run_loose(pytester, *args):
+    """For tests about something other than timing: a tolerance no machine noise reaches."""
+    return run(pytester, "--mystique-tolerance=3", *args)
+
+
+def test_first_run_records_then_unchanged_trace_passes(pytester, traces):
+    first = run(pytester)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*mystique*", "*vit*56/56*new baseline*", "*baseline(s) recorded under*"])
+    [path] = baselines(pytester)
+    data = yaml.safe_load(path.read_text())
+    assert len(data["samples_s"]) == 12 and data["ops"] == {"total": 56, "replayed": 56}
+    assert data["environment"]["threads"] == 1 and "torch" in data["environment"]
+    before = path.read_text()
+
+    second = run(pytester)
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["*vit*56/56*ok*"])
+    assert path.read_text() == before, "a passing run never rewrites the baseline"
+
+
+def test_trace_doing_twice_the_work_fails(pytester, traces):
+    run(pytester).assert_outcomes(passed=1)
+    write_json(traces / "vit.json.gz", duplicate_ops(read_json(traces / "vit.json.gz")))
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*vit is slower than its baseline: +*% (99% CI [[]+*%, +*%], p=*, median * vs baseline *, n=12 vs 12, tolerance 5%)",
+        "*environment changes: none recorded*",
+        "*vit*112/112*SLOWER*",
+    ])  # fmt: skip
+
+
+def test_without_the_flag_nothing_changes(pytester, traces):
+    result = pytester.runpytest("traces")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert not (pytester.path / ".mystique").exists()
+
+
+def test_collect_only_k_and_exitfirst(pytester, traces):
+    shutil.copyfile(corpus("vit_infer.json.gz"), traces / "other.json.gz")
+    result = run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["traces/other.json.gz::other", "traces/vit.json.gz::vit"])
+    assert not baselines(pytester)
+    run(pytester, "-k", "other").assert_outcomes(passed=1, deselected=1)
+
+
+def test_bad_inputs_fail_alone_and_the_rest_runs(pytester, traces):
+    good = (traces / "vit.json.gz").read_bytes()
+    (traces / "empty.json").write_bytes(b"")
+    (traces / "broken.json").write_text('{"schema": "1.1.1-chakra.0.0.4", "nodes": [{"id": 1,')
+    (traces / "truncated.json.gz").write_bytes(good[: len(good) // 2])
+    (traces / "future.json").write_text('{"schema": "7.0.0", "nodes": []}')
+    (traces / "package.json").write_text('{"name": "not-a-trace"}')
+    (traces / "vit.meta.json").write_text('{"original_median_s": 0.01}')
+    result = run(pytester, "-rf")
+    result.assert_outcomes(passed=1, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "*traces/empty.json: empty file*",
+        "*traces/broken.json: invalid JSON: *file ends early*",
+        "*traces/truncated.json.gz: truncated gzip file*",
+        "*traces/future.json: unsupported execution trace schema '7.0.0'*",
+        "*ignored traces/package.json: JSON without a 'schema' key*",
+    ])  # fmt: skip
+    assert "vit.meta.json" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("samples_s: [0.1, oops\n  - ]]", "corrupt baseline YAML"),
+        ("!!python/object/apply:os.system ['echo pwned']", "corrupt baseline YAML"),
+        ("format: 99\nsamples_s: [0.1, 0.2]\n", "baseline format 99 is newer"),
+        ("format: 1\nsamples_s: [0.1]\n", "at least two positive numbers"),
+    ],
+)
+def test_corrupt_baseline_fails_that_item_and_is_kept(pytester, traces, content, problem):
+    shutil.copyfile(traces / "vit.json.gz", traces / "other.json.gz")
+    run_loose(pytester).assert_outcomes(passed=2)
+    path = next(p for p in baselines(pytester) if p.name == "traces_vit.yaml")
+    path.write_text(content)
+    result = run_loose(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"*traces_vit.yaml: *{problem}*"])
+    assert path.read_text() == content, "a corrupt baseline is left for the user to inspect"
+    assert "pwned" not in result.stdout.str().replace("echo pwned", "")
+    run_loose(pytester, "--mystique-update").assert_outcomes(passed=2)
+    assert yaml.safe_load(path.read_text())["format"] == 1
+
+
+def test_update_rerecords(pytester, traces):
+    run_loose(pytester).assert_outcomes(passed=1)
+    [path] = baselines(pytester)
+    old = yaml.safe_load(path.read_text())["samples_s"]
+    result = run_loose(pytester, "--mystique-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*baseline updated*"])
+    assert yaml.safe_load(path.read_text())["samples_s"] != old
+
+
+def test_baseline_dir_option_and_ini(pytester, traces):
+    run_loose(pytester, "--mystique-baseline-dir", "custom").assert_outcomes(passed=1)
+    assert list((pytester.path / "custom").rglob("traces_vit.yaml"))
+    pytester.makeini("[pytest]\nmystique_baseline_dir = from-ini\n")
+    run_loose(pytester).assert_outcomes(passed=1)
+    assert list((pytester.path / "from-ini").rglob("traces_vit.yaml"))
+
+
+def test_per_trace_tolerance_from_ini(pytester, traces):
+    run_loose(pytester).assert_outcomes(passed=1)
+    write_json(traces / "vit.json.gz", duplicate_ops(read_json(traces / "vit.json.gz")))
+    pytester.makeini("[pytest]\nmystique_trace_tolerance =\n    vi* = 5.0\n")
+    result = run_loose(pytester)
+    result.assert_outcomes(passed=1)  # a 500% tolerance swallows the 2x
+    result.stdout.fnmatch_lines(["*vit*112/112*ok*"])
+
+
+def test_junit_properties_and_benchmark_json(pytester, traces):
+    run_loose(pytester).assert_outcomes(passed=1)
+    result = run_loose(pytester, "--junitxml=out.xml", "--mystique-json=bench.json")
+    result.assert_outcomes(passed=1)
+    xml = (pytester.path / "out.xml").read_text()
+    for prop in ("mystique_status", "mystique_ops_replayed", "mystique_median_s", "mystique_ratio", "mystique_p_value"):
+        assert f'name="{prop}"' in xml
+    data = json.loads((pytester.path / "bench.json").read_text())
+    [bench] = data["benchmarks"]
+    assert bench["name"] == "vit" and len(bench["stats"]["data"]) == 12
+    assert bench["stats"]["median"] > 0 and bench["extra_info"]["status"] == "same"
+    # pytest-benchmark's own tool reads it.
+    cli = Path(sys.executable).with_name("pytest-benchmark")
+    out = subprocess.run([str(cli), "compare", str(pytester.path / "bench.json")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "vit" in out.stdout
+
+
+def test_skipped_ops_are_reported(pytester, traces):
+    data = read_json(traces / "vit.json.gz")
+    for node in data["nodes"]:
+        for a in node["attrs"]:
+            if a["name"] == "op_schema" and a["value"].startswith("aten::gelu("):
+                a["value"] = "mylib::gelu_fast(Tensor self) -> Tensor"
+    write_json(traces / "vit.json.gz", data)
+    result = run_loose(pytester, "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*vit*54/56*", "*skipped 2x aten::gelu: operator mylib::gelu_fast is not registered*"])
