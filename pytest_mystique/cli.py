@@ -11,7 +11,7 @@ from pathlib import Path
 from .errors import MystiqueError
 from .measure import DEFAULT_ITERS, DEFAULT_WARMUP
 from .runner import Options, release, replay_file, with_original_timing
-from .stats import fmt_seconds
+from .units import fmt_seconds
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -263,13 +263,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     if not _enabled(config):
         return
-    from . import report
-
     tr = terminalreporter
     results = list(_pending)
     ignored = config.stash.get(_ignored_key, [])
     if not results and not ignored:
         return
+    from . import report
+
     tr.write_sep("=", "mystique")
     if results:
         for line in report.format_table(report.table_rows(results)):

@@ -30,6 +30,7 @@ from .graph import select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
 from .tensors import TensorFactory, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
+from .units import fmt_bytes
 
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -157,8 +158,8 @@ class Replay:
             if total > self.max_memory:
                 raise ReplayError(
                     self.trace.path,
-                    f"replay needs at least {_fmt_bytes(total)} of input tensors, over the "
-                    f"{_fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
+                    f"replay needs at least {fmt_bytes(total)} of input tensors, over the "
+                    f"{fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
                 )
         return planned
 
@@ -474,11 +475,3 @@ def _reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     first = text[0] if text else type(e).__name__
     return f"{type(e).__name__}: {first[:200]}"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n} B"

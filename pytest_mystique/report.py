@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from .baseline import atomic_write
-from .stats import fmt_seconds
+from .units import fmt_seconds
 
 VERDICT_WORDS = {
     "new": "new baseline",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from pathlib import Path
 
 
@@ -32,3 +33,27 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if med is not None and not (isinstance(med, (int, float)) and math.isfinite(med) and med > 0):
         raise ValueError(f"{path}: malformed timing sidecar: original_median_s must be a positive number")
     return data
+
+
+def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",
+                  threads: int | None = None, extra: dict | None = None) -> Path:  # fmt: skip
+    """Write the corpus-format sidecar (``original_median_s``, samples, versions) atomically."""
+    import torch
+
+    from .baseline import atomic_write
+
+    path = sidecar_path(trace_path)
+    name = path.name[: -len(".meta.json")]
+    data = {
+        "name": name,
+        "original_median_s": statistics.median(samples_s),
+        "original_min_s": min(samples_s),
+        "original_samples_s": [float(x) for x in samples_s],
+        "torch": str(torch.__version__),
+        "threads": threads if threads is not None else torch.get_num_threads(),
+        "device": device,
+        "what": what,
+        **(extra or {}),
+    }
+    atomic_write(path, json.dumps(data, indent=1))
+    return path

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE
+from .units import fmt_seconds as _fmt_s
 
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -104,14 +105,3 @@ def compare(baseline, current, *, tolerance: float = DEFAULT_TOLERANCE, alpha: f
         verdict = "same"
     return Comparison(verdict, ratio, lo, hi, confidence, p_slower, p_faster, base_med, cur_med,
                       len(baseline), len(current), tolerance)  # fmt: skip
-
-
-def _fmt_s(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} us"
-
-
-fmt_seconds = _fmt_s

@@ -36,8 +36,10 @@ _SCHEMA_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-chakra\.0\.0\.4)?$")
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 #: How deeply nested a value (lists of lists ...) may be.
 MAX_VALUE_DEPTH = 32
-#: How many bytes of a file collection reads to decide whether it is an ET.
-HEAD_BYTES = 64 * 1024
+#: How many bytes of a file collection reads to decide whether it is an ET (writers put the
+#: schema first; a JSON object without it in the first HEAD_BYTES is looked at up to MAX_HEAD_BYTES).
+HEAD_BYTES = 4 * 1024
+MAX_HEAD_BYTES = 64 * 1024
 
 # ET spells element types the way c10 prints them.
 DTYPE_NAMES = {
@@ -252,6 +254,8 @@ def sniff(path: str | os.PathLike) -> tuple[str, str]:
     path = Path(path)
     try:
         head = read_head(path)
+        if not _HEAD_SCHEMA_RE.search(head) and len(head) == HEAD_BYTES:
+            head = read_head(path, MAX_HEAD_BYTES)
     except (OSError, EOFError, zlib.error) as e:
         return "broken", f"cannot read the file head: {e}"
     stripped = head.lstrip()

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import corpus, read_json, write_json
 from pytest_mystique.inject import duplicate_ops
+
+from conftest import corpus, read_json, write_json
 
 FAST = ["--mystique-iters=12", "--mystique-warmup=2", "--mystique-threads=1", "-p", "no:cacheprovider"]
 

@@ -5,13 +5,14 @@ import json
 import pytest
 import torch
 
-from conftest import corpus, read_json, write_json
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.ops import Unsupported, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace
+
+from conftest import corpus, read_json, write_json
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])

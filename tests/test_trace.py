@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from conftest import corpus, read_json, write_json
 from pytest_mystique.errors import TraceError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, sniff
+
+from conftest import corpus, read_json, write_json
 
 
 def test_chakra_111_loads_with_strides():

@@ -1,0 +1,98 @@
+"""Capturing a user's step: an execution trace plus the original step's timing.
+
+    from pytest_mystique import capture_step
+    capture_step(train_step, "traces/my_model.json.gz", runs=20)
+
+times ``train_step`` over ``runs`` calls (after a warm-up), then records one more call with
+``torch.profiler.ExecutionTraceObserver`` and writes the trace (gzipped for ``.gz``) and the timing
+sidecar ``my_model.meta.json`` beside it. ``capture(path)`` is the context-manager form for code
+that is not a single callable. Files appear atomically; a failed capture leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .sidecar import sidecar_path, write_sidecar
+
+
+@dataclass
+class Captured:
+    path: Path
+    sidecar_path: Path
+    samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+@contextmanager
+def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] | None = None):
+    """Record an execution trace of the ``with`` block into ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, raw_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".json", dir=path.parent)
+    os.close(fd)
+    result = Captured(path, sidecar_path(path))
+    observer = torch.profiler.ExecutionTraceObserver()
+    observer.register_callback(raw_tmp)
+    try:
+        _sync()
+        t0 = time.perf_counter()
+        observer.start()
+        try:
+            yield result
+            _sync()
+        finally:
+            observer.stop()
+            elapsed = time.perf_counter() - t0
+            observer.unregister_callback()
+        final_tmp = raw_tmp
+        if path.name.endswith(".gz"):
+            final_tmp = raw_tmp + ".gz"
+            with open(raw_tmp, "rb") as src, gzip.open(final_tmp, "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+        with open(final_tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(final_tmp, path)
+        result.samples_s = list(samples_s) if samples_s else [elapsed]
+        device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+        write_sidecar(path, result.samples_s, what=what, device=device)
+    finally:
+        for leftover in (raw_tmp, raw_tmp + ".gz"):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+
+
+def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 20, what: str = "") -> Captured:
+    """Time ``step()`` over ``runs`` calls, then record one more call as the trace at ``path``."""
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(runs):
+        _sync()
+        t0 = time.perf_counter()
+        step()
+        _sync()
+        samples.append(time.perf_counter() - t0)
+    with capture(path, what=what, samples_s=samples) as result:
+        step()
+    return result

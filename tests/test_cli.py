@@ -1,0 +1,74 @@
+"""The `mystique` command line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_mystique.cli import main
+
+from conftest import corpus
+
+MYSTIQUE = [sys.executable, "-m", "pytest_mystique.cli"]
+
+
+@pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
+def test_replay_json_replays_every_op_of_cpu_corpus(name, capsys):
+    assert main(["replay", str(corpus(f"{name}.json.gz")), "--device", "cpu", "--iters", "3", "--warmup", "1",
+                 "--threads", "1", "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["trace"] == name and out["device"] == "cpu"
+    assert out["ops_total"] > 0 and out["ops_replayed"] == out["ops_total"]
+    assert out["ops_skipped"] == 0 and out["skipped"] == []
+    assert len(out["samples_s"]) == 3 and all(s > 0 for s in out["samples_s"])
+    assert out["median_s"] == sorted(out["samples_s"])[1]
+    assert out["original_median_s"] > 0 and out["fidelity_ratio"] > 0  # from the .meta.json sidecar
+
+
+def test_replay_lists_skipped_ops(capsys):
+    assert main(["replay", str(corpus("multirank/dlrm_8rank/rank-0.json.gz")), "--device", "cpu", "--iters", "2",
+                 "--warmup", "0", "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["ops_skipped"] > 0
+    assert out["ops_replayed"] + out["ops_skipped"] == out["ops_total"]
+    ops = {s["op"] for s in out["skipped"]}
+    assert "fbgemm::bounds_check_indices" in ops
+    assert all(s["reason"] and s["count"] >= 1 for s in out["skipped"])
+
+
+def test_replay_human_output_and_errors(tmp_path):
+    out = subprocess.run([*MYSTIQUE, "replay", str(corpus("vit_infer.json.gz")), "--iters", "2", "--warmup", "0"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "vit_infer: 56/56 ops replayed on cpu" in out.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "1.1.1-chakra.0.0.4", "nodes": [')
+    out = subprocess.run([*MYSTIQUE, "replay", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert f"{bad}: invalid JSON" in out.stderr
+
+
+def test_capture_cli_records_a_replayable_trace(tmp_path):
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n"
+        "def make():\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))\n"
+        "    x = torch.randn(16, 32)\n"
+        "    def step():\n"
+        "        model(x).sum().backward()\n"
+        "    return step\n"
+    )
+    out_path = tmp_path / "mine.json.gz"
+    res = subprocess.run([*MYSTIQUE, "capture", f"{script}:make", "--factory", "-o", str(out_path), "--runs", "5"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    meta = json.loads(Path(tmp_path / "mine.meta.json").read_text())
+    assert len(meta["original_samples_s"]) == 5
+    res = subprocess.run([*MYSTIQUE, "replay", str(out_path), "--iters", "2", "--warmup", "0", "--json"],
+                         capture_output=True, text=True)  # fmt: skip
+    data = json.loads(res.stdout)
+    assert data["ops_total"] > 5 and data["ops_replayed"] == data["ops_total"]
+    assert "fidelity_ratio" in data
