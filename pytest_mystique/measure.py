@@ -78,16 +78,25 @@ def time_iterations(run, device: torch.device, iters: int) -> list[float]:
     return samples
 
 
-def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, threads: int | None = None) -> Measurement:
+#: Warm-up lasts at least this long (and at least ``warmup`` iterations): the first iterations of a
+#: process pay for cold caches, allocator growth and kernel selection (oneDNN, cuDNN, cuBLAS).
+MIN_WARMUP_S = 0.3
+MAX_WARMUP_ITERS = 200
+
+
+def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, threads: int | None = None,
+            min_warmup_s: float = MIN_WARMUP_S) -> Measurement:  # fmt: skip
     """Prepare (if needed), warm up and time ``replay``."""
     n = thread_count(threads)
     with torch_threads(n), torch.no_grad():
         t0 = time.perf_counter()
         replay.prepare()
         setup = time.perf_counter() - t0
-        for _ in range(warmup):
+        done, t_warm = 0, time.perf_counter()
+        while done < warmup or (warmup and done < MAX_WARMUP_ITERS and time.perf_counter() - t_warm < min_warmup_s):
             replay.run()
-        if replay.device.type == "cuda":
-            torch.cuda.synchronize(replay.device)
+            done += 1
+            if replay.device.type == "cuda":
+                torch.cuda.synchronize(replay.device)
         samples = time_iterations(replay.run, replay.device, iters)
-    return Measurement(samples, str(replay.device), n, warmup, setup)
+    return Measurement(samples, str(replay.device), n, done, setup)
