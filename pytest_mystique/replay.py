@@ -325,7 +325,8 @@ class Replay:
             if bound is not None:
                 step.outs.append((i, bound))
         for i, slot in step.outs:
-            for s, value in zip(_as_tuple(slot), _as_tuple(results[i]) if not isinstance(slot, int) else (results[i],)):
+            pairs = [(slot, results[i])] if isinstance(slot, int) else zip(slot, results[i])
+            for s, value in pairs:
                 if s >= 0:
                     env[s] = value
         self.steps.append(step)
@@ -396,8 +397,9 @@ class Replay:
         return self
 
     # ---------------------------------------------------------------- run
-    def run(self) -> None:
-        """One iteration of the selected ops, in order."""
+    def run(self, after_step=None) -> None:
+        """One iteration of the selected ops, in order. ``after_step(result)``, when given, is
+        called after each op (for instrumented runs; the timed loop passes nothing)."""
         env = self.env
         step = None
         try:
@@ -427,6 +429,8 @@ class Replay:
                                     env[s] = value
                 for s in step.frees:
                     env[s] = None
+                if after_step is not None:
+                    after_step(result)
         except Exception as e:
             where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
