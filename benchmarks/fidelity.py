@@ -1,7 +1,9 @@
 """Replay fidelity, coverage, memory and engine speed on real traces.
 
 For every trace in ../shared/corpus (and the bundled traces/ with --bundled), on the CPU with one
-thread: ops selected / replayed / substituted / skipped, load and setup time, the replay's peak of
+thread: ops selected / replayed / substituted / skipped, load time, setup time (build: planning,
+binding and making the input tensors; probe: the ops' own first call, which finds the ops that
+cannot run), the replay's peak of
 held tensor bytes against the trace's peak of live tensor bytes, replay median, the original
 step's median (from the .meta.json sidecar, where the trace has one) and their ratio. The last
 lines give the geomean of |ratio - 1| and the coverage.
@@ -48,7 +50,7 @@ def main() -> int:
     if args.bundled:
         paths += sorted((ROOT / "traces").glob("*.json.gz"))
     torch.set_num_threads(args.threads)
-    head = ["trace", "sel", "repl", "subst", "skip", "load s", "setup s", "peak MiB", "trace MiB", "mem x",
+    head = ["trace", "sel", "repl", "subst", "skip", "load s", "build s", "probe s", "peak MiB", "trace MiB", "mem x",
             "replay ms", "orig ms", "ratio"]  # fmt: skip
     rows, errors, sel_total, rep_total = [], [], 0, 0
     for path in paths:
@@ -70,7 +72,7 @@ def main() -> int:
         rep_total += rep.ops_replayed
         rows.append([
             trace_stem(path), rep.ops_total, rep.ops_replayed, sum(rep.substitutions.values()), rep.ops_skipped,
-            f"{load_s:.2f}", f"{m.setup_s:.2f}", mib(peak), mib(tpeak), f"{peak / tpeak:.2f}" if tpeak else "-",
+            f"{load_s:.2f}", f"{m.setup_s - replay.probe_s:.2f}", f"{replay.probe_s:.2f}", mib(peak), mib(tpeak), f"{peak / tpeak:.2f}" if tpeak else "-",
             f"{med * 1e3:.2f}", f"{orig * 1e3:.2f}" if orig else "-", f"{ratio:.3f}" if ratio else "-",
         ])  # fmt: skip
         for (op, why), n in rep.skipped.most_common():

@@ -19,6 +19,7 @@ pre-built argument list and call the overload. Nothing else happens inside the l
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 from .errors import ReplayError
 from .graph import select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
+from .substitute import substitute_for
 from .tensors import TensorFactory, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
@@ -128,6 +130,7 @@ class Replay:
         self._externals: dict[TensorRef, int] = {}
         self.permanent: set[int] = set()
         self.prepared = False
+        self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -312,11 +315,22 @@ class Replay:
         step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id)
         env = self.env
         call = _fill(step, env)
+        t0 = time.perf_counter()
         try:
             result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
+            self.probe_s += time.perf_counter() - t0
+            alt = substitute_for(p.node.name) if p.substitution is None else None
+            if alt is not None:
+                try:
+                    values = alt.args(list(p.values))
+                    self._build_step(PlannedOp(p.node, alt.overload, values, (), substitution=alt.target))
+                    return
+                except Exception:  # noqa: BLE001 - report the original op's error below
+                    pass
             self.report.skipped[(p.node.name, _reason(e))] += 1
             return
+        self.probe_s += time.perf_counter() - t0
         n_returns = len(p.overload._schema.returns)
         step.single = n_returns <= 1
         results = (result,) if step.single else tuple(result)

@@ -15,6 +15,7 @@ is imported, evaluated or used as a path.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import json
@@ -22,10 +23,16 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from .errors import TraceError
+
+try:  # optional speed-up; the stdlib json is the fallback
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
 
 # Versions this loader understands (inclusive range) and the layout each uses.
 MIN_SCHEMA = (1, 0, 1)
@@ -96,9 +103,7 @@ class TensorRef:
 
     def extent(self) -> int:
         """Elements of storage this tensor reaches, counted from its offset."""
-        if any(s == 0 for s in self.shape):
-            return 0
-        return 1 + sum((n - 1) * abs(s) for n, s in zip(self.shape, self.layout_strides()))
+        return _extent(self.shape, self.strides)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,19 +127,46 @@ class Scalar:
 Value = TensorRef | ListValue | Scalar
 
 
-@dataclass(slots=True)
 class Node:
-    id: int
-    name: str
-    parent: int
-    op_schema: str
-    inputs: list[Value]
-    outputs: list[Value]
-    attrs: dict[str, Any] = field(default_factory=dict)
+    """One trace node. Its input and output values are parsed on first access: a large trace
+    has many nested operators whose values the replayer never looks at (the operators it selects
+    are parsed, and so validated, when the trace is loaded)."""
+
+    __slots__ = ("id", "name", "parent", "op_schema", "attrs", "_inputs", "_outputs", "_source")
+
+    def __init__(self, id: int, name: str, parent: int, op_schema: str, inputs: list | None = None,
+                 outputs: list | None = None, attrs: dict | None = None, source=None):  # fmt: skip
+        self.id = id
+        self.name = name
+        self.parent = parent
+        self.op_schema = op_schema
+        self.attrs = attrs if attrs is not None else {}
+        self._inputs = inputs
+        self._outputs = outputs
+        self._source = source  # callable returning (inputs, outputs)
+
+    def _parse(self) -> None:
+        self._inputs, self._outputs = self._source() if self._source else ([], [])
+        self._source = None
+
+    @property
+    def inputs(self) -> list[Value]:
+        if self._inputs is None:
+            self._parse()
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[Value]:
+        if self._outputs is None:
+            self._parse()
+        return self._outputs
 
     @property
     def is_op(self) -> bool:
         return bool(self.op_schema)
+
+    def __repr__(self) -> str:
+        return f"Node(id={self.id}, name={self.name!r})"
 
 
 @dataclass(slots=True)
@@ -159,6 +191,15 @@ def trace_stem(path: str | os.PathLike) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+@lru_cache(maxsize=65536)
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
+    if any(n == 0 for n in shape):
+        return 0
+    if strides is None or len(strides) != len(shape):
+        strides = contiguous_strides(shape)
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -378,47 +419,43 @@ def _node_flat(raw: dict, path: Path) -> Node:
     nid = raw["id"]
     p = _ValueParser(path, nid, has_strides=False)
     attrs = {k: v for k, v in raw.items() if not k.startswith(("input", "output"))}
-    return Node(
-        id=nid,
-        name=raw["name"],
-        parent=raw.get("parent", nid),
-        op_schema=raw.get("op_schema") or "",
-        inputs=_values(p, raw.get("inputs", []), raw.get("input_shapes"), raw.get("input_types", []), None, "inputs"),
-        outputs=_values(p, raw.get("outputs", []), raw.get("output_shapes"), raw.get("output_types", []), None, "outputs"),
-        attrs=attrs,
-    )
+    schema = raw.get("op_schema") or ""
+    if not isinstance(schema, str):
+        raise p.fail("'op_schema' must be a string")
+
+    def source():
+        return (
+            _values(p, raw.get("inputs", []), raw.get("input_shapes"), raw.get("input_types", []), None, "inputs"),
+            _values(p, raw.get("outputs", []), raw.get("output_shapes"), raw.get("output_types", []), None, "outputs"),
+        )
+
+    return Node(nid, raw["name"], raw.get("parent", nid), schema, attrs=attrs, source=source)
 
 
 def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     nid = raw["id"]
     p = _ValueParser(path, nid, has_strides)
-    attrs: dict[str, Any] = {}
     raw_attrs = raw.get("attrs", [])
     if not isinstance(raw_attrs, list):
         raise p.fail("'attrs' must be a list")
-    for a in raw_attrs:
-        if isinstance(a, dict) and isinstance(a.get("name"), str):
-            attrs[a["name"]] = a.get("value")
-    sides = []
+    attrs: dict[str, Any] = {a["name"]: a.get("value") for a in raw_attrs if type(a) is dict and type(a.get("name")) is str}
     for side in ("inputs", "outputs"):
-        block = raw.get(side, {})
-        if not isinstance(block, dict):
+        if not isinstance(raw.get(side, {}), dict):
             raise p.fail(f"'{side}' must be an object with values/shapes/types")
-        sides.append(
-            _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
-        )
     schema = attrs.get("op_schema") or ""
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
-    return Node(
-        id=nid,
-        name=raw["name"],
-        parent=raw.get("ctrl_deps", nid),
-        op_schema=schema,
-        inputs=sides[0],
-        outputs=sides[1],
-        attrs=attrs,
-    )
+
+    def source():
+        sides = []
+        for side in ("inputs", "outputs"):
+            block = raw.get(side, {})
+            sides.append(
+                _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
+            )
+        return sides
+
+    return Node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, attrs=attrs, source=source)
 
 
 def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
@@ -450,15 +487,18 @@ def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
         parent = raw.get("parent" if flat else "ctrl_deps", nid)
         if not isinstance(parent, int) or isinstance(parent, bool):
             raise TraceError(path, f"node {nid}: parent id must be an integer")
-        try:
-            node = _node_flat(raw, path) if flat else _node_nested(raw, path, has_strides)
-        except RecursionError:
-            raise TraceError(path, f"node {nid}: value nested too deeply") from None
-        nodes.append(node)
+        nodes.append(_node_flat(raw, path) if flat else _node_nested(raw, path, has_strides))
     nodes.sort(key=lambda n: n.id)
     meta = {k: v for k, v in data.items() if k != "nodes" and isinstance(v, (str, int, float))}
     trace = Trace(path=path, schema=data["schema"], nodes=nodes, meta=meta)
     _check_parents(trace)
+    from .graph import select_ops
+
+    for node in select_ops(trace):  # validate what will be replayed now, the rest on demand
+        try:
+            node.inputs  # noqa: B018 - parses
+        except RecursionError:
+            raise TraceError(path, f"node {node.id}: value nested too deeply") from None
     return trace
 
 
@@ -491,8 +531,28 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     """Read, decompress, decode and validate the trace at ``path``."""
     path = Path(path)
     raw = read_bytes(path, max_bytes)
+    # Building hundreds of thousands of small objects triggers the cyclic GC over and over for
+    # nothing (nothing here is cyclic garbage): pause it while loading.
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        data = json.loads(raw)
+        return parse_trace(decode_json(raw, path), path)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def decode_json(raw: bytes, path: Path) -> Any:
+    """Decode with orjson (several times faster on multi-MB traces), falling back to json."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            if "recursion" in str(e).lower():
+                raise TraceError(path, "JSON nested too deeply") from None
+            # Fall through: the stdlib decoder gives the clearer message and position.
+    try:
+        return json.loads(raw)
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
     except UnicodeDecodeError as e:
@@ -500,4 +560,3 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     except json.JSONDecodeError as e:
         where = "file ends early (truncated?)" if e.pos >= len(raw) - 1 else f"line {e.lineno} column {e.colno}"
         raise TraceError(path, f"invalid JSON: {e.msg} at {where}") from None
-    return parse_trace(data, path)

@@ -1,0 +1,63 @@
+"""Portable substitutes for device-specific operators.
+
+A trace recorded on a GPU holds operators that only have kernels there (cuDNN batch norm and its
+backward, cuDNN convolutions, fused dropout). When such an operator cannot run on the replay
+device, the replayer calls its portable equivalent with the arguments mapped across, and lists
+the substitution in the report. Each entry maps the recorded argument values (schema order) to
+the substitute's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Substitute:
+    target: str  # qualified overload, e.g. "aten::native_batch_norm"
+    args: Callable[[list], list]
+
+    @property
+    def overload(self):
+        ns, rest = self.target.split("::")
+        name, _, overload = rest.partition(".")
+        return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+
+
+def _conv_nd(v: list) -> list:
+    # cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
+    x, w, padding, stride, dilation, groups = v[:6]
+    return [x, w, None, stride, padding, dilation, False, [0] * len(padding), groups]
+
+
+def _conv_transpose_nd(v: list) -> list:
+    # cudnn_convolution_transpose(self, weight, padding, output_padding, stride, dilation, groups, ...)
+    x, w, padding, output_padding, stride, dilation, groups = v[:7]
+    return [x, w, None, stride, padding, dilation, True, output_padding, groups]
+
+
+def _bn_backward(v: list) -> list:
+    # (input, grad_output, weight, running_mean, running_var, save_mean, save_var (an inverse std), eps[, reserve])
+    x, gy, w, rm, rv, sm, sinv, eps = v[:8]
+    return [gy, x, w, rm, rv, sm, sinv, True, eps, [True, True, True]]
+
+
+SUBSTITUTES: dict[str, Substitute] = {
+    "aten::cudnn_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
+    "aten::miopen_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
+    "aten::cudnn_batch_norm_backward": Substitute("aten::native_batch_norm_backward", _bn_backward),
+    "aten::miopen_batch_norm_backward": Substitute("aten::native_batch_norm_backward", _bn_backward),
+    "aten::cudnn_convolution": Substitute("aten::convolution", _conv_nd),
+    "aten::miopen_convolution": Substitute("aten::convolution", lambda v: [v[0], v[1], v[2], v[4], v[3], v[5], False,
+                                                                        [0] * len(v[3]), v[6]]),  # fmt: skip
+    "aten::cudnn_convolution_transpose": Substitute("aten::convolution", _conv_transpose_nd),
+    # _fused_dropout's p is the probability to keep an element; native_dropout's is to drop it.
+    "aten::_fused_dropout": Substitute("aten::native_dropout", lambda v: [v[0], 1.0 - v[1], True]),
+}
+
+
+def substitute_for(op_name: str) -> Substitute | None:
+    return SUBSTITUTES.get(op_name)
