@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from .errors import MystiqueError
-from .measure import DEFAULT_ITERS, DEFAULT_WARMUP
+from .measure import DEFAULT_ITERS, DEFAULT_WARMUP, per_op_medians, torch_threads
+from .memory import replay_peak_bytes, trace_peak_bytes
 from .runner import Options, release, replay_file, with_original_timing
-from .units import fmt_seconds
+from .units import fmt_bytes, fmt_seconds
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -20,6 +21,12 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         run = replay_file(args.trace, opts)
         summary = with_original_timing(run.summary(), args.trace)
+        with torch_threads(run.measurement.threads):
+            summary["peak_bytes"] = replay_peak_bytes(run.replay)
+            summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
+            if args.per_op:
+                per_op = per_op_medians(run.replay, iters=max(3, min(args.iters, 10)))
+                summary["per_op_median_s"] = dict(sorted(per_op.items(), key=lambda kv: -kv[1]))
     except (MystiqueError, ValueError) as e:
         print(f"mystique: error: {e}", file=sys.stderr)
         return 2
@@ -35,6 +42,12 @@ def _replay(args: argparse.Namespace) -> int:
           f"(min {fmt_seconds(min(summary['samples_s']))})")  # fmt: skip
     if "original_median_s" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])}: ratio {summary['fidelity_ratio']:.3f}")
+    print(f"  peak tensor memory {fmt_bytes(summary['peak_bytes'])} (trace: {fmt_bytes(summary['trace_peak_bytes'])} live)")
+    if "per_op_median_s" in summary:
+        total = sum(summary["per_op_median_s"].values()) or 1.0
+        print("  top operators (median per iteration, instrumented):")
+        for name, secs in list(summary["per_op_median_s"].items())[: args.top]:
+            print(f"    {fmt_seconds(secs):>10}  {secs / total:6.1%}  {name}")
     for s in summary["skipped"]:
         print(f"  skipped {s['count']}x {s['op']}: {s['reason']}")
     for s in summary["substitutions"]:
@@ -91,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, default=None, help="CPU threads (default: OMP_NUM_THREADS or torch's)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--compact", action="store_true", help="with --json: on one line")
+    r.add_argument("--per-op", action="store_true", help="time each operator and show the top ones")
+    r.add_argument("--top", type=int, default=15, help="with --per-op: how many operators to show (default 15)")
     r.set_defaults(func=_replay)
 
     c = sub.add_parser("capture", help="record an execution trace of your step, with its original timing")

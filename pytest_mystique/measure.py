@@ -100,3 +100,32 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
                 torch.cuda.synchronize(replay.device)
         samples = time_iterations(replay.run, replay.device, iters)
     return Measurement(samples, str(replay.device), n, done, setup)
+
+
+def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
+    """Median seconds per iteration spent in each operator (summed over its calls), from
+    ``iters`` instrumented iterations of a prepared replay. Each op is timed on its own (with a
+    device synchronisation after it on CUDA), so the figures show where the time goes; the
+    uninstrumented timing stays the reference for the whole step."""
+    cuda = replay.device.type == "cuda"
+    clock = time.perf_counter_ns
+    runs: list[dict[str, float]] = []
+    with torch.no_grad():
+        for _ in range(iters):
+            acc: dict[str, float] = {}
+            last = [clock()]
+
+            def after(step, result, acc=acc, last=last):
+                if cuda:
+                    torch.cuda.synchronize(replay.device)
+                now = clock()
+                acc[step.name] = acc.get(step.name, 0.0) + (now - last[0]) / 1e9
+                last[0] = now
+
+            if cuda:
+                torch.cuda.synchronize(replay.device)
+            last[0] = clock()
+            replay.run(after_step=after)
+            runs.append(acc)
+    names = {n for r in runs for n in r}
+    return {n: statistics.median(r.get(n, 0.0) for r in runs) for n in names}

@@ -76,7 +76,7 @@ def replay_peak_bytes(replay) -> int:
     """One instrumented iteration of a prepared replay; returns the peak of held tensor bytes."""
     peak = 0
 
-    def after_step(result) -> None:
+    def after_step(step, result) -> None:
         nonlocal peak
         seen: set[int] = set()
         held = _storage_bytes(replay.env, seen) + _storage_bytes([result], seen)

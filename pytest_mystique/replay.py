@@ -29,7 +29,7 @@ import torch
 from .errors import ReplayError
 from .graph import select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
-from .substitute import substitute_for
+from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
@@ -167,7 +167,17 @@ class Replay:
         return planned
 
     def _plan_op(self, node: Node) -> PlannedOp:
+        if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
+            raise Unsupported(
+                f"compiled Triton kernel ({node.attrs.get('kernel_file') or node.name}): GPU-only, and replaying "
+                f"kernels from a trace's _resources folder is not supported (a trace is never code)"
+            )
         overload = resolve(node.op_schema)
+        if overload.namespace == "c10d":
+            raise Unsupported(
+                "collective: needs the trace's process group, and collectives are not replayed in a single "
+                "process (multi-rank replay is not implemented yet)"
+            )
         schema_args = overload._schema.arguments
         if len(node.inputs) > len(schema_args):
             raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
@@ -220,7 +230,12 @@ class Replay:
         if not isinstance(val, Scalar):
             raise Unsupported(f"argument {name!r} of type {t} cannot take {_kind(val)} from the trace")
         v = val.value
-        if val.type in ("Object", "Stream", "Storage", "Generator") or t in ("Stream", "Storage"):
+        if t == "Stream":
+            # The replay runs on one stream: the current stream of the replay device.
+            if self.device.type == "cuda":
+                return torch.cuda.current_stream(self.device)
+            return torch.Stream(self.device.type)
+        if val.type in ("Object", "Storage", "Generator") or t == "Storage":
             raise Unsupported(f"argument {name!r} of type {val.type}/{t} cannot be rebuilt from a trace")
         if v is None or v == "<None>":
             return None
@@ -321,6 +336,10 @@ class Replay:
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             self.probe_s += time.perf_counter() - t0
             alt = substitute_for(p.node.name) if p.substitution is None else None
+            if alt is not None and not alt.target:
+                self.report.ops_replayed += 1
+                self.report.substitutions[(p.node.name, NO_EFFECT)] += 1
+                return
             if alt is not None:
                 try:
                     values = alt.args(list(p.values))
@@ -412,7 +431,7 @@ class Replay:
 
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:
-        """One iteration of the selected ops, in order. ``after_step(result)``, when given, is
+        """One iteration of the selected ops, in order. ``after_step(step, result)``, when given, is
         called after each op (for instrumented runs; the timed loop passes nothing)."""
         env = self.env
         step = None
@@ -444,7 +463,7 @@ class Replay:
                 for s in step.frees:
                     env[s] = None
                 if after_step is not None:
-                    after_step(result)
+                    after_step(step, result)
         except Exception as e:
             where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e

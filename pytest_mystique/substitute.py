@@ -17,11 +17,13 @@ import torch
 
 @dataclass(frozen=True)
 class Substitute:
-    target: str  # qualified overload, e.g. "aten::native_batch_norm"
+    target: str  # qualified overload, e.g. "aten::native_batch_norm"; "" for an op with no effect here
     args: Callable[[list], list]
 
     @property
     def overload(self):
+        if not self.target:
+            return None
         ns, rest = self.target.split("::")
         name, _, overload = rest.partition(".")
         return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
@@ -56,7 +58,14 @@ SUBSTITUTES: dict[str, Substitute] = {
     "aten::cudnn_convolution_transpose": Substitute("aten::convolution", _conv_transpose_nd),
     # _fused_dropout's p is the probability to keep an element; native_dropout's is to drop it.
     "aten::_fused_dropout": Substitute("aten::native_dropout", lambda v: [v[0], 1.0 - v[1], True]),
+    # Pinned (page-locked) host memory needs an accelerator; without one, pinning is a plain copy.
+    "aten::pin_memory": Substitute("aten::clone", lambda v: [v[0]]),
+    "aten::_pin_memory": Substitute("aten::clone", lambda v: [v[0]]),
+    # An allocator hint for CUDA streams: there is no work to replay where there is no stream.
+    "aten::record_stream": Substitute("", lambda v: []),
 }
+
+NO_EFFECT = "nothing (no kernel for this device; the op has no effect here)"
 
 
 def substitute_for(op_name: str) -> Substitute | None:

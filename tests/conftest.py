@@ -53,3 +53,25 @@ def trace_copy(tmp_path):
         return dest
 
     return make
+
+
+def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
+    """A small trace holding the first ``limit`` recorded top-level ops of each name in ``names``
+    (with their recorded arguments), hung under the original thread root."""
+    from pytest_mystique.graph import select_ops
+    from pytest_mystique.trace import parse_trace
+
+    trace = parse_trace(data, "extract")
+    picked, seen = set(), {}
+    for node in select_ops(trace):
+        if node.name in names and seen.get(node.name, 0) < limit:
+            seen[node.name] = seen.get(node.name, 0) + 1
+            picked.add(node.id)
+    key = "parent" if data["schema"] == "1.0.1" else "ctrl_deps"
+    roots = [n for n in data["nodes"] if n["name"].startswith("[pytorch|profiler|execution_")]
+    thread = next(n for n in roots if "thread" in n["name"])
+    nodes = [dict(n) for n in roots]
+    for n in data["nodes"]:
+        if n["id"] in picked:
+            nodes.append(dict(n, **{key: thread["id"]}))
+    return {**{k: v for k, v in data.items() if k != "nodes"}, "nodes": nodes}

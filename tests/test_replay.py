@@ -12,7 +12,7 @@ from pytest_mystique.ops import Unsupported, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace
 
-from conftest import corpus, read_json, write_json
+from conftest import corpus, extract_ops, read_json, write_json
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
@@ -153,3 +153,55 @@ def test_cuda_trace_maps_onto_cpu():
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0, json.dumps(replay.report.skipped_list())
     assert all(t.device.type == "cpu" for t in replay.env if isinstance(t, torch.Tensor))
+
+
+@pytest.fixture(scope="module")
+def resnet_ddp():
+    return read_json(corpus("param_resnet_ddp_1gpu.json.gz"))
+
+
+def test_cudnn_only_ops_are_substituted_on_cpu(resnet_ddp):
+    data = extract_ops(resnet_ddp, {"aten::cudnn_batch_norm_backward", "aten::batch_norm"}, limit=2)
+    replay = Replay(parse_trace(data, "bn"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert rep.ops_replayed == rep.ops_total == 4
+    assert rep.substitutions_list() == [
+        {"op": "aten::cudnn_batch_norm_backward", "replacement": "aten::native_batch_norm_backward", "count": 2}
+    ]
+    replay.run()
+
+
+def test_collectives_in_a_single_rank_trace_are_skipped_with_reason(resnet_ddp):
+    data = extract_ops(resnet_ddp, {"c10d::allreduce_", "c10d::broadcast_", "aten::view"})
+    replay = Replay(parse_trace(data, "c"), "cpu").prepare()
+    skipped = {s["op"]: s["reason"] for s in replay.report.skipped_list()}
+    assert set(skipped) == {"c10d::allreduce_", "c10d::broadcast_"}
+    assert all(r.startswith("collective:") for r in skipped.values())
+    assert replay.report.ops_replayed == 1
+
+
+def test_stream_and_pinning_ops_have_portable_forms():
+    data = read_json(corpus("multirank/dlrm_8rank/rank-0.json.gz"))
+    replay = Replay(parse_trace(extract_ops(data, {"aten::record_stream", "aten::pin_memory"}), "s"), "cpu").prepare()
+    subs = {s["op"]: s["replacement"] for s in replay.report.substitutions_list()}
+    if torch.cuda.is_available():
+        assert replay.report.ops_skipped == 0
+    else:
+        assert subs == {"aten::record_stream": subs["aten::record_stream"], "aten::pin_memory": "aten::clone"}
+        assert subs["aten::record_stream"].startswith("nothing")
+        assert replay.report.ops_replayed == replay.report.ops_total == 2
+
+
+def test_triton_kernels_are_skipped_with_reason(tmp_path):
+    data = read_json(corpus("vit_infer.json.gz"))
+    first = next(n for n in select_ops(parse_trace(data, "t")) if n.name == "aten::gelu")
+    node = next(n for n in data["nodes"] if n["id"] == first.id)
+    for a in node["attrs"]:
+        if a["name"] == "kernel_backend":
+            a["value"] = "triton"
+        if a["name"] == "kernel_file":
+            a["value"] = "_resources/triton_poi_fused_gelu_0.py"
+    replay = Replay(parse_trace(data, "t"), "cpu").prepare()
+    [s] = replay.report.skipped_list()
+    assert s["op"] == "aten::gelu" and "Triton kernel (_resources/triton_poi_fused_gelu_0.py)" in s["reason"]
