@@ -30,7 +30,7 @@ from .errors import ReplayError
 from .graph import select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
 from .substitute import NO_EFFECT, substitute_for
-from .tensors import TensorFactory, index_ranges
+from .tensors import TensorFactory, float_ranges, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
@@ -189,10 +189,9 @@ class Replay:
                 kwnames.append(arg.name)
             elif kwnames:
                 raise Unsupported("positional argument after keyword-only ones")
-            if isinstance(val, TensorRef) and val.defined:
-                self.factory.mark_positive(val, arg.name)
         for ref, rng in index_ranges(node, names).items():
             self.factory.constrain(ref, rng)
+        self.factory.suggest_floats(float_ranges(node, names))
         return PlannedOp(node, overload, values, tuple(kwnames))
 
     def _convert(self, arg, val) -> Any:

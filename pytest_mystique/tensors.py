@@ -4,8 +4,12 @@ Each ``storage_id`` of the trace becomes one allocation on the replay device, si
 tensor of the trace that lives in it; each tensor is a view of its storage at the recorded offset
 (in elements), shape and strides, so views and in-place ops share memory as in the original.
 
-Data is seeded. Floating tensors hold values in [-1, 1) (positive where the consuming argument
-must be, e.g. a variance); integer tensors that index something hold values valid for their
+Data is seeded. Floating tensors hold values in [-1, 1), except where the first op that consumes
+them says otherwise: the weights of linear layers, matrix products and convolutions get the range
+of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
+in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
+scales sit around 1; a tensor that reaches a square root or a logarithm, or is named like a
+variance, is positive (so no NaN appears that the original did not have). Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
 the number of classes of a loss).
@@ -24,6 +28,67 @@ from .trace import ListValue, Node, TensorRef
 
 # Arguments whose values must be positive for the op to see realistic data.
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
+_POSITIVE_OPS = {"sqrt", "rsqrt", "log", "log2", "log10", "_foreach_sqrt", "_foreach_sqrt_", "_foreach_log",
+                 "_foreach_log_", "sqrt_", "rsqrt_", "log_"}  # fmt: skip
+# (op, argument) pairs holding a weight, and how to find its fan-in from its shape.
+_FAN_IN = {
+    ("linear", "weight"): lambda s: s[-1],
+    ("linear", "bias"): None,  # same bound as the weight, set below
+    ("addmm", "mat2"): lambda s: s[0],
+    ("mm", "mat2"): lambda s: s[0],
+    ("bmm", "mat2"): lambda s: s[-2],
+    ("baddbmm", "batch2"): lambda s: s[-2],
+    ("matmul", "other"): lambda s: s[-2] if len(s) > 1 else s[0],
+}
+_CONV_OPS = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
+             "conv_transpose3d", "mkldnn_convolution", "cudnn_convolution"}  # fmt: skip
+_NORM_OPS = {"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm", "native_group_norm",
+             "instance_norm", "rms_norm", "_fused_rms_norm", "_native_batch_norm_legit",
+             "_native_batch_norm_legit_no_training", "cudnn_batch_norm"}  # fmt: skip
+
+
+def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[float, float]]:
+    """Value ranges for the floating-point inputs of ``node`` that need more than [-1, 1)."""
+    args = dict(zip(arg_names, node.inputs))
+    name = node.name.split("::")[-1]
+    out: dict[TensorRef, tuple[float, float]] = {}
+
+    def tensor(arg: str) -> TensorRef | None:
+        v = args.get(arg)
+        return v if isinstance(v, TensorRef) and v.defined and v.dtype.startswith(("float", "bfloat", "complex")) else None
+
+    weight_bound = None
+    if name in _CONV_OPS:
+        w = tensor("weight")
+        if w is not None and len(w.shape) >= 3:
+            weight_bound = 1 / math.sqrt(max(math.prod(w.shape[1:]), 1))
+            out[w] = (-weight_bound, weight_bound)
+    for (op, arg), fan in _FAN_IN.items():
+        w = tensor(arg)
+        if op == name and fan is not None and w is not None and w.shape:
+            weight_bound = 1 / math.sqrt(max(fan(w.shape), 1))
+            out[w] = (-weight_bound, weight_bound)
+    b = tensor("bias")
+    if b is not None and weight_bound is not None and (name in _CONV_OPS or name == "linear"):
+        out[b] = (-weight_bound, weight_bound)
+    if name in _NORM_OPS:
+        w = tensor("weight")
+        if w is not None and len(w.shape) == 1:
+            out[w] = (0.5, 1.5)
+        b = tensor("bias")
+        if b is not None and len(b.shape) == 1:
+            out[b] = (-0.1, 0.1)
+    if name in _POSITIVE_OPS:
+        for v in node.inputs:
+            refs = v.items if isinstance(v, ListValue) else (v,)
+            for r in refs:
+                if isinstance(r, TensorRef) and r.defined:
+                    out[r] = (0.5, 1.5)
+    for arg in _POSITIVE_ARGS:
+        r = tensor(arg)
+        if r is not None:
+            out[r] = (0.5, 1.5)
+    return out
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -157,7 +222,7 @@ class TensorFactory:
     seed: int = 0
     storage_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
-    positive: set[TensorRef] = field(default_factory=set)
+    float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
     _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     _generator: torch.Generator | None = None
 
@@ -172,9 +237,13 @@ class TensorFactory:
         old = self.ranges.get(ref)
         self.ranges[ref] = rng if old is None else old.narrow(rng)
 
-    def mark_positive(self, ref: TensorRef, arg_name: str) -> None:
-        if arg_name in _POSITIVE_ARGS:
-            self.positive.add(ref)
+    def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
+        """The first op to consume a tensor sets its range (a weight is read first by its layer);
+        a positivity requirement from any consumer wins over a signed range."""
+        for ref, rng in bounds.items():
+            old = self.float_bounds.get(ref)
+            if old is None or (rng[0] > 0 and old[0] <= 0):
+                self.float_bounds[ref] = rng
 
     def planned_bytes(self) -> int:
         return sum(self.storage_bytes.values())
@@ -211,10 +280,8 @@ class TensorFactory:
             if t.dtype == torch.bool:
                 t.copy_(torch.rand(t.shape, generator=g, device=self.device) < 0.5)
             elif t.is_floating_point() or t.is_complex():
-                if ref in self.positive:
-                    t.uniform_(0.5, 1.5, generator=g)
-                else:
-                    t.uniform_(-1.0, 1.0, generator=g)
+                lo, hi = self.float_bounds.get(ref, (-1.0, 1.0))
+                t.uniform_(lo, hi, generator=g)
             else:
                 rng = self.ranges.get(ref, IntRange(0, 2))
                 if rng.kind == "offsets":
