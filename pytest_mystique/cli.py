@@ -40,8 +40,11 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"  load {summary['load_s']:.3f} s, setup {summary['setup_s']:.3f} s")
     print(f"  median {fmt_seconds(summary['median_s'])} over {len(summary['samples_s'])} iterations "
           f"(min {fmt_seconds(min(summary['samples_s']))})")  # fmt: skip
-    if "original_median_s" in summary:
+    if "fidelity_ratio" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])}: ratio {summary['fidelity_ratio']:.3f}")
+    elif "original_median_s" in summary:
+        print(f"  original step {fmt_seconds(summary['original_median_s'])} at {summary['original_threads']} threads: "
+              f"replay at {summary['threads']} threads is not comparable (use --threads)")  # fmt: skip
     print(f"  peak tensor memory {fmt_bytes(summary['peak_bytes'])} (trace: {fmt_bytes(summary['trace_peak_bytes'])} live)")
     if "per_op_median_s" in summary:
         total = sum(summary["per_op_median_s"].values()) or 1.0
@@ -81,7 +84,7 @@ def _load_callable(spec: str):
 def _capture(args: argparse.Namespace) -> int:
     import torch
 
-    from .capture import capture_step
+    from .recorder import capture_step
 
     if args.threads:
         torch.set_num_threads(args.threads)

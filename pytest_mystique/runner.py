@@ -74,7 +74,9 @@ def with_original_timing(summary: dict, trace_path) -> dict:
     side = load_sidecar(trace_path)
     if side and side.get("original_median_s"):
         summary["original_median_s"] = side["original_median_s"]
-        summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
+        summary["original_threads"] = side.get("threads")
+        if side.get("threads") in (None, summary.get("threads")):
+            summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
     return summary
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pytest_mystique.capture import capture_step  # noqa: E402
+from pytest_mystique.recorder import capture_step  # noqa: E402
 
 
 def mlp_train():

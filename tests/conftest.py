@@ -7,7 +7,7 @@ import pytest
 
 # pytester's in-process runs restore sys.modules afterwards; extension modules (numpy, torch)
 # cannot be loaded twice, so everything the plugin imports lazily is imported here first.
-import pytest_mystique.capture  # noqa: F401
+import pytest_mystique.recorder  # noqa: F401
 import pytest_mystique.report  # noqa: F401
 import pytest_mystique.runner  # noqa: F401
 

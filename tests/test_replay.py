@@ -76,7 +76,7 @@ def test_index_tensors_are_valid_for_their_consumer():
 
 def test_offsets_are_monotone(tmp_path):
     # A tiny embedding-bag step captured from torch itself.
-    from pytest_mystique.capture import capture
+    from pytest_mystique.recorder import capture
 
     bag = torch.nn.EmbeddingBag(100, 8, mode="sum")
     idx = torch.randint(0, 100, (40,))

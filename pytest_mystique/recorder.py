@@ -82,10 +82,17 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
                 pass
 
 
-def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 20, what: str = "") -> Captured:
-    """Time ``step()`` over ``runs`` calls, then record one more call as the trace at ``path``."""
-    for _ in range(warmup):
+def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 20, what: str = "",
+                 min_warmup_s: float = 1.0) -> Captured:  # fmt: skip
+    """Time ``step()`` over ``runs`` calls, then record one more call as the trace at ``path``.
+
+    Warm-up lasts ``warmup`` calls and at least ``min_warmup_s`` seconds: the first calls of a
+    fresh model pay for cold caches and kernel selection, and would bias the original timing."""
+    t0 = time.perf_counter()
+    done = 0
+    while done < warmup or (done < 200 and time.perf_counter() - t0 < min_warmup_s):
         step()
+        done += 1
     samples = []
     for _ in range(runs):
         _sync()
