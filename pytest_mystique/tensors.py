@@ -26,6 +26,9 @@ import torch
 
 from .trace import ListValue, Node, TensorRef
 
+#: Elements of random data drawn per block when filling large tensors.
+TILE = 1 << 20
+
 # Arguments whose values must be positive for the op to see realistic data.
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
 _POSITIVE_OPS = {"sqrt", "rsqrt", "log", "log2", "log10", "_foreach_sqrt", "_foreach_sqrt_", "_foreach_log",
@@ -270,28 +273,38 @@ class TensorFactory:
         return t
 
     def fill(self, t: torch.Tensor, ref: TensorRef) -> None:
-        if t.numel() == 0:
+        """Seeded data for ``t``. Large contiguous tensors repeat one random block of TILE
+        elements: drawing gigabytes of random numbers would dominate the setup time and
+        buys nothing for timing (values keep their range and are not degenerate)."""
+        n = t.numel()
+        if n == 0:
             return
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(self.seed)
-        g = self._generator
+        rng = self.ranges.get(ref, IntRange(0, 2))
         with torch.no_grad():
-            if t.dtype == torch.bool:
-                t.copy_(torch.rand(t.shape, generator=g, device=self.device) < 0.5)
-            elif t.is_floating_point() or t.is_complex():
-                lo, hi = self.float_bounds.get(ref, (-1.0, 1.0))
-                t.uniform_(lo, hi, generator=g)
+            if n > TILE and t.is_contiguous() and rng.kind == "uniform":
+                block = self._sample(t.dtype, ref, rng, TILE)
+                flat = t.view(-1)
+                for start in range(0, n, TILE):
+                    stop = min(start + TILE, n)
+                    flat[start:stop].copy_(block[: stop - start])
             else:
-                rng = self.ranges.get(ref, IntRange(0, 2))
-                if rng.kind == "offsets":
-                    # Monotone offsets into a bag of indices: 0, then sorted cut points.
-                    n = t.numel()
-                    cuts = torch.randint(0, max(rng.high, 1), (n,), generator=g, device=self.device)
-                    cuts = torch.sort(cuts).values
-                    cuts[0] = 0
-                    t.copy_(cuts.reshape(t.shape).to(t.dtype))
-                else:
-                    info = torch.iinfo(t.dtype)
-                    lo, hi = max(rng.low, info.min), min(rng.high, info.max)
-                    t.copy_(torch.randint(lo, max(hi, lo + 1), t.shape, generator=g, device=self.device).to(t.dtype))
+                t.copy_(self._sample(t.dtype, ref, rng, n).view(t.shape))
+
+    def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int) -> torch.Tensor:
+        g, dev = self._generator, self.device
+        if dtype == torch.bool:
+            return torch.rand(n, generator=g, device=dev) < 0.5
+        if dtype.is_floating_point or dtype.is_complex:
+            lo, hi = self.float_bounds.get(ref, (-1.0, 1.0))
+            return torch.empty(n, dtype=dtype, device=dev).uniform_(lo, hi, generator=g)
+        if rng.kind == "offsets":
+            # Monotone offsets into a bag of indices: 0, then sorted cut points.
+            cuts = torch.sort(torch.randint(0, max(rng.high, 1), (n,), generator=g, device=dev)).values
+            cuts[0] = 0
+            return cuts.to(dtype)
+        info = torch.iinfo(dtype)
+        lo, hi = max(rng.low, info.min), min(rng.high, info.max)
+        return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
