@@ -205,3 +205,28 @@ def test_triton_kernels_are_skipped_with_reason(tmp_path):
     replay = Replay(parse_trace(data, "t"), "cpu").prepare()
     [s] = replay.report.skipped_list()
     assert s["op"] == "aten::gelu" and "Triton kernel (_resources/triton_poi_fused_gelu_0.py)" in s["reason"]
+
+
+def test_out_overloads_foreach_noarg_and_custom_namespace_ops(tmp_path):
+    from pytest_mystique.recorder import capture
+
+    lib = torch.library.Library("mystiquetest", "DEF")  # a loadable op outside aten
+    lib.define("scale(Tensor x, float f) -> Tensor")
+    lib.impl("scale", lambda x, f: x * f, "CompositeExplicitAutograd")
+    lib.define("tick() -> Tensor")
+    lib.impl("tick", lambda: torch.ones(4), "CompositeExplicitAutograd")
+    a, b, out = torch.randn(64, 64), torch.randn(64, 64), torch.empty(64, 64)
+    params = [torch.randn(8) for _ in range(3)]
+    with capture(tmp_path / "mix.json"):
+        torch.add(a, b, out=out)  # out= overload
+        torch._foreach_add_(params, [torch.ones(8)] * 3, alpha=0.5)  # tensor lists, foreach
+        torch.ops.mystiquetest.scale(out, 2.0)
+        torch.ops.mystiquetest.tick()  # no arguments
+    trace = load_trace(tmp_path / "mix.json")
+    names = [n.name for n in select_ops(trace)]
+    assert {"aten::add", "aten::_foreach_add_", "mystiquetest::scale", "mystiquetest::tick"} <= set(names)
+    replay = Replay(trace, "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    add = next(s for s in replay.steps if s.name == "aten::add")
+    assert add.kwnames == ("alpha", "out")
+    replay.run()
