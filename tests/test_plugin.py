@@ -178,3 +178,22 @@ def test_skipped_ops_are_reported(pytester, traces):
     result = run_loose(pytester, "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*vit*54/56*", "*skipped 2x aten::gelu: operator mylib::gelu_fast is not registered*"])
+
+
+def test_item_report_shows_coverage_and_fidelity(pytester, traces):
+    shutil.copyfile(corpus("vit_infer.meta.json"), traces / "vit.meta.json")  # recorded at 1 thread
+    result = run_loose(pytester, "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r".*56/56 ops replayed on cpu, median .* over 12 iterations, \d+\.\d\dx the original step"])
+
+
+def test_thread_count_follows_omp_num_threads(monkeypatch):
+    from pytest_mystique.measure import thread_count
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_count(None) == 3
+    assert thread_count(1) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    import torch
+
+    assert thread_count(None) == torch.get_num_threads()
