@@ -126,8 +126,8 @@ class Replay:
         self.env: list[Any] = []
         self.factory = TensorFactory(self.device, seed)
         self._produced: dict[tuple[int, int], tuple[int, TensorRef]] = {}
-        self._by_storage: dict[int, tuple[int, TensorRef]] = {}
-        self._externals: dict[TensorRef, int] = {}
+        self._generation: dict[int, int] = {}
+        self._externals: dict[tuple[TensorRef, int], int] = {}
         self.permanent: set[int] = set()
         self.prepared = False
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
@@ -273,12 +273,19 @@ class Replay:
         return len(self.env) - 1
 
     def _external(self, ref: TensorRef) -> int:
-        slot = self._externals.get(ref)
+        # Trace writers reuse tensor and storage ids once the memory is freed, so a storage id
+        # names a new allocation each time a replayed op outputs into it (its generation).
+        key = (ref, self._generation.get(ref.storage_id, 0))
+        slot = self._externals.get(key)
         if slot is None:
-            slot = self._new_slot(self.factory.make(ref))
-            self._externals[ref] = slot
+            slot = self._new_slot(self.factory.make(ref, key[1]))
+            self._externals[key] = slot
             self.permanent.add(slot)
         return slot
+
+    def inputs(self) -> list[tuple[TensorRef, torch.Tensor]]:
+        """The seeded input tensors: (the trace's tensor, the replay's tensor)."""
+        return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
 
     def _slot_for(self, ref: TensorRef) -> int:
         hit = self._produced.get(ref.key)
@@ -286,32 +293,7 @@ class Replay:
             slot, made = hit
             if made.shape == ref.shape and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides():
                 return slot
-        base = self._by_storage.get(ref.storage_id)
-        if base is not None and base[1].dtype == ref.dtype:
-            view = self._derived_view(base, ref)
-            if view is not None:
-                return view
         return self._external(ref)
-
-    def _derived_view(self, base: tuple[int, TensorRef], ref: TensorRef) -> int | None:
-        """A view into the storage of an earlier op's output, for a tensor the trace shows living
-        in that storage but that no replayed op returned (e.g. made by a skipped op)."""
-        base_slot, base_ref = base
-        tensor = self.env[base_slot]
-        if not isinstance(tensor, torch.Tensor):
-            return None
-        offset = tensor.storage_offset() + ref.offset - base_ref.offset
-        fn = torch.ops.aten.as_strided.default
-        args = [tensor, list(ref.shape), list(ref.layout_strides()), offset]
-        try:
-            view = fn(*args)
-        except Exception:  # noqa: BLE001 - any failure means: fall back to a fresh input
-            return None
-        slot = self._new_slot(view)
-        self.steps.append(Step(fn._op, args, [(0, base_slot)], [], 4, (), [(0, slot)], True, name="view", node_id=-1))
-        self._produced[ref.key] = (slot, ref)
-        self.report.notes["views rebuilt from a storage shared with an earlier output"] += 1
-        return slot
 
     def _build_step(self, p: PlannedOp) -> None:
         args, fills, list_fills = [], [], []
@@ -377,7 +359,7 @@ class Replay:
                 return None
             slot = self._new_slot()
             self._produced[out.key] = (slot, out)
-            self._by_storage[out.storage_id] = (slot, out)
+            self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
             return slot
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []

@@ -9,7 +9,10 @@ them says otherwise: the weights of linear layers, matrix products and convoluti
 of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
 scales sit around 1; a tensor that reaches a square root or a logarithm, or is named like a
-variance, is positive (so no NaN appears that the original did not have). Integer tensors that index something hold values valid for their
+variance, is positive (so no NaN appears that the original did not have). A 0-dim floating tensor
+is most often a Python number the program wrapped (an epsilon, an optimizer's beta, a bias
+correction) and gets a value in [0.5, 1): positive, so no sign flips into a square root, and at
+most 1, so state multiplied by it every step cannot grow without bound. Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
 the number of classes of a loss).
@@ -226,7 +229,8 @@ class TensorFactory:
     storage_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
-    _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    _storages: dict[tuple[int, str, int], torch.Tensor] = field(default_factory=dict)
+    _constrained: dict[tuple[int, str, int], bool] = field(default_factory=dict)
     _generator: torch.Generator | None = None
 
     def reserve(self, ref: TensorRef) -> None:
@@ -251,26 +255,35 @@ class TensorFactory:
     def planned_bytes(self) -> int:
         return sum(self.storage_bytes.values())
 
-    def make(self, ref: TensorRef) -> torch.Tensor:
-        """A view of ``ref``'s storage holding fresh seeded data."""
+    def make(self, ref: TensorRef, generation: int = 0) -> torch.Tensor:
+        """A view of ``ref``'s storage holding seeded data.
+
+        Tensors share an allocation when they have the same storage id, element type and
+        generation (see :meth:`Replay._external`): views of one parameter do; tensors that only
+        got an id the trace writer recycled do not. An allocation is filled once, when it is
+        made, with the data its first tensor needs; a later view refills its part only when it
+        has a requirement (an index range, a weight's range) and the first one had none, so a
+        view never re-randomises the parameter it looks at."""
         dtype = torch_dtype(ref.dtype)
-        key = (ref.storage_id, ref.device)
+        key = (ref.storage_id, ref.dtype, generation)
         base = self._storages.get(key)
         nbytes = max(self.storage_bytes.get(ref.storage_id, 0), (ref.offset + ref.extent()) * ref.itemsize)
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             self._storages[key] = base
+            whole = torch.empty(0, dtype=dtype, device=self.device)
+            whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
+            self.fill(whole, ref)
+            self._constrained[key] = self._has_requirement(ref)
         t = torch.empty(0, dtype=dtype, device=self.device)
         t.set_(base.untyped_storage(), ref.offset, ref.shape, ref.layout_strides())
-        self.fill(t, ref)
+        if not self._constrained[key] and self._has_requirement(ref):
+            self.fill(t, ref)
+            self._constrained[key] = True
         return t
 
-    def fresh(self, ref: TensorRef) -> torch.Tensor:
-        """A new standalone tensor with ``ref``'s shape, strides and dtype (no shared storage)."""
-        dtype = torch_dtype(ref.dtype)
-        t = torch.empty_strided(ref.shape, ref.layout_strides(), dtype=dtype, device=self.device)
-        self.fill(t, ref)
-        return t
+    def _has_requirement(self, ref: TensorRef) -> bool:
+        return ref in self.ranges or ref in self.float_bounds
 
     def fill(self, t: torch.Tensor, ref: TensorRef) -> None:
         """Seeded data for ``t``. Large contiguous tensors repeat one random block of TILE
@@ -298,7 +311,8 @@ class TensorFactory:
         if dtype == torch.bool:
             return torch.rand(n, generator=g, device=dev) < 0.5
         if dtype.is_floating_point or dtype.is_complex:
-            lo, hi = self.float_bounds.get(ref, (-1.0, 1.0))
+            default = (0.5, 1.0) if not ref.shape else (-1.0, 1.0)
+            lo, hi = self.float_bounds.get(ref, default)
             return torch.empty(n, dtype=dtype, device=dev).uniform_(lo, hi, generator=g)
         if rng.kind == "offsets":
             # Monotone offsets into a bag of indices: 0, then sorted cut points.

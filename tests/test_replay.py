@@ -48,10 +48,9 @@ def test_outputs_feed_consumers_and_are_released_after_last_use():
 
 def test_views_share_storage_with_their_base():
     replay = Replay(load_trace(corpus("llama_train.json.gz")), "cpu").prepare()
-    ext = replay._externals
     by_storage = {}
-    for ref, slot in ext.items():
-        by_storage.setdefault(ref.storage_id, []).append((ref, replay.env[slot]))
+    for (ref, generation), slot in replay._externals.items():
+        by_storage.setdefault((ref.storage_id, ref.dtype, generation), []).append((ref, replay.env[slot]))
     shared = [v for v in by_storage.values() if len(v) > 1]
     assert shared, "the trace has several tensors living in one storage"
     for group in shared:
@@ -68,7 +67,7 @@ def test_index_tensors_are_valid_for_their_consumer():
     replay = Replay(trace, "cpu").prepare()
     emb = next(n for n in trace.nodes if n.name == "aten::embedding" and n.op_schema)
     weight, indices = emb.inputs[0], emb.inputs[1]
-    t = replay.env[replay._externals[indices]]
+    t = dict(replay.inputs())[indices]
     assert t.dtype == torch.int64
     assert int(t.min()) >= 0 and int(t.max()) < weight.shape[0]
     assert len(torch.unique(t)) > 1, "indices are not degenerate"
@@ -86,9 +85,9 @@ def test_offsets_are_monotone(tmp_path):
     trace = load_trace(tmp_path / "bag.json")
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0
-    off = [r for r in replay._externals if r.shape == (4,) and r.dtype == "int64"]
+    off = [t for r, t in replay.inputs() if r.shape == (4,) and r.dtype == "int64"]
     assert off
-    values = replay.env[replay._externals[off[0]]]
+    values = off[0]
     assert values[0] == 0 and bool((values[1:] >= values[:-1]).all()) and int(values[-1]) <= 40
 
 
