@@ -56,8 +56,8 @@ def torch_threads(n: int):
         torch.set_num_threads(old)
 
 
-def time_iterations(run, device: torch.device, iters: int) -> list[float]:
-    """Seconds per call of ``run`` for ``iters`` calls."""
+def time_iterations(run, device: torch.device, iters: int, between=None) -> list[float]:
+    """Seconds per call of ``run`` for ``iters`` calls; ``between()`` (untimed) before each."""
     samples = []
     if device.type == "cuda":
         with torch.cuda.device(device):
@@ -65,6 +65,8 @@ def time_iterations(run, device: torch.device, iters: int) -> list[float]:
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
             torch.cuda.synchronize()
             for s, e in zip(starts, ends):
+                if between is not None:
+                    between()
                 s.record()
                 run()
                 e.record()
@@ -72,6 +74,8 @@ def time_iterations(run, device: torch.device, iters: int) -> list[float]:
             return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
     clock = time.perf_counter_ns
     for _ in range(iters):
+        if between is not None:
+            between()
         t0 = clock()
         run()
         samples.append((clock() - t0) / 1e9)
@@ -94,11 +98,12 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
         setup = time.perf_counter() - t0
         done, t_warm = 0, time.perf_counter()
         while done < warmup or (warmup and done < MAX_WARMUP_ITERS and time.perf_counter() - t_warm < min_warmup_s):
+            replay.reset_state()
             replay.run()
             done += 1
             if replay.device.type == "cuda":
                 torch.cuda.synchronize(replay.device)
-        samples = time_iterations(replay.run, replay.device, iters)
+        samples = time_iterations(replay.run, replay.device, iters, between=replay.reset_state)
     return Measurement(samples, str(replay.device), n, done, setup)
 
 
@@ -122,6 +127,7 @@ def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
                 acc[step.name] = acc.get(step.name, 0.0) + (now - last[0]) / 1e9
                 last[0] = now
 
+            replay.reset_state()
             if cuda:
                 torch.cuda.synchronize(replay.device)
             last[0] = clock()

@@ -82,5 +82,6 @@ def replay_peak_bytes(replay) -> int:
         held = _storage_bytes(replay.env, seen) + _storage_bytes([result], seen)
         peak = max(peak, held)
 
+    replay.reset_state()
     replay.run(after_step=after_step)
     return peak

@@ -131,6 +131,7 @@ class Replay:
         self.permanent: set[int] = set()
         self.prepared = False
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
+        self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -283,6 +284,19 @@ class Replay:
             self.permanent.add(slot)
         return slot
 
+    def reset_state(self) -> None:
+        """Give the inputs that the step writes in place (parameters, optimizer state, running
+        statistics) fresh seeded data, so that every iteration starts from a state like the
+        original step's. Without it, state drifts over many iterations of a replayed training
+        step (its gradients come from random data) until values overflow and the kernels time
+        NaN arithmetic. Called between timed iterations, never inside one."""
+        if not self._mutated:
+            return
+        refs = {slot: ref for (ref, _), slot in self._externals.items()}
+        with torch.no_grad():
+            for slot in self._mutated:
+                self.factory.fill(self.env[slot], refs[slot])
+
     def inputs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         """The seeded input tensors: (the trace's tensor, the replay's tensor)."""
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
@@ -345,6 +359,11 @@ class Replay:
                     env[s] = value
         self.steps.append(step)
         self.report.ops_replayed += 1
+        schema_args = p.overload._schema.arguments
+        for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
+            alias = schema_args[pos].alias_info if pos < len(schema_args) else None
+            if slot in self.permanent and alias is not None and alias.is_write:
+                self._mutated.add(slot)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
 
