@@ -92,7 +92,7 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
             min_warmup_s: float = MIN_WARMUP_S) -> Measurement:  # fmt: skip
     """Prepare (if needed), warm up and time ``replay``."""
     n = thread_count(threads)
-    with torch_threads(n), torch.no_grad():
+    with torch_threads(n):  # the replay sets autograd recording per op, as the original ran
         t0 = time.perf_counter()
         replay.prepare()
         setup = time.perf_counter() - t0
@@ -115,23 +115,22 @@ def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
     cuda = replay.device.type == "cuda"
     clock = time.perf_counter_ns
     runs: list[dict[str, float]] = []
-    with torch.no_grad():
-        for _ in range(iters):
-            acc: dict[str, float] = {}
-            last = [clock()]
+    for _ in range(iters):
+        acc: dict[str, float] = {}
+        last = [clock()]
 
-            def after(step, result, acc=acc, last=last):
-                if cuda:
-                    torch.cuda.synchronize(replay.device)
-                now = clock()
-                acc[step.name] = acc.get(step.name, 0.0) + (now - last[0]) / 1e9
-                last[0] = now
-
-            replay.reset_state()
+        def after(step, result, acc=acc, last=last):
             if cuda:
                 torch.cuda.synchronize(replay.device)
-            last[0] = clock()
-            replay.run(after_step=after)
-            runs.append(acc)
+            now = clock()
+            acc[step.name] = acc.get(step.name, 0.0) + (now - last[0]) / 1e9
+            last[0] = now
+
+        replay.reset_state()
+        if cuda:
+            torch.cuda.synchronize(replay.device)
+        last[0] = clock()
+        replay.run(after_step=after)
+        runs.append(acc)
     names = {n for r in runs for n in r}
     return {n: statistics.median(r.get(n, 0.0) for r in runs) for n in names}

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .errors import ReplayError
-from .graph import select_ops
+from .graph import phases, select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges
@@ -54,6 +54,7 @@ class PlannedOp:
     values: list[Any]  # constants, TensorArg or TensorListArg, in schema order
     kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
     substitution: str | None = None
+    grad: bool = False
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Step:
     kwnames: tuple[str, ...]
     outs: list[tuple[int, Any]]  # (result index, slot or tuple of slots)
     single: bool  # the op returns one value, not a tuple
+    grad: bool = False  # run with autograd recording, as the original forward pass did
     frees: tuple[int, ...] = ()
     name: str = ""
     node_id: int = -1
@@ -132,11 +134,18 @@ class Replay:
         self.prepared = False
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
+        self._params: set[TensorRef] = set()
+        self.training = False
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
         ops = select_ops(self.trace)
         self.report.ops_total = len(ops)
+        phase = phases(self.trace, ops)
+        # In a training step the forward ops ran with autograd recording (building the graph,
+        # saving tensors for backward): replay them the same way, with the parameters as leaves
+        # that require grad. Backward and optimizer ops ran without recording.
+        self.training = "backward" in phase.values()
         planned = []
         made: set[tuple[int, int]] = set()
         external_bytes: dict[int, int] = {}
@@ -146,6 +155,9 @@ class Replay:
             except Unsupported as e:
                 self.report.skipped[(node.name, str(e))] += 1
                 continue
+            p.grad = self.training and phase[node.id] == "forward"
+            if self.training and phase[node.id] == "optimizer":
+                self._note_params(p)
             planned.append(p)
             for v in p.values:
                 for ref in _refs(v):
@@ -166,6 +178,14 @@ class Replay:
                     f"{fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
                 )
         return planned
+
+    def _note_params(self, p: PlannedOp) -> None:
+        """Floating tensors an optimizer op writes in place are parameters (or optimizer state)."""
+        for arg, v in zip(p.overload._schema.arguments, p.values):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                for ref in _refs(v):
+                    if ref.dtype.startswith(("float", "bfloat")):
+                        self._params.add(ref)
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
@@ -279,7 +299,10 @@ class Replay:
         key = (ref, self._generation.get(ref.storage_id, 0))
         slot = self._externals.get(key)
         if slot is None:
-            slot = self._new_slot(self.factory.make(ref, key[1]))
+            tensor = self.factory.make(ref, key[1])
+            if ref in self._params and key[1] == 0:
+                tensor.requires_grad_(True)
+            slot = self._new_slot(tensor)
             self._externals[key] = slot
             self.permanent.add(slot)
         return slot
@@ -322,12 +345,22 @@ class Replay:
                 args.append(v)
         npos = len(args) - len(p.kwnames)
         fn = p.overload._op
-        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id)
+        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, p.grad, name=p.node.name,
+                    node_id=p.node.id)  # fmt: skip
         env = self.env
         call = _fill(step, env)
         t0 = time.perf_counter()
         try:
-            result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
+            try:
+                with torch.set_grad_enabled(step.grad):
+                    result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
+            except RuntimeError:
+                if not step.grad:
+                    raise
+                # Some calls are not differentiable as recorded (out= arguments, in-place
+                # writes to a leaf): run those without recording, as autograd must have.
+                step.grad = False
+                result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             self.probe_s += time.perf_counter() - t0
             alt = substitute_for(p.node.name) if p.substitution is None else None
@@ -348,8 +381,9 @@ class Replay:
         n_returns = len(p.overload._schema.returns)
         step.single = n_returns <= 1
         results = (result,) if step.single else tuple(result)
+        in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         for i, out in enumerate(p.node.outputs[: len(results)]):
-            bound = self._bind(out, results[i])
+            bound = self._bind(out, results[i], in_storages)
             if bound is not None:
                 step.outs.append((i, bound))
         for i, slot in step.outs:
@@ -367,9 +401,10 @@ class Replay:
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
 
-    def _bind(self, out: Any, value: Any) -> int | tuple[int, ...] | None:
+    def _bind(self, out: Any, value: Any, in_storages: set[int]) -> int | tuple[int, ...] | None:
         """Give a slot to each recorded output tensor that the replay returned with the same
-        layout; later ops read it from there."""
+        layout; later ops read it from there. An output in a storage none of the op's inputs
+        lives in is a new allocation: its storage id starts a new generation."""
         if isinstance(out, TensorRef):
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
@@ -378,12 +413,13 @@ class Replay:
                 return None
             slot = self._new_slot()
             self._produced[out.key] = (slot, out)
-            self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
+            if out.storage_id not in in_storages:
+                self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
             return slot
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []
             for item, v in zip(out.items, value):
-                s = self._bind(item, v) if isinstance(item, TensorRef) else None
+                s = self._bind(item, v, in_storages) if isinstance(item, TensorRef) else None
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
         return None
@@ -419,9 +455,13 @@ class Replay:
         if self.prepared:
             return self
         planned = self._plan()
-        with torch.no_grad():
+        grad_was = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(False)
             for p in planned:
                 self._build_step(p)
+        finally:
+            torch.set_grad_enabled(grad_was)
         self._liveness()
         for i in range(len(self.env)):
             if i not in self.permanent:
@@ -435,8 +475,13 @@ class Replay:
         called after each op (for instrumented runs; the timed loop passes nothing)."""
         env = self.env
         step = None
+        set_grad = torch._C._set_grad_enabled
+        grad_was = grad = torch.is_grad_enabled()
         try:
             for step in self.steps:
+                if step.grad is not grad:
+                    grad = step.grad
+                    set_grad(grad)
                 if step.fills or step.list_fills:
                     args = step.args.copy()
                     for pos, slot in step.fills:
@@ -467,6 +512,8 @@ class Replay:
         except Exception as e:
             where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
+        finally:
+            set_grad(grad_was)
 
 
 def _fill(step: Step, env: list) -> list:
