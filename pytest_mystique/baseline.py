@@ -84,10 +84,12 @@ class BaselineStore:
             raise BaselineError(path, f"corrupt baseline YAML: {_yaml_problem(e)}") from None
         return Baseline(path, validate(data, path))
 
-    def save(self, hardware_key: str, trace_name: str, data: dict) -> Path:
+    def save(self, hardware_key: str, trace_name: str, data: dict, *, replace: bool = False) -> Path:
+        """Write a baseline. Unless ``replace`` (``--mystique-update``), an existing file is never
+        overwritten, also when another run created it a moment ago: :class:`BaselineExists`."""
         path = self.path_for(hardware_key, trace_name)
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
-        atomic_write(path, text)
+        atomic_write(path, text, replace=replace)
         return path
 
 
@@ -133,8 +135,15 @@ def make_record(trace_name: str, trace_file: str, samples_s: list[float], enviro
     }
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
+class BaselineExists(BaselineError):
+    """The file appeared between reading and writing (another run recorded it)."""
+
+
+def atomic_write(path: Path, text: str, *, replace: bool = True) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix.
+
+    With ``replace=False`` the new file is linked into place only if no file is there (an atomic
+    create-exclusive), so two runs racing to record the same baseline cannot overwrite each other."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -145,13 +154,36 @@ def atomic_write(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise BaselineExists(path, "baseline was recorded by another run meanwhile; kept it") from None
+            finally:
+                os.unlink(tmp)
+        _fsync_dir(path.parent)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise BaselineError(path, f"cannot write baseline: {e.strerror or e}") from None
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable: a crash right after it must not bring the old name back."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

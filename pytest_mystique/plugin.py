@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,14 @@ from .trace import sniff, trace_stem
 # pays nothing.
 
 RESULT_PROPERTY = "mystique_result"
+_run_key = pytest.StashKey[str]()
+
+
+class _XdistHooks:
+    """With pytest-xdist, all workers of one session record into the same history run."""
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["mystique_run_id"] = node.config.stash[_run_key]
 _results_key = pytest.StashKey[list]()
 _ignored_key = pytest.StashKey[list]()
 
@@ -49,17 +58,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write the results in pytest-benchmark's JSON format")  # fmt: skip
     group.addoption("--mystique-max-memory", default=None, metavar="SIZE",
                     help="refuse a replay whose input tensors need more than SIZE (e.g. 8GiB)")  # fmt: skip
+    group.addoption("--mystique-history", default=None, metavar="PATH",
+                    help="history database (default: history.sqlite in the baseline directory; 'off' to disable)")  # fmt: skip
+    group.addoption("--mystique-timeout", type=float, default=None, metavar="SECONDS",
+                    help="fail a trace whose replay takes longer than this (default: no limit)")  # fmt: skip
+    group.addoption("--mystique-max-trace-size", default=None, metavar="SIZE",
+                    help="refuse a trace that decompresses to more than SIZE (default 2GiB)")  # fmt: skip
     parser.addini("mystique_baseline_dir", "baseline directory, relative to the rootdir", default=None)
     parser.addini("mystique_tolerance", "default slowdown tolerance (fraction)", default=None)
     parser.addini("mystique_trace_tolerance", "per-trace tolerance lines: 'GLOB = FRACTION'", type="linelist",
                   default=[])  # fmt: skip
     parser.addini("mystique_iters", "timed iterations per trace", default=None)
+    parser.addini("mystique_history", "history database path, relative to the rootdir ('off' disables)", default=None)
+    parser.addini("mystique_history_timeout", "seconds to wait for a locked history database", default=None)
     parser.addini("mystique_warmup", "warm-up iterations per trace", default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_results_key] = []
     config.stash[_ignored_key] = []
+    worker = getattr(config, "workerinput", None)
+    config.stash[_run_key] = (worker or {}).get("mystique_run_id") or uuid.uuid4().hex
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "mystique-xdist")
     config.addinivalue_line("markers", "mystique: a trace replayed by pytest-mystique")
 
 
@@ -99,6 +120,9 @@ def options_from(config: pytest.Config):
         iters=_int_setting(config, "iters", DEFAULT_ITERS),
         threads=config.getoption("mystique_threads"),
         max_memory=parse_size(config.getoption("mystique_max_memory")),
+        **({"max_trace_bytes": parse_size(config.getoption("mystique_max_trace_size"))}
+           if config.getoption("mystique_max_trace_size") else {}),
+        timeout_s=config.getoption("mystique_timeout"),
     )
 
 
@@ -109,6 +133,29 @@ def baseline_dir(config: pytest.Config) -> Path:
     ini = config.getini("mystique_baseline_dir")
     base = config.inipath.parent if config.inipath else config.rootpath
     return (base / ini).resolve() if ini else config.rootpath / ".mystique" / "baselines"
+
+
+def history_path(config: pytest.Config) -> Path | None:
+    value = config.getoption("mystique_history") or config.getini("mystique_history")
+    if value == "off":
+        return None
+    if value:
+        base = config.inipath.parent if config.inipath and not config.getoption("mystique_history") else Path.cwd()
+        return (base / value).resolve()
+    return baseline_dir(config) / "history.sqlite"
+
+
+def _record_history(config: pytest.Config, result: dict) -> None:
+    path = history_path(config)
+    if path is None or result.get("status") in (None, "error"):
+        return
+    from .history import HistoryError, HistoryStore
+
+    raw = config.getini("mystique_history_timeout")
+    try:
+        HistoryStore(path, float(raw) if raw else 30.0).record(config.stash[_run_key], result)
+    except HistoryError as e:
+        result["history_error"] = str(e)
 
 
 def tolerance_for(config: pytest.Config, trace_name: str, rel_path: str) -> float:
@@ -190,6 +237,7 @@ class TraceItem(pytest.Item):
             )  # fmt: skip
             result = with_original_timing(result, self.path)
             result.update(trace=self.name, nodeid=self.nodeid, file=rel)
+            _record_history(config, result)
         except Exception as e:
             result["error"] = str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"
             raise
@@ -285,6 +333,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         new = [r for r in results if r.get("status") in ("new", "updated")]
         if new:
             tr.write_line(f"{len(new)} baseline(s) recorded under {baseline_dir(config)}")
+        for problem in dict.fromkeys(r["history_error"] for r in results if r.get("history_error")):
+            tr.write_line(f"history not recorded: {problem}")
     for line in ignored:
         tr.write_line(f"ignored {line}")
 

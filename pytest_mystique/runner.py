@@ -6,11 +6,15 @@ The pytest plugin and the CLI are thin layers over :func:`replay_file` and :func
 from __future__ import annotations
 
 import gc
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .baseline import BaselineStore, git_commit, make_record
+from .baseline import BaselineExists, BaselineStore, git_commit, make_record
 from .environment import differences, fingerprint, hardware_key
+from .errors import ReplayError
 from .measure import DEFAULT_ITERS, DEFAULT_WARMUP, Measurement, measure
 from .replay import Replay, resolve_device
 from .sidecar import load_sidecar
@@ -27,6 +31,7 @@ class Options:
     max_memory: int | None = None
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
     seed: int = 0
+    timeout_s: float | None = None
 
 
 @dataclass
@@ -60,12 +65,40 @@ class ReplayRun:
         }
 
 
+class _Deadline(BaseException):
+    """Raised by the timer; a BaseException so that no per-op error handling swallows it."""
+
+
+@contextmanager
+def deadline(seconds: float | None, path):
+    """Interrupt the block after ``seconds`` (SIGALRM; the main thread of a Unix process, where
+    pytest runs items). The replay returns to Python between ops, so a hang in a loop of ops or
+    a slow op is cut at the next op boundary."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _Deadline()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _Deadline:
+        raise ReplayError(path, f"replay did not finish within {seconds:g} s (--mystique-timeout); stopped") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def replay_file(path, options: Options) -> ReplayRun:
-    t0 = time.perf_counter()
-    trace = load_trace(path, max_bytes=options.max_trace_bytes)
-    load_s = time.perf_counter() - t0
-    replay = Replay(trace, resolve_device(options.device), seed=options.seed, max_memory=options.max_memory)
-    m = measure(replay, warmup=options.warmup, iters=options.iters, threads=options.threads)
+    with deadline(options.timeout_s, path):
+        t0 = time.perf_counter()
+        trace = load_trace(path, max_bytes=options.max_trace_bytes)
+        load_s = time.perf_counter() - t0
+        replay = Replay(trace, resolve_device(options.device), seed=options.seed, max_memory=options.max_memory)
+        m = measure(replay, warmup=options.warmup, iters=options.iters, threads=options.threads)
     return ReplayRun(replay, m, load_s)
 
 
@@ -89,17 +122,22 @@ def judge(run: ReplayRun, store: BaselineStore, baseline_name: str, *, tolerance
     result["environment"] = env
     result["hardware_key"] = key
     result["tolerance"] = tolerance
+    result["git_commit"] = commit = git_commit(rootdir)
     baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
     if baseline is None:
         existed = store.path_for(key, baseline_name).exists()
         record = make_record(
             baseline_name, str(run.replay.trace.path), run.measurement.samples_s, env,
             ops_total=run.replay.report.ops_total, ops_replayed=run.replay.report.ops_replayed,
-            commit=git_commit(rootdir),
+            commit=commit,
         )  # fmt: skip
-        result["baseline_path"] = str(store.save(key, baseline_name, record))
-        result["status"] = "updated" if existed else "new"
-        return result
+        try:
+            result["baseline_path"] = str(store.save(key, baseline_name, record, replace=update))
+        except BaselineExists:
+            baseline = store.load(key, baseline_name)  # another run won the race: compare with it
+        else:
+            result["status"] = "updated" if existed else "new"
+            return result
     cmp = compare(baseline.samples_s, run.measurement.samples_s, tolerance=tolerance)
     result["baseline_path"] = str(baseline.path)
     result["baseline_median_s"] = cmp.baseline_median_s

@@ -14,6 +14,10 @@ from pytest_mystique.inject import duplicate_ops
 from conftest import corpus, read_json, write_json
 
 FAST = ["--mystique-iters=12", "--mystique-warmup=2", "--mystique-threads=1", "-p", "no:cacheprovider"]
+# Shared CI hosts drift by up to ~30% between two runs a few seconds apart (measured here; issue 4
+# is about verdicts that stay calm under that). The A/A and 2x tests use a 40% tolerance: an
+# unchanged trace must pass and one doing twice the work must still fail, on any such host.
+NOISY_HOST = ["--mystique-tolerance=0.4"]
 
 
 @pytest.fixture
@@ -38,7 +42,7 @@ def run_loose(pytester, *args):
 
 
 def test_first_run_records_then_unchanged_trace_passes(pytester, traces):
-    first = run(pytester)
+    first = run(pytester, *NOISY_HOST)
     first.assert_outcomes(passed=1)
     first.stdout.fnmatch_lines(["*mystique*", "*vit*56/56*new baseline*", "*baseline(s) recorded under*"])
     [path] = baselines(pytester)
@@ -47,7 +51,7 @@ def test_first_run_records_then_unchanged_trace_passes(pytester, traces):
     assert data["environment"]["threads"] == 1 and "torch" in data["environment"]
     before = path.read_text()
 
-    second = run(pytester)
+    second = run(pytester, *NOISY_HOST)
     second.assert_outcomes(passed=1)
     second.stdout.fnmatch_lines(["*vit*56/56*"])
     assert "SLOWER" not in second.stdout.str()
@@ -55,12 +59,12 @@ def test_first_run_records_then_unchanged_trace_passes(pytester, traces):
 
 
 def test_trace_doing_twice_the_work_fails(pytester, traces):
-    run(pytester).assert_outcomes(passed=1)
+    run(pytester, *NOISY_HOST).assert_outcomes(passed=1)
     write_json(traces / "vit.json.gz", duplicate_ops(read_json(traces / "vit.json.gz")))
-    result = run(pytester)
+    result = run(pytester, *NOISY_HOST)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*vit is slower than its baseline: +*% (99% CI [[]+*%, +*%], p=*, median * vs baseline *, n=12 vs 12, tolerance 5%)",
+        "*vit is slower than its baseline: +*% (99% CI [[]+*%, +*%], p=*, median * vs baseline *, n=12 vs 12, tolerance 40%)",
         "*environment changes: none recorded*",
         "*vit*112/112*SLOWER*",
     ])  # fmt: skip
