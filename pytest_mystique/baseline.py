@@ -28,7 +28,7 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 def safe_name(name: str) -> str:
     """A file name made only of letters, digits, '.', '_' and '-', never '.' or '..' alone."""
-    cleaned = _SAFE_NAME.sub("_", name).strip("._") or "trace"
+    cleaned = re.sub(r"\.{2,}", "_", _SAFE_NAME.sub("_", name)).strip("._") or "trace"
     return cleaned[:150]
 
 

@@ -284,7 +284,7 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
         raise TraceError(path, f"cannot read file: {e.strerror or e}") from None
 
 
-_HEAD_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"((?:[^"\\]|\\.){0,200})"')
+_HEAD_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*("((?:[^"\\]|\\.){0,200})")?')
 
 
 def sniff(path: str | os.PathLike) -> tuple[str, str]:
@@ -303,8 +303,8 @@ def sniff(path: str | os.PathLike) -> tuple[str, str]:
     if not stripped:
         return "broken", "empty file"
     m = _HEAD_SCHEMA_RE.search(head)
-    if m:
-        return "et", m.group(1).decode("utf-8", "replace")
+    if m:  # the loader reports a schema value of the wrong type
+        return "et", (m.group(2) or b"").decode("utf-8", "replace")
     if stripped[:1] not in (b"{", b"["):
         return "broken", "not JSON (does not start with '{' or '[')"
     return "other", "JSON without a 'schema' key in its head: not an execution trace"
@@ -556,7 +556,7 @@ def decode_json(raw: bytes, path: Path) -> Any:
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
     except UnicodeDecodeError as e:
-        raise TraceError(path, f"not UTF-8 text: {e.reason}") from None
+        raise TraceError(path, f"not JSON: not UTF-8 text ({e.reason})") from None
     except json.JSONDecodeError as e:
         where = "file ends early (truncated?)" if e.pos >= len(raw) - 1 else f"line {e.lineno} column {e.colno}"
         raise TraceError(path, f"invalid JSON: {e.msg} at {where}") from None
