@@ -19,6 +19,7 @@ pre-built argument list and call the overload. Nothing else happens inside the l
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ class Replay:
         self.trace = trace
         self.device = device if isinstance(device, torch.device) else resolve_device(device)
         self.seed = seed
-        self.max_memory = max_memory
+        self.max_memory = max_memory if max_memory is not None else default_memory_limit(self.device)
         self.report = Report()
         self.steps: list[Step] = []
         self.env: list[Any] = []
@@ -154,6 +155,9 @@ class Replay:
                 p = self._plan_op(node)
             except Unsupported as e:
                 self.report.skipped[(node.name, str(e))] += 1
+                continue
+            except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
+                self.report.skipped[(node.name, f"malformed arguments in the trace: {_reason(e)}")] += 1
                 continue
             p.grad = self.training and phase[node.id] == "forward"
             if self.training and phase[node.id] == "optimizer":
@@ -334,15 +338,20 @@ class Replay:
 
     def _build_step(self, p: PlannedOp) -> None:
         args, fills, list_fills = [], [], []
-        for i, v in enumerate(p.values):
-            if isinstance(v, TensorArg):
-                fills.append((i, self._slot_for(v.ref)))
-                args.append(None)
-            elif isinstance(v, TensorListArg):
-                list_fills.append((i, tuple(-1 if r is None else self._slot_for(r) for r in v.refs)))
-                args.append(None)
-            else:
-                args.append(v)
+        try:
+            for i, v in enumerate(p.values):
+                if isinstance(v, TensorArg):
+                    fills.append((i, self._slot_for(v.ref)))
+                    args.append(None)
+                elif isinstance(v, TensorListArg):
+                    list_fills.append((i, tuple(-1 if r is None else self._slot_for(r) for r in v.refs)))
+                    args.append(None)
+                else:
+                    args.append(v)
+        except (RuntimeError, ValueError, TypeError, OverflowError, MemoryError) as e:
+            # A recorded layout torch refuses (sizes, strides, offsets out of range).
+            self.report.skipped[(p.node.name, f"cannot build its input tensors: {_reason(e)}")] += 1
+            return
         npos = len(args) - len(p.kwnames)
         fn = p.overload._op
         step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, p.grad, name=p.node.name,
@@ -514,6 +523,16 @@ class Replay:
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
         finally:
             set_grad(grad_was)
+
+
+def default_memory_limit(device: torch.device) -> int:
+    """Without --mystique-max-memory: 80% of the device's memory (the machine's RAM for the CPU)."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory * 0.8)
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return 64 << 30
 
 
 def _fill(step: Step, env: list) -> list:
