@@ -49,7 +49,7 @@ def run_trials(workdir: Path, trace: Path, trials: int = 50, seed: int = 0, trac
         update = ["--mystique-update"] if t % 2 else []  # half the trials rewrite every baseline
         p = subprocess.Popen([sys.executable, "-m", "pytest", *CMD, *update], cwd=workdir,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(rng.uniform(0.5, 4.0))
+        time.sleep(rng.uniform(0.5, 6.0))
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             stats["killed"] += 1

@@ -558,5 +558,5 @@ def decode_json(raw: bytes, path: Path) -> Any:
     except UnicodeDecodeError as e:
         raise TraceError(path, f"not JSON: not UTF-8 text ({e.reason})") from None
     except json.JSONDecodeError as e:
-        where = "file ends early (truncated?)" if e.pos >= len(raw) - 1 else f"line {e.lineno} column {e.colno}"
-        raise TraceError(path, f"invalid JSON: {e.msg} at {where}") from None
+        where = "the file ends early: truncated?" if e.pos >= len(raw) - 1 else f"line {e.lineno}, column {e.colno}"
+        raise TraceError(path, f"invalid JSON: {e.msg} ({where})") from None
