@@ -34,38 +34,3 @@ def select_ops(trace: Trace) -> list[Node]:
             under_op[child.id] = under_op[parent.id] or parent.is_op
     return [n for n in trace.nodes if n.is_op and not under_op[n.id]]
 
-
-def phases(trace: Trace, ops: list[Node]) -> dict[int, str]:
-    """For each op: ``backward`` (below an autograd engine label), ``optimizer`` (below an
-    ``Optimizer.*`` range) or ``forward`` (anything else)."""
-    by_id = trace.by_id
-    memo: dict[int, str] = {}
-
-    def label_phase(node: Node) -> str | None:
-        name = node.name
-        if name.startswith("autograd::engine::evaluate_function") or name.endswith(("Backward0", "Backward1")):
-            return "backward"
-        if name.startswith("Optimizer."):
-            return "optimizer"
-        return None
-
-    out = {}
-    for op in ops:
-        chain, cur, found = [], by_id.get(op.parent), "forward"
-        while cur is not None:
-            if cur.id in memo:
-                found = memo[cur.id]
-                break
-            chain.append(cur.id)
-            p = label_phase(cur)
-            if p is not None:
-                found = p
-                break
-            nxt = by_id.get(cur.parent)
-            if nxt is None or nxt.id == cur.id:
-                break
-            cur = nxt
-        for nid in chain:
-            memo[nid] = found
-        out[op.id] = found
-    return out

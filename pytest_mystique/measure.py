@@ -92,7 +92,7 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
             min_warmup_s: float = MIN_WARMUP_S) -> Measurement:  # fmt: skip
     """Prepare (if needed), warm up and time ``replay``."""
     n = thread_count(threads)
-    with torch_threads(n):  # the replay sets autograd recording per op, as the original ran
+    with torch_threads(n):  # Replay.run turns autograd recording off itself
         t0 = time.perf_counter()
         replay.prepare()
         setup = time.perf_counter() - t0

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from .errors import ReplayError
-from .graph import phases, select_ops
+from .graph import select_ops
 from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges
@@ -55,7 +55,6 @@ class PlannedOp:
     values: list[Any]  # constants, TensorArg or TensorListArg, in schema order
     kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
     substitution: str | None = None
-    grad: bool = False
 
 
 @dataclass
@@ -70,7 +69,6 @@ class Step:
     kwnames: tuple[str, ...]
     outs: list[tuple[int, Any]]  # (result index, slot or tuple of slots)
     single: bool  # the op returns one value, not a tuple
-    grad: bool = False  # run with autograd recording, as the original forward pass did
     frees: tuple[int, ...] = ()
     name: str = ""
     node_id: int = -1
@@ -135,21 +133,14 @@ class Replay:
         self.prepared = False
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
-        self._params: set[TensorRef] = set()
-        self.training = False
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
         ops = select_ops(self.trace)
         self.report.ops_total = len(ops)
-        phase = phases(self.trace, ops)
-        # In a training step the forward ops ran with autograd recording (building the graph,
-        # saving tensors for backward): replay them the same way, with the parameters as leaves
-        # that require grad. Backward and optimizer ops ran without recording.
-        self.training = "backward" in phase.values()
         planned = []
         made: set[tuple[int, int]] = set()
-        external_bytes: dict[int, int] = {}
+        external_bytes: dict[tuple, int] = {}
         for node in ops:
             try:
                 p = self._plan_op(node)
@@ -159,20 +150,16 @@ class Replay:
             except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
                 self.report.skipped[(node.name, f"malformed arguments in the trace: {_reason(e)}")] += 1
                 continue
-            p.grad = self.training and phase[node.id] == "forward"
-            if self.training and phase[node.id] == "optimizer":
-                self._note_params(p)
             planned.append(p)
             for v in p.values:
                 for ref in _refs(v):
                     self.factory.reserve(ref)
                     if ref.key not in made:
-                        need = (ref.offset + ref.extent()) * ref.itemsize
-                        external_bytes[ref.storage_id] = max(external_bytes.get(ref.storage_id, 0), need)
+                        key = (ref.storage_id, ref.dtype)
+                        external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
-                    self.factory.reserve(ref)
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:
@@ -182,14 +169,6 @@ class Replay:
                     f"{fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
                 )
         return planned
-
-    def _note_params(self, p: PlannedOp) -> None:
-        """Floating tensors an optimizer op writes in place are parameters (or optimizer state)."""
-        for arg, v in zip(p.overload._schema.arguments, p.values):
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                for ref in _refs(v):
-                    if ref.dtype.startswith(("float", "bfloat")):
-                        self._params.add(ref)
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
@@ -298,15 +277,13 @@ class Replay:
         return len(self.env) - 1
 
     def _external(self, ref: TensorRef) -> int:
-        # Trace writers reuse tensor and storage ids once the memory is freed, so a storage id
-        # names a new allocation each time a replayed op outputs into it (its generation).
+        # Trace writers reuse tensor and storage ids once the memory is freed: after a replayed op
+        # outputs into a storage id, an input with an old tensor's ids is a different tensor (a
+        # new generation gets its own slot).
         key = (ref, self._generation.get(ref.storage_id, 0))
         slot = self._externals.get(key)
         if slot is None:
-            tensor = self.factory.make(ref, key[1])
-            if ref in self._params and key[1] == 0:
-                tensor.requires_grad_(True)
-            slot = self._new_slot(tensor)
+            slot = self._new_slot(self.factory.make(ref))
             self._externals[key] = slot
             self.permanent.add(slot)
         return slot
@@ -336,6 +313,11 @@ class Replay:
                 return slot
         return self._external(ref)
 
+    def _release(self, key: tuple[int, int]) -> None:
+        hit = self._produced.get(key)
+        if hit is not None and hit[0] not in self.permanent:
+            self.env[hit[0]] = None
+
     def _build_step(self, p: PlannedOp) -> None:
         args, fills, list_fills = [], [], []
         try:
@@ -354,22 +336,12 @@ class Replay:
             return
         npos = len(args) - len(p.kwnames)
         fn = p.overload._op
-        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, p.grad, name=p.node.name,
-                    node_id=p.node.id)  # fmt: skip
+        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id)
         env = self.env
         call = _fill(step, env)
         t0 = time.perf_counter()
         try:
-            try:
-                with torch.set_grad_enabled(step.grad):
-                    result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
-            except RuntimeError:
-                if not step.grad:
-                    raise
-                # Some calls are not differentiable as recorded (out= arguments, in-place
-                # writes to a leaf): run those without recording, as autograd must have.
-                step.grad = False
-                result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
+            result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             self.probe_s += time.perf_counter() - t0
             alt = substitute_for(p.node.name) if p.substitution is None else None
@@ -465,10 +437,25 @@ class Replay:
             return self
         planned = self._plan()
         grad_was = torch.is_grad_enabled()
+        # Outputs are released during the build too, after their last consumer: the build calls
+        # every op once, and holding all of a long trace's outputs at once would not fit.
+        last_use: dict[tuple[int, int], int] = {}
+        for i, p in enumerate(planned):
+            for v in p.values:
+                for ref in _refs(v):
+                    last_use[ref.key] = i
         try:
             torch.set_grad_enabled(False)
-            for p in planned:
+            for i, p in enumerate(planned):
                 self._build_step(p)
+                for out in p.node.outputs:
+                    for ref in _refs_of_value(out):
+                        if last_use.get(ref.key, -1) <= i:
+                            self._release(ref.key)
+                for v in p.values:
+                    for ref in _refs(v):
+                        if last_use.get(ref.key) == i:
+                            self._release(ref.key)
         finally:
             torch.set_grad_enabled(grad_was)
         self._liveness()
@@ -484,13 +471,10 @@ class Replay:
         called after each op (for instrumented runs; the timed loop passes nothing)."""
         env = self.env
         step = None
-        set_grad = torch._C._set_grad_enabled
-        grad_was = grad = torch.is_grad_enabled()
+        grad_was = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)  # the recorded backward ops are replayed as ops
         try:
             for step in self.steps:
-                if step.grad is not grad:
-                    grad = step.grad
-                    set_grad(grad)
                 if step.fills or step.list_fills:
                     args = step.args.copy()
                     for pos, slot in step.fills:
@@ -522,7 +506,7 @@ class Replay:
             where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
         finally:
-            set_grad(grad_was)
+            torch._C._set_grad_enabled(grad_was)
 
 
 def default_memory_limit(device: torch.device) -> int:

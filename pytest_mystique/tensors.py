@@ -226,19 +226,20 @@ class TensorFactory:
 
     device: torch.device
     seed: int = 0
-    storage_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    storage_bytes: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
-    _storages: dict[tuple[int, str, int], torch.Tensor] = field(default_factory=dict)
-    _constrained: dict[tuple[int, str, int], bool] = field(default_factory=dict)
+    _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    _constrained: dict[tuple[int, str], bool] = field(default_factory=dict)
     _generator: torch.Generator | None = None
 
     def reserve(self, ref: TensorRef) -> None:
-        """Make the storage of ``ref`` large enough to hold it."""
+        """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
         if ref.defined:
+            key = (ref.storage_id, ref.dtype)
             need = (ref.offset + ref.extent()) * ref.itemsize
-            if need > self.storage_bytes[ref.storage_id]:
-                self.storage_bytes[ref.storage_id] = need
+            if need > self.storage_bytes[key]:
+                self.storage_bytes[key] = need
 
     def constrain(self, ref: TensorRef, rng: IntRange) -> None:
         old = self.ranges.get(ref)
@@ -255,19 +256,21 @@ class TensorFactory:
     def planned_bytes(self) -> int:
         return sum(self.storage_bytes.values())
 
-    def make(self, ref: TensorRef, generation: int = 0) -> torch.Tensor:
+    def make(self, ref: TensorRef) -> torch.Tensor:
         """A view of ``ref``'s storage holding seeded data.
 
-        Tensors share an allocation when they have the same storage id, element type and
-        generation (see :meth:`Replay._external`): views of one parameter do; tensors that only
-        got an id the trace writer recycled do not. An allocation is filled once, when it is
+        Input tensors share an allocation when they have the same storage id and element type:
+        views of one parameter do, and so do tensors that lived at different times in a block the
+        original allocator reused (as they did then). Tensors of different element types never
+        share one: a trace writer's recycled id must not make a float64 scalar overwrite a
+        float32 one. An allocation is filled once, when it is
         made, with the data its first tensor needs; a later view refills its part only when it
         has a requirement (an index range, a weight's range) and the first one had none, so a
         view never re-randomises the parameter it looks at."""
         dtype = torch_dtype(ref.dtype)
-        key = (ref.storage_id, ref.dtype, generation)
+        key = (ref.storage_id, ref.dtype)
         base = self._storages.get(key)
-        nbytes = max(self.storage_bytes.get(ref.storage_id, 0), (ref.offset + ref.extent()) * ref.itemsize)
+        nbytes = max(self.storage_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             self._storages[key] = base
