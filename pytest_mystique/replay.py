@@ -528,10 +528,6 @@ def _fill(step: Step, env: list) -> list:
     return args
 
 
-def _as_tuple(x) -> tuple:
-    return x if isinstance(x, tuple) else (x,)
-
-
 def _refs(v: Any) -> list[TensorRef]:
     if isinstance(v, TensorArg):
         return [v.ref]

@@ -253,9 +253,6 @@ class TensorFactory:
             if old is None or (rng[0] > 0 and old[0] <= 0):
                 self.float_bounds[ref] = rng
 
-    def planned_bytes(self) -> int:
-        return sum(self.storage_bytes.values())
-
     def make(self, ref: TensorRef) -> torch.Tensor:
         """A view of ``ref``'s storage holding seeded data.
 
