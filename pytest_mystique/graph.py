@@ -13,7 +13,9 @@ from .trace import Node, Trace
 
 
 def select_ops(trace: Trace) -> list[Node]:
-    """Outermost operator nodes in execution (id) order."""
+    """Outermost operator nodes in execution (id) order (computed once per trace)."""
+    if trace.selected is not None:
+        return list(trace.selected)
     by_id = trace.by_id
     # under_op[id]: some strict ancestor of the node is an operator.
     under_op: dict[int, bool] = {}
@@ -32,5 +34,6 @@ def select_ops(trace: Trace) -> list[Node]:
         for child in reversed(chain):
             parent = by_id[child.parent]
             under_op[child.id] = under_op[parent.id] or parent.is_op
-    return [n for n in trace.nodes if n.is_op and not under_op[n.id]]
+    trace.selected = [n for n in trace.nodes if n.is_op and not under_op[n.id]]
+    return list(trace.selected)
 

@@ -176,6 +176,7 @@ class Trace:
     nodes: list[Node]  # in id (execution) order
     meta: dict[str, Any] = field(default_factory=dict)
     by_id: dict[int, Node] = field(init=False, repr=False)
+    selected: list[Node] | None = field(default=None, init=False, repr=False)  # cache of graph.select_ops
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.nodes}
