@@ -32,7 +32,6 @@ class _XdistHooks:
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["mystique_run_id"] = node.config.stash[_run_key]
-_results_key = pytest.StashKey[list]()
 _ignored_key = pytest.StashKey[list]()
 
 
@@ -75,7 +74,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_results_key] = []
     config.stash[_ignored_key] = []
     worker = getattr(config, "workerinput", None)
     config.stash[_run_key] = (worker or {}).get("mystique_run_id") or uuid.uuid4().hex

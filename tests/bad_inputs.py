@@ -42,11 +42,17 @@ def first_op(doc: dict) -> dict:
     return next(n for n in doc["nodes"] if n["id"] in ids and n["inputs"]["types"][:1] == ["Tensor(float)"])
 
 
-def _set_schema(doc: dict, name: str, schema: str) -> None:
+def set_op_schema(doc: dict, name: str, schema: str) -> None:
+    """Point every recorded ``aten::<name>`` op at another op schema."""
     for node in doc["nodes"]:
         for a in node["attrs"]:
             if a["name"] == "op_schema" and a["value"].startswith(f"aten::{name}("):
                 a["value"] = schema
+
+
+def _gelu_as(kind: str, file: str, schema: str, expect: str) -> Case:
+    """A trace whose GELU calls name another op schema; the item runs and reports the skip."""
+    return Case(kind, file, _mutated(lambda d: set_op_schema(d, "gelu", schema)), f"skipped 2x aten::gelu: {expect}", "passed")
 
 
 def _deep(doc: dict) -> None:
@@ -61,7 +67,8 @@ def _deep_bytes(good: dict) -> bytes:
     return json.dumps(doc).replace('"@@DEEP@@"', deep).encode()
 
 
-def _huge(doc: dict) -> None:
+def make_huge(doc: dict) -> None:
+    """Give the first op an input of 10^15 elements."""
     node = first_op(doc)
     node["inputs"]["shapes"][0] = [10**5, 10**5, 10**5]
     node["inputs"]["strides"][0] = [10**10, 10**5, 1]
@@ -105,7 +112,7 @@ CASES = [
          "names parent 987654, which is not in the trace"),
     Case("negative size", "negative.json", _mutated(lambda d: first_op(d)["inputs"]["shapes"].__setitem__(0, [-4, 3])),
          "negative tensor size -4"),
-    Case("absurd size (10^15 elements)", "huge.json", _mutated(_huge),
+    Case("absurd size (10^15 elements)", "huge.json", _mutated(make_huge),
          "over the 4.0 GiB memory limit (--mystique-max-memory); nothing was allocated"),
     Case("wrong dtype name", "dtype.json",
          _mutated(lambda d: first_op(d)["inputs"]["types"].__setitem__(0, "Tensor(quaternion)")),
@@ -114,21 +121,16 @@ CASES = [
          _mutated(lambda d: first_op(d)["inputs"]["values"].__setitem__(0, "not-a-tensor")),
          "tensor value must be [id, storage, offset, numel, itemsize, device]"),
     Case("lists nested thousands deep", "deep.json", _deep_bytes, "nested"),
-    Case("op that does not exist", "no_such_op.json",
-         _mutated(lambda d: _set_schema(d, "gelu", "aten::gelu_but_faster(Tensor self) -> Tensor")),
-         "skipped 2x aten::gelu: operator aten::gelu_but_faster is not registered", "passed"),
-    Case("op schema naming os.system", "os_system.json",
-         _mutated(lambda d: _set_schema(d, "gelu", "os::system(str command) -> int")),
-         "skipped 2x aten::gelu: operator os::system is not registered", "passed"),
-    Case("op schema naming builtins.eval", "eval.json",
-         _mutated(lambda d: _set_schema(d, "gelu", "builtins.eval(str source) -> Any")),
-         "skipped 2x aten::gelu: op schema is not of the form 'namespace::op.overload(...)'", "passed"),
-    Case("op schema naming __import__", "import.json",
-         _mutated(lambda d: _set_schema(d, "gelu", "__import__::os(str name) -> Any")),
-         "skipped 2x aten::gelu: refusing special name '__import__'", "passed"),
-    Case("op schema reaching a dunder attribute", "dunder.json",
-         _mutated(lambda d: _set_schema(d, "gelu", "aten::__class__(Tensor self) -> Tensor")),
-         "skipped 2x aten::gelu: refusing special name '__class__'", "passed"),
+    _gelu_as("op that does not exist", "no_such_op.json", "aten::gelu_but_faster(Tensor self) -> Tensor",
+             "operator aten::gelu_but_faster is not registered"),
+    _gelu_as("op schema naming os.system", "os_system.json", "os::system(str command) -> int",
+             "operator os::system is not registered"),
+    _gelu_as("op schema naming builtins.eval", "eval.json", "builtins.eval(str source) -> Any",
+             "op schema is not of the form 'namespace::op.overload(...)'"),
+    _gelu_as("op schema naming __import__", "import.json", "__import__::os(str name) -> Any",
+             "refusing special name '__import__'"),
+    _gelu_as("op schema reaching a dunder attribute", "dunder.json", "aten::__class__(Tensor self) -> Tensor",
+             "refusing special name '__class__'"),
     Case("file name with traversal and shell characters", "..;rm -rf ~ $(id) `x`.json", lambda g: _dump(g),
          "..;rm -rf ~ $(id) `x`", "passed"),
 ]

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from bad_inputs import make_huge, set_op_schema
 
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
@@ -124,10 +125,7 @@ def test_resolution_finds_overloads():
 
 def test_bogus_op_is_skipped_with_reason(tmp_path):
     data = read_json(corpus("vit_infer.json.gz"))
-    for node in data["nodes"]:
-        for a in node["attrs"]:
-            if a["name"] == "op_schema" and a["value"].startswith("aten::gelu("):
-                a["value"] = "os::system(str command) -> int"
+    set_op_schema(data, "gelu", "os::system(str command) -> int")
     replay = Replay(parse_trace(data, "t"), "cpu").prepare()
     skipped = replay.report.skipped_list()
     assert skipped and skipped[0]["op"] == "aten::gelu"
@@ -137,10 +135,7 @@ def test_bogus_op_is_skipped_with_reason(tmp_path):
 
 def test_memory_guard_refuses_before_allocating(tmp_path):
     data = read_json(corpus("vit_infer.json.gz"))
-    first = next(n for n in select_ops(parse_trace(data, "t")) if isinstance(n.inputs[0], TensorRef))
-    node = next(n for n in data["nodes"] if n["id"] == first.id)
-    node["inputs"]["shapes"][0] = [10**5, 10**5, 10**5]
-    node["inputs"]["strides"][0] = [10**10, 10**5, 1]
+    make_huge(data)
     path = write_json(tmp_path / "huge.json", data)
     with pytest.raises(ReplayError, match="memory limit"):
         Replay(load_trace(path), "cpu", max_memory=8 << 30).prepare()

@@ -4,10 +4,11 @@ import gzip
 import json
 
 import pytest
+from bad_inputs import first_op
 
 from pytest_mystique.errors import TraceError
 from pytest_mystique.graph import select_ops
-from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, parse_trace, sniff
+from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, sniff
 
 from conftest import corpus, read_json, write_json
 
@@ -105,12 +106,6 @@ def test_gzip_bomb_is_refused(tmp_path):
         load_trace(path, max_bytes=1 << 20)
 
 
-def first_op_with_float_input(data: dict) -> dict:
-    """The raw node of the first selected op whose first input is a float tensor."""
-    ids = {n.id for n in select_ops(parse_trace(data, "t"))}
-    return next(n for n in data["nodes"] if n["id"] in ids and n["inputs"]["types"][:1] == ["Tensor(float)"])
-
-
 def test_structural_errors(tmp_path):
     good = read_json(corpus("vit_infer.json.gz"))
     cases = {
@@ -118,8 +113,8 @@ def test_structural_errors(tmp_path):
         "not in the trace": lambda d: d["nodes"][5].update(ctrl_deps=999999),
         "cycle": lambda d: (d["nodes"][5].update(ctrl_deps=d["nodes"][6]["id"]),
                             d["nodes"][6].update(ctrl_deps=d["nodes"][5]["id"])),
-        "negative tensor size": lambda d: first_op_with_float_input(d)["inputs"]["shapes"].__setitem__(0, [-4, 3]),
-        "unknown tensor element type": lambda d: first_op_with_float_input(d)["inputs"]["types"].__setitem__(
+        "negative tensor size": lambda d: first_op(d)["inputs"]["shapes"].__setitem__(0, [-4, 3]),
+        "unknown tensor element type": lambda d: first_op(d)["inputs"]["types"].__setitem__(
             0, "Tensor(quux)"),
     }  # fmt: skip
     for problem, mutate in cases.items():
@@ -133,7 +128,7 @@ def test_structural_errors(tmp_path):
 @pytest.mark.parametrize("depth", [200, 100_000])
 def test_deep_nesting_is_refused(tmp_path, depth):
     data = read_json(corpus("vit_infer.json.gz"))
-    first_op_with_float_input(data)["inputs"] = "@@DEEP@@"
+    first_op(data)["inputs"] = "@@DEEP@@"
     typ = "GenericList[" * depth + "Int" + "]" * depth
     deep = f'{{"values": [{"[" * depth}1{"]" * depth}], "shapes": [[]], "types": ["{typ}"], "strides": [[]]}}'
     path = tmp_path / "deep.json"
