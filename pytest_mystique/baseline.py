@@ -22,7 +22,7 @@ import yaml
 
 from .errors import BaselineError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segments with probe times; 1 (flat samples) is still read
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -49,6 +49,27 @@ class Baseline:
     def per_op_median_s(self) -> dict:
         return self.data.get("per_op_median_s") or {}
 
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def segments(self) -> list:
+        from .sampling import Segment
+
+        segs = self.data.get("segments")
+        if segs:
+            return [Segment(list(s["samples_s"]), list(s.get("probe_s") or [])) for s in segs]
+        xs = self.samples_s  # format 1: flat samples, no probe; cut into segments of 5
+        return [Segment(xs[i:i + 5], []) for i in range(0, len(xs) - 4, 5)]
+
+    @property
+    def probe_signature(self) -> str | None:
+        return self.data.get("probe_signature")
+
+    @property
+    def segment_iters(self) -> int | None:
+        return self.data.get("segment_iters")
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     try:
@@ -101,21 +122,34 @@ def validate(data, path: Path) -> dict:
         raise BaselineError(path, "corrupt baseline: no integer 'format' field")
     if fmt > FORMAT_VERSION:
         raise BaselineError(path, f"baseline format {fmt} is newer than this pytest-mystique understands ({FORMAT_VERSION}); upgrade it")
-    samples = data.get("samples_s")
-    if (
-        not isinstance(samples, list)
-        or len(samples) < 2
-        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in samples)
-    ):
+    if not _positive_numbers(data.get("samples_s"), 2):
         raise BaselineError(path, "corrupt baseline: 'samples_s' must be a list of at least two positive numbers")
+    segs = data.get("segments")
+    if segs is not None and not (
+        isinstance(segs, list)
+        and len(segs) >= 2
+        and all(isinstance(g, dict) and _positive_numbers(g.get("samples_s"), 1)
+                and _positive_numbers(g.get("probe_s", []), 0) for g in segs)  # fmt: skip
+    ):
+        raise BaselineError(path, "corrupt baseline: 'segments' must be a list of at least two segments of positive times")
     if not isinstance(data.get("environment", {}), dict):
         raise BaselineError(path, "corrupt baseline: 'environment' is not a mapping")
     return data
 
 
-def make_record(trace_name: str, trace_file: str, samples_s: list[float], environment: dict, *,
+def _positive_numbers(xs, at_least: int) -> bool:
+    return (
+        isinstance(xs, list)
+        and len(xs) >= at_least
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in xs)
+    )
+
+
+def make_record(trace_name: str, trace_file: str, sampled, environment: dict, *,
                 ops_total: int, ops_replayed: int, per_op_median_s: dict | None = None,
                 commit: str | None = None) -> dict:  # fmt: skip
+    """A baseline from a :class:`~.sampling.Sampled` measurement."""
+    samples_s = sampled.samples_s
     return {
         "format": FORMAT_VERSION,
         "trace": trace_name,
@@ -131,6 +165,10 @@ def make_record(trace_name: str, trace_file: str, samples_s: list[float], enviro
         "ops": {"total": ops_total, "replayed": ops_replayed},
         "environment": environment,
         "samples_s": [float(x) for x in samples_s],
+        "segment_iters": sampled.segment_iters,
+        "probe_signature": sampled.probe_signature,
+        "segments": [{"samples_s": [float(x) for x in g.samples_s], "probe_s": [float(x) for x in g.probe_s]}
+                     for g in sampled.segments],  # fmt: skip
         **({"per_op_median_s": per_op_median_s} if per_op_median_s else {}),
     }
 

@@ -1,4 +1,5 @@
-"""The ``mystique`` command line: ``replay`` a trace, ``capture`` one from your own step."""
+"""The ``mystique`` command line: ``replay`` a trace, ``capture`` one from your own step, ``ab``
+compare two Python environments on traces, ``history`` show the trend of past runs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 import sys
 from pathlib import Path
 
+from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .errors import MystiqueError
-from .measure import DEFAULT_ITERS, DEFAULT_WARMUP, per_op_medians, torch_threads
+from .measure import per_op_medians, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
 from .runner import Options, release, replay_file, with_original_timing
 from .units import fmt_bytes, fmt_seconds
@@ -95,6 +97,88 @@ def _capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ab(args: argparse.Namespace) -> int:
+    from . import report
+    from .ab import Worker, ab_trace
+
+    if len(args.python) != 2:
+        print("mystique ab: error: give --python exactly twice (A, then B)", file=sys.stderr)
+        return 2
+    workers = [Worker(p, args.threads) for p in args.python]
+    results, failed = [], False
+    try:
+        for trace in args.traces:
+            try:
+                results.append(ab_trace(workers, trace, budget_s=args.budget, tolerance=args.tolerance,
+                                        alpha=args.alpha / len(args.traces), threads=args.threads,
+                                        device=args.device, seed=args.seed, process_noise=args.noise))  # fmt: skip
+            except MystiqueError as e:
+                print(f"mystique ab: error: {e}", file=sys.stderr)
+                results.append({"trace": Path(trace).name, "status": "error", "error": str(e)})
+                failed = True
+                if "exited" in str(e):
+                    break
+    finally:
+        for w in workers:
+            w.close()
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        first = next((r for r in results if "a" in r), None)
+        if first:
+            print(f"A: {args.python[0]} (torch {first['a']['torch']}, Python {first['a']['python']})")
+            print(f"B: {args.python[1]} (torch {first['b']['torch']}, Python {first['b']['python']})")
+        for line in report.format_table(report.ab_rows(results)):
+            print(line)
+        print(f"B / A ratio of low-quantile step times, {1 - 2 * args.alpha / max(1, len(args.traces)):.1%} "
+              f"intervals from paired rounds; tolerance {args.tolerance:.0%}")  # fmt: skip
+    slower = any(r.get("status") == "slower" for r in results)
+    return 1 if slower or failed else 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    from . import trend
+    from .history import HistoryStore, default_path
+
+    path = Path(args.db) if args.db else default_path()
+    if path is None:
+        print("mystique history: the history is off here (mystique_history = off)", file=sys.stderr)
+        return 2
+    if not path.exists():
+        print(f"mystique history: error: {path}: no history database (run pytest --mystique first, or give --db)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    store = HistoryStore(path)
+    try:
+        rows = store.results(limit=args.limit)
+    except MystiqueError as e:
+        print(f"mystique history: error: {e}", file=sys.stderr)
+        return 2
+    by_trace: dict[str, list[dict]] = {}
+    for r in rows:
+        by_trace.setdefault(r["trace"], []).append(r)
+    wanted = args.traces or sorted(by_trace)
+    missing = [t for t in wanted if t not in by_trace]
+    for t in missing:
+        print(f"mystique history: no runs of {t!r} in {path}", file=sys.stderr)
+    series = [trend.build_series(t, by_trace[t]) for t in wanted if t in by_trace]
+    print(f"history: {path}")
+    for line in trend.text_report(series, last=args.last):
+        print(line)
+    if args.html:
+        def progress(n, total, name):
+            print(f"  [{n}/{total}] plotting {name}", file=sys.stderr)
+
+        try:
+            trend.write_html(series, args.html, progress=progress)
+        except ImportError:
+            print("mystique history: error: --html needs matplotlib (pip install 'pytest-mystique[html]')",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"wrote {args.html}")
+    return 2 if missing and not series else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mystique", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -120,6 +204,30 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, default=None, help="torch CPU threads while capturing")
     c.add_argument("--what", default="", help="a description stored in the timing sidecar")
     c.set_defaults(func=_capture)
+
+    a = sub.add_parser("ab", help="replay traces alternately in two Python environments and compare them")
+    a.add_argument("traces", nargs="+", metavar="TRACE", help="execution trace files")
+    a.add_argument("--python", action="append", required=True, metavar="EXE",
+                   help="a Python executable with torch and pytest-mystique; give it twice: A, then B")  # fmt: skip
+    a.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S * 2,
+                   help=f"seconds of rounds per trace (default {DEFAULT_BUDGET_S * 2:g})")  # fmt: skip
+    a.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="changes within this are the same")
+    a.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="false alarm chance over all traces")
+    a.add_argument("--threads", type=int, default=1, help="CPU threads per worker (default 1)")
+    a.add_argument("--noise", type=float, default=DEFAULT_NOISE,
+                   help=f"offset between two worker processes that rounds cannot remove (default {DEFAULT_NOISE:g})")  # fmt: skip
+    a.add_argument("--device", default="cpu", help="replay device in both workers (default cpu)")
+    a.add_argument("--seed", type=int, default=0, help="seed of the round order")
+    a.add_argument("--json", action="store_true", help="print the results as JSON")
+    a.set_defaults(func=_ab)
+
+    h = sub.add_parser("history", help="recent runs per trace and the change points of their series")
+    h.add_argument("traces", nargs="*", metavar="TRACE", help="trace names (default: all)")
+    h.add_argument("--db", default=None, help="history database (default: the one pytest --mystique writes here)")
+    h.add_argument("--html", default=None, metavar="PATH", help="also write a self-contained HTML report")
+    h.add_argument("--last", type=int, default=10, help="runs to list per trace (default 10)")
+    h.add_argument("--limit", type=int, default=100000, help="results to read (newest first, default 100000)")
+    h.set_defaults(func=_history)
     return p
 
 

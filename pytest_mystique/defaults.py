@@ -5,3 +5,10 @@ DEFAULT_ITERS = 15
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_ALPHA = 0.01
 DEFAULT_CONFIDENCE = 0.99
+#: Seconds of timed sampling per trace before the verdict is ``unsure`` (``--mystique-budget``).
+DEFAULT_BUDGET_S = 20.0
+#: Run-to-run scatter of a trace's level that sampling inside one process cannot remove
+#: (``--mystique-noise``; measured by benchmarks/stat_power.py on 2-core CI machines).
+DEFAULT_NOISE = 0.025
+#: A segment lasts about this long (iterations are added until it does).
+SEGMENT_S = 0.5

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import MystiqueError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: level and details columns
 DEFAULT_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS results (
     ops_total INTEGER,
     ops_replayed INTEGER,
     per_op TEXT,
-    recorded TEXT NOT NULL
+    recorded TEXT NOT NULL,
+    level REAL,
+    details TEXT
 );
 CREATE INDEX IF NOT EXISTS results_trace ON results(trace, id);
 """
@@ -73,16 +75,17 @@ class HistoryStore:
             con.execute("PRAGMA synchronous=NORMAL")
             con.executescript(_SCHEMA)
             row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
                 raise HistoryError(self.path, f"history schema {row[0]} is newer than this pytest-mystique reads")
+            if row is None or int(row[0]) < SCHEMA_VERSION:
+                _upgrade(con)
         except sqlite3.Error as e:
             con.close()
             raise HistoryError(self.path, _problem(e)) from None
         return con
 
     def record(self, run_uuid: str, result: dict) -> None:
+        details = {k: result.get(k) for k in DETAIL_KEYS if result.get(k) is not None}
         """Append one trace result (and its run's row, the first time) in one transaction."""
         cmp = result.get("comparison") or {}
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -98,13 +101,14 @@ class HistoryStore:
                 (run_id,) = con.execute("SELECT id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
                 con.execute(
                     "INSERT INTO results (run_id, trace, file, status, median_s, n, samples, ratio, ci_low, "
-                    "ci_high, p_value, ops_total, ops_replayed, per_op, recorded) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ci_high, p_value, ops_total, ops_replayed, per_op, recorded, level, details) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, result["trace"], result.get("file"), result["status"], result.get("median_s"),
                      len(result.get("samples_s") or []), json.dumps(result.get("samples_s") or []),
                      cmp.get("ratio"), cmp.get("ci_low"), cmp.get("ci_high"), cmp.get("p_slower"),
                      result.get("ops_total"), result.get("ops_replayed"),
-                     json.dumps(result.get("per_op_median_s")) if result.get("per_op_median_s") else None, now),
+                     json.dumps(result.get("per_op_median_s")) if result.get("per_op_median_s") else None, now,
+                     result.get("level"), json.dumps(details, default=str)),
                 )  # fmt: skip
                 con.execute("COMMIT")
             except sqlite3.Error as e:
@@ -137,6 +141,26 @@ class HistoryStore:
                 raise HistoryError(self.path, _problem(e)) from None
 
 
+#: Result fields kept in the ``details`` column (JSON).
+DETAIL_KEYS = ("device", "threads", "segments", "segment_iters", "sampling_s", "probed", "tolerance", "comparison",
+               "attribution", "hardware_key", "ops_skipped")  # fmt: skip
+
+
+def _upgrade(con: sqlite3.Connection) -> None:
+    """Bring a database written by an older pytest-mystique to this schema, in one transaction."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        have = {r[1] for r in con.execute("PRAGMA table_info(results)")}
+        for column, kind in (("level", "REAL"), ("details", "TEXT")):
+            if column not in have:
+                con.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        con.execute("COMMIT")
+    except sqlite3.Error:
+        con.execute("ROLLBACK")
+        raise
+
+
 def _problem(e: sqlite3.Error) -> str:
     text = str(e)
     if "not a database" in text or "malformed" in text:
@@ -144,3 +168,61 @@ def _problem(e: sqlite3.Error) -> str:
     if "locked" in text or "busy" in text:
         return f"history database is locked by another process ({text})"
     return f"history database error: {text}"
+
+
+def find_ini(start: Path) -> tuple[Path | None, dict]:
+    """The pytest configuration file that applies in ``start`` (pytest's documented search: in
+    each directory upwards, pytest.ini, .pytest.ini, pyproject.toml with [tool.pytest.ini_options],
+    tox.ini with [pytest], setup.cfg with [tool:pytest]) and its mystique settings."""
+    import configparser
+
+    for d in (start, *start.parents):
+        for name in ("pytest.ini", ".pytest.ini"):
+            if (d / name).is_file():
+                return d / name, _ini_section(d / name, "pytest")
+        pyproject = d / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                tomllib = None
+            if tomllib is not None:
+                try:
+                    opts = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
+                except (OSError, ValueError):
+                    opts = {}
+                if "ini_options" in opts:
+                    return pyproject, {k: str(v) for k, v in opts["ini_options"].items()}
+        for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+            if (d / name).is_file():
+                try:
+                    found = _ini_section(d / name, section)
+                except configparser.Error:
+                    continue
+                if found is not None:
+                    return d / name, found
+    return None, {}
+
+
+def _ini_section(path: Path, section: str) -> dict | None:
+    import configparser
+
+    cp = configparser.ConfigParser(interpolation=None)
+    cp.read(path, encoding="utf-8")
+    return dict(cp[section]) if cp.has_section(section) else ({} if path.name.endswith("pytest.ini") else None)
+
+
+def default_path(cwd: Path | None = None) -> Path | None:
+    """Where the plugin run from ``cwd`` writes its history (the same rules as the plugin's
+    ``history_path``): ``mystique_history`` or ``mystique_baseline_dir`` of the ini file, else
+    ``.mystique/baselines/history.sqlite`` under the rootdir."""
+    cwd = cwd or Path.cwd()
+    ini, opts = find_ini(cwd)
+    base = ini.parent if ini else cwd
+    value = (opts or {}).get("mystique_history")
+    if value == "off":
+        return None
+    if value:
+        return (base / value).resolve()
+    bdir = (opts or {}).get("mystique_baseline_dir")
+    return ((base / bdir).resolve() if bdir else base / ".mystique" / "baselines") / "history.sqlite"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .defaults import DEFAULT_ITERS, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .errors import MystiqueError
 from .trace import sniff, trace_stem
 
@@ -33,6 +33,7 @@ class _XdistHooks:
     def pytest_configure_node(self, node) -> None:
         node.workerinput["mystique_run_id"] = node.config.stash[_run_key]
 _ignored_key = pytest.StashKey[list]()
+_count_key = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,7 +45,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mystique-warmup", type=int, default=None, metavar="N",
                     help=f"warm-up iterations per trace (default {DEFAULT_WARMUP})")  # fmt: skip
     group.addoption("--mystique-iters", type=int, default=None, metavar="N",
-                    help=f"timed iterations per trace (default {DEFAULT_ITERS})")  # fmt: skip
+                    help="timed iterations per segment (default: as many as fill half a second)")  # fmt: skip
+    group.addoption("--mystique-budget", type=float, default=None, metavar="SECONDS",
+                    help=f"sampling time per trace before the verdict is 'unsure' (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
+    group.addoption("--mystique-strict", action="store_true", default=False,
+                    help="fail traces whose verdict is 'unsure' too")  # fmt: skip
+    group.addoption("--mystique-alpha", type=float, default=None, metavar="P",
+                    help=f"chance of a false alarm per session (default {DEFAULT_ALPHA:g})")  # fmt: skip
+    group.addoption("--mystique-noise", type=float, default=None, metavar="FRACTION",
+                    help=f"run-to-run noise that sampling cannot remove (default {DEFAULT_NOISE:g})")  # fmt: skip
     group.addoption("--mystique-threads", type=int, default=None, metavar="N",
                     help="CPU threads for the replay (default: OMP_NUM_THREADS, else torch's default)")  # fmt: skip
     group.addoption("--mystique-baseline-dir", default=None, metavar="DIR",
@@ -71,6 +80,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mystique_history", "history database path, relative to the rootdir ('off' disables)", default=None)
     parser.addini("mystique_history_timeout", "seconds to wait for a locked history database", default=None)
     parser.addini("mystique_warmup", "warm-up iterations per trace", default=None)
+    parser.addini("mystique_budget", "sampling seconds per trace", default=None)
+    parser.addini("mystique_noise", "run-to-run noise (fraction) that sampling cannot remove", default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,8 +102,20 @@ def _int_setting(config: pytest.Config, name: str, default: int) -> int:
     if value is None:
         raw = config.getini(f"mystique_{name}")
         value = int(raw) if raw not in (None, "") else default
-    if value < 0 or (name == "iters" and value < 2):
+    if value is not None and (value < 0 or (name == "iters" and value < 2)):
         raise pytest.UsageError(f"--mystique-{name} must be {'at least 2' if name == 'iters' else 'non-negative'}")
+    return value
+
+
+def _float_setting(config: pytest.Config, name: str, default: float) -> float:
+    value = config.getoption(f"mystique_{name}")
+    if value is None:
+        raw = config.getini(f"mystique_{name}") if name in ("budget", "noise") else None
+        value = float(raw) if raw not in (None, "") else default
+    if not value > 0 and not (name == "noise" and value == 0):
+        raise pytest.UsageError(f"--mystique-{name} must be positive")
+    if name == "alpha" and not value < 0.5:
+        raise pytest.UsageError("--mystique-alpha must be below 0.5")
     return value
 
 
@@ -115,7 +138,11 @@ def options_from(config: pytest.Config):
     return Options(
         device=config.getoption("mystique_device") or "auto",
         warmup=_int_setting(config, "warmup", DEFAULT_WARMUP),
-        iters=_int_setting(config, "iters", DEFAULT_ITERS),
+        iters=_int_setting(config, "iters", None),
+        budget_s=_float_setting(config, "budget", DEFAULT_BUDGET_S),
+        # each trace is tested at alpha / (number of traces): Benjamini-Hochberg's strictest step
+        alpha=_float_setting(config, "alpha", DEFAULT_ALPHA) / max(1, config.stash.get(_count_key, 1)),
+        process_noise=_float_setting(config, "noise", DEFAULT_NOISE),
         threads=config.getoption("mystique_threads"),
         max_memory=parse_size(config.getoption("mystique_max_memory")),
         **({"max_trace_bytes": parse_size(config.getoption("mystique_max_trace_size"))}
@@ -185,6 +212,10 @@ def _is_trace_name(name: str) -> bool:
     return (name.endswith(".json") or name.endswith(".json.gz")) and not name.endswith(".meta.json")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[_count_key] = sum(isinstance(i, TraceItem) for i in session.items)
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     config = parent.config
     if not _enabled(config) or not _is_trace_name(file_path.name):
@@ -209,7 +240,8 @@ class TraceFile(pytest.File):
 
 
 class Regression(Exception):
-    """The replay is significantly slower than its baseline."""
+    """The replay is significantly slower than its baseline (or, under --mystique-strict, no
+    verdict was reached)."""
 
 
 class TraceItem(pytest.Item):
@@ -219,7 +251,7 @@ class TraceItem(pytest.Item):
 
     def runtest(self) -> None:
         from .baseline import BaselineStore
-        from .runner import judge, release, replay_file, with_original_timing
+        from .runner import check_file, release, with_original_timing
 
         config = self.config
         rel = _rel(config, self.path)
@@ -227,9 +259,8 @@ class TraceItem(pytest.Item):
         result = {"trace": self.name, "nodeid": self.nodeid, "file": rel, "status": "error"}
         run = None
         try:
-            run = replay_file(self.path, options_from(config))
-            result = judge(
-                run, BaselineStore(baseline_dir(config)), baseline_name,
+            run, result = check_file(
+                self.path, options_from(config), BaselineStore(baseline_dir(config)), baseline_name,
                 tolerance=tolerance_for(config, self.name, rel),
                 update=config.getoption("mystique_update"), rootdir=config.rootpath,
             )  # fmt: skip
@@ -242,7 +273,7 @@ class TraceItem(pytest.Item):
         finally:
             release(run)
             self._record(result)
-        if result["status"] == "slower":
+        if result["status"] == "slower" or (result["status"] == "unsure" and config.getoption("mystique_strict")):
             raise Regression(_regression_message(result))
 
     def _record(self, result: dict) -> None:
@@ -257,7 +288,8 @@ class TraceItem(pytest.Item):
         if result.get("status") not in (None, "error"):
             head = (
                 f"{result['ops_replayed']}/{result['ops_total']} ops replayed on {result['device']}, "
-                f"median {report.fmt_seconds(result['median_s'])} over {len(result['samples_s'])} iterations"
+                f"median {report.fmt_seconds(result['median_s'])} over {len(result['samples_s'])} iterations "
+                f"in {result.get('segments', '?')} segments ({result.get('sampling_s', 0):.1f} s)"
             )
             if result.get("fidelity_ratio"):
                 head += f", {result['fidelity_ratio']:.2f}x the original step"
@@ -275,13 +307,16 @@ class TraceItem(pytest.Item):
 
 
 def _regression_message(result: dict) -> str:
+    from . import report
     from .stats import Comparison
 
     cmp = Comparison(**{k: v for k, v in result["comparison"].items() if k != "change"})
+    what = "is slower than its baseline" if cmp.verdict == "slower" else "reached no verdict within the budget (--mystique-strict)"
     lines = [
-        f"{result['trace']} is slower than its baseline: {cmp.describe()}",
+        f"{result['trace']} {what}: {cmp.describe()}",
         f"baseline: {result['baseline_path']}",
     ]
+    lines += report.attribution_lines(result)
     changes = result.get("env_changes") or []
     lines.append("environment changes: " + ("; ".join(changes) if changes else "none recorded"))
     if result.get("ops_skipped"):
@@ -328,6 +363,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                 tr.write_line(f"{r['trace']}:")
                 for line in extra:
                     tr.write_line(f"    {line}")
+        for line in report.session_lines(results, _float_setting(config, "alpha", DEFAULT_ALPHA),
+                                         config.getoption("mystique_strict")):  # fmt: skip
+            tr.write_line(line)
         new = [r for r in results if r.get("status") in ("new", "updated")]
         if new:
             tr.write_line(f"{len(new)} baseline(s) recorded under {baseline_dir(config)}")

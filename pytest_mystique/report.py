@@ -20,6 +20,7 @@ VERDICT_WORDS = {
     "same": "ok",
     "slower": "SLOWER",
     "faster": "faster",
+    "unsure": "unsure",
     "error": "ERROR",
 }
 
@@ -45,6 +46,21 @@ def table_rows(results: list[dict]) -> list[list[str]]:
     return rows
 
 
+def ab_rows(results: list[dict]) -> list[list[str]]:
+    rows = [["trace", "A median", "B median", "B / A", "rounds", "verdict"]]
+    for r in results:
+        if r.get("status") == "error":
+            rows.append([r["trace"], "-", "-", "-", "-", "ERROR"])
+            continue
+        c = r["comparison"]
+        rows.append([
+            r["trace"], fmt_seconds(r["a"]["median_s"]), fmt_seconds(r["b"]["median_s"]),
+            f"{c['ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]", str(r["rounds"]),
+            VERDICT_WORDS.get(r["status"], r["status"]),
+        ])  # fmt: skip
+    return rows
+
+
 def format_table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
@@ -63,6 +79,43 @@ def skipped_lines(result: dict) -> list[str]:
         lines.append(f"substituted {s['count']}x {s['op']} -> {s['replacement']}")
     for note, n in result.get("notes", {}).items():
         lines.append(f"note ({n}x): {note}")
+    return lines
+
+
+def attribution_lines(result: dict) -> list[str]:
+    """Where a slowdown comes from: the operators that added the most time per iteration."""
+    rows = result.get("attribution") or []
+    if not rows:
+        return []
+    lines = ["operators that added the most time per iteration (instrumented per-op medians, now vs baseline):"]
+    for r in rows:
+        lines.append(f"    +{fmt_seconds(r['added_s']):>10}  {r['op']}  "
+                     f"({fmt_seconds(r['baseline_s'])} -> {fmt_seconds(r['current_s'])})")  # fmt: skip
+    return lines
+
+
+def session_lines(results: list[dict], alpha: float, strict: bool) -> list[str]:
+    """How the session's verdicts were reached: the false-alarm control across its traces, and
+    Benjamini-Hochberg q-values of the slowdowns."""
+    from .stats import benjamini_hochberg
+
+    compared = [r for r in results if r.get("comparison")]
+    if not compared:
+        return []
+    m = len([r for r in results if r.get("status") != "error"]) or 1
+    q = benjamini_hochberg([r["comparison"]["p_slower"] for r in compared])
+    lines = [
+        f"verdicts: {len(compared)} trace(s) compared, each tested at alpha {alpha:g}/{m} (false alarm chance "
+        f"for the session <= {alpha:g}; this is Benjamini-Hochberg's strictest step, so the false discovery "
+        f"rate is <= {alpha:g} too)"
+    ]
+    flagged = [(r, qv) for r, qv in zip(compared, q) if r["status"] in ("slower", "unsure")]
+    for r, qv in flagged:
+        lines.append(f"  {r['trace']}: {r['status']}, p={r['comparison']['p_slower']:.2g}, BH q={qv:.2g}")
+    unsure = [r for r in compared if r["status"] == "unsure"]
+    if unsure:
+        lines.append(f"{len(unsure)} unsure (budget spent without a verdict): "
+                     + ("failed (--mystique-strict)" if strict else "reported, not failed; raise --mystique-budget"))  # fmt: skip
     return lines
 
 
@@ -110,7 +163,7 @@ def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -
             "param": None,
             "extra_info": {
                 k: r.get(k) for k in ("status", "device", "threads", "ops_total", "ops_replayed", "ops_skipped",
-                                      "baseline_median_s", "comparison")  # fmt: skip
+                                      "baseline_median_s", "comparison", "sampling_s", "segments")  # fmt: skip
             },
             "options": {"warmup": r.get("warmup"), "timer": r.get("timer"), "min_rounds": len(r["samples_s"])},
             "stats": d,

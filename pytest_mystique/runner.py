@@ -1,24 +1,29 @@
 """One trace from file to verdict: load, replay, measure, compare with the baseline, store.
 
-The pytest plugin and the CLI are thin layers over :func:`replay_file` and :func:`judge`.
+The pytest plugin is a thin layer over :func:`check_file` (sample to a verdict against the stored
+baseline); the CLI's ``replay`` over :func:`replay_file` (a fixed number of iterations).
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import signal
+import statistics
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .baseline import BaselineExists, BaselineStore, git_commit, make_record
+from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
-from .measure import DEFAULT_ITERS, DEFAULT_WARMUP, Measurement, measure
+from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
+from .sampling import Sampled, comparable, sample
 from .sidecar import load_sidecar
-from .stats import DEFAULT_TOLERANCE, compare
+from .stats import compare_levels
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
 
 
@@ -26,24 +31,27 @@ from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
 class Options:
     device: str = "auto"
     warmup: int = DEFAULT_WARMUP
-    iters: int = DEFAULT_ITERS
+    iters: int | None = None  # iterations per segment; None: as many as fill SEGMENT_S
     threads: int | None = None
     max_memory: int | None = None
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
     seed: int = 0
     timeout_s: float | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+    alpha: float = DEFAULT_ALPHA  # for this trace (the plugin divides the session's among its traces)
+    process_noise: float = DEFAULT_NOISE
 
 
 @dataclass
 class ReplayRun:
     replay: Replay
-    measurement: Measurement
+    measurement: Measurement | Sampled
     load_s: float
 
     def summary(self) -> dict:
         rep = self.replay.report
         m = self.measurement
-        return {
+        out = {
             "trace": self.replay.trace.name,
             "file": str(self.replay.trace.path),
             "schema": self.replay.trace.schema,
@@ -63,6 +71,10 @@ class ReplayRun:
             "samples_s": m.samples_s,
             "median_s": m.median_s,
         }
+        if isinstance(m, Sampled):
+            out.update(segments=len(m.segments), segment_iters=m.segment_iters, sampling_s=m.sampling_s,
+                       probed=m.probed, looks=m.looks)  # fmt: skip
+        return out
 
 
 class _Deadline(BaseException):
@@ -92,13 +104,19 @@ def deadline(seconds: float | None, path):
         signal.signal(signal.SIGALRM, old)
 
 
+def prepare_file(path, options: Options) -> tuple[Replay, float]:
+    """Load and validate ``path``; the replay of it, not yet prepared, and the load time."""
+    t0 = time.perf_counter()
+    trace = load_trace(path, max_bytes=options.max_trace_bytes)
+    load_s = time.perf_counter() - t0
+    return Replay(trace, resolve_device(options.device), seed=options.seed, max_memory=options.max_memory), load_s
+
+
 def replay_file(path, options: Options) -> ReplayRun:
+    """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling)."""
     with deadline(options.timeout_s, path):
-        t0 = time.perf_counter()
-        trace = load_trace(path, max_bytes=options.max_trace_bytes)
-        load_s = time.perf_counter() - t0
-        replay = Replay(trace, resolve_device(options.device), seed=options.seed, max_memory=options.max_memory)
-        m = measure(replay, warmup=options.warmup, iters=options.iters, threads=options.threads)
+        replay, load_s = prepare_file(path, options)
+        m = measure(replay, warmup=options.warmup, iters=options.iters or DEFAULT_ITERS, threads=options.threads)
     return ReplayRun(replay, m, load_s)
 
 
@@ -113,38 +131,83 @@ def with_original_timing(summary: dict, trace_path) -> dict:
     return summary
 
 
-def judge(run: ReplayRun, store: BaselineStore, baseline_name: str, *, tolerance: float = DEFAULT_TOLERANCE,
-          update: bool = False, rootdir=None) -> dict:  # fmt: skip
-    """Compare with the stored baseline (recording one when there is none, or when ``update``)."""
-    result = run.summary()
-    env = fingerprint(run.replay.device, run.measurement.threads)
-    key = hardware_key(env)
-    result["environment"] = env
-    result["hardware_key"] = key
-    result["tolerance"] = tolerance
-    result["git_commit"] = commit = git_commit(rootdir)
-    baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
-    if baseline is None:
-        existed = store.path_for(key, baseline_name).exists()
-        record = make_record(
-            baseline_name, str(run.replay.trace.path), run.measurement.samples_s, env,
-            ops_total=run.replay.report.ops_total, ops_replayed=run.replay.report.ops_replayed,
-            commit=commit,
-        )  # fmt: skip
-        try:
-            result["baseline_path"] = str(store.save(key, baseline_name, record, replace=update))
-        except BaselineExists:
-            baseline = store.load(key, baseline_name)  # another run won the race: compare with it
-        else:
-            result["status"] = "updated" if existed else "new"
-            return result
-    cmp = compare(baseline.samples_s, run.measurement.samples_s, tolerance=tolerance)
-    result["baseline_path"] = str(baseline.path)
-    result["baseline_median_s"] = cmp.baseline_median_s
-    result["comparison"] = cmp.as_dict()
-    result["status"] = cmp.verdict
-    result["env_changes"] = differences(baseline.environment, env)
-    return result
+def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,
+               tolerance: float = DEFAULT_TOLERANCE, update: bool = False, rootdir=None) -> tuple[ReplayRun, dict]:  # fmt: skip
+    """Replay ``path`` and sample it until a verdict against its stored baseline (recording a
+    baseline when there is none, or when ``update``). Returns the run and its result."""
+    with deadline(options.timeout_s, path):
+        replay, load_s = prepare_file(path, options)
+        env = fingerprint(replay.device, thread_count(options.threads))
+        key = hardware_key(env)
+        baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
+        sampled = _sample(replay, options, baseline, tolerance)
+        run = ReplayRun(replay, sampled, load_s)
+        result = run.summary()
+        result.update(environment=env, hardware_key=key, tolerance=tolerance, git_commit=git_commit(rootdir),
+                      per_op_median_s=_per_op(replay, sampled),
+                      level=math.exp(statistics.fmean(s.level(sampled.probed) for s in sampled.segments)))  # fmt: skip
+        if baseline is None:
+            record = make_record(
+                baseline_name, str(replay.trace.path), sampled, env, ops_total=replay.report.ops_total,
+                ops_replayed=replay.report.ops_replayed, commit=result["git_commit"],
+                per_op_median_s=result["per_op_median_s"],
+            )  # fmt: skip
+            existed = store.path_for(key, baseline_name).exists()
+            try:
+                result["baseline_path"] = str(store.save(key, baseline_name, record, replace=update))
+            except BaselineExists:
+                baseline = store.load(key, baseline_name)  # another run won the race: compare with it
+                sampled.comparison = _offline_comparison(baseline, sampled, options, tolerance)
+            else:
+                result["status"] = "updated" if existed else "new"
+                return run, result
+        cmp = sampled.comparison
+        result.update(baseline_path=str(baseline.path), baseline_median_s=cmp.baseline_median_s,
+                      comparison=cmp.as_dict(), status=cmp.verdict,
+                      env_changes=differences(baseline.environment, env))  # fmt: skip
+        if cmp.verdict == "slower" and baseline.per_op_median_s:
+            result["attribution"] = attribute(baseline.per_op_median_s, result["per_op_median_s"])
+    return run, result
+
+
+def _sample(replay, options: Options, baseline, tolerance: float) -> Sampled:
+    kw = {}
+    if baseline is not None:
+        kw = dict(baseline=baseline.segments, baseline_signature=baseline.probe_signature, segment_iters=options.iters or baseline.segment_iters,
+                  comparison_extra={"baseline_median_s": baseline.median_s})  # fmt: skip
+    return sample(replay, budget_s=options.budget_s, tolerance=tolerance, alpha=options.alpha,
+                  process_noise=options.process_noise, threads=options.threads, warmup=options.warmup,
+                  **({"segment_iters": options.iters} if options.iters and baseline is None else {}), **kw)  # fmt: skip
+
+
+def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance: float):
+    calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
+    return compare_levels([b.level(calibrated) for b in baseline.segments],
+                          [s.level(calibrated) for s in sampled.segments],
+                          tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
+                          calibrated=calibrated, baseline_median_s=baseline.median_s,
+                          current_median_s=sampled.median_s)  # fmt: skip
+
+
+def _per_op(replay, sampled: Sampled) -> dict[str, float]:
+    with torch_threads(sampled.threads):
+        return per_op_medians(replay, iters=PER_OP_ITERS)
+
+
+#: Instrumented iterations for the per-op medians stored with a baseline and used to attribute a slowdown.
+PER_OP_ITERS = 5
+TOP_OPS = 5
+
+
+def attribute(baseline_ops: dict[str, float], current_ops: dict[str, float], top: int = TOP_OPS) -> list[dict]:
+    """The operators that account for a change: per-op median seconds per iteration now against
+    the baseline's, the ``top`` largest additions first."""
+    rows = []
+    for name in set(baseline_ops) | set(current_ops):
+        before, now = baseline_ops.get(name, 0.0), current_ops.get(name, 0.0)
+        rows.append({"op": name, "baseline_s": before, "current_s": now, "added_s": now - before})
+    rows.sort(key=lambda r: -r["added_s"])
+    return [r for r in rows[:top] if r["added_s"] > 0]
 
 
 def release(run: ReplayRun | None) -> None:

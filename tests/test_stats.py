@@ -1,9 +1,12 @@
-"""The statistical check on real replay samples and on controlled ones."""
+"""The statistics: segment levels, the verdict rules, paired comparisons and the FDR adjustment."""
+
+import math
 
 import numpy as np
 import pytest
 
-from pytest_mystique.stats import compare
+from pytest_mystique.sampling import look_points
+from pytest_mystique.stats import benjamini_hochberg, compare, compare_levels, compare_paired, segment_level
 
 
 def noisy(median, n, rng, spread=0.03):
@@ -11,32 +14,86 @@ def noisy(median, n, rng, spread=0.03):
     return list(median * (1 + spread * rng.gamma(2.0, 0.5, n) - spread))
 
 
-def test_same_distribution_is_same():
+def levels(level, n, rng, sd=0.02):
+    return list(level + sd * rng.standard_normal(n))
+
+
+def test_segment_level_divides_by_the_probe():
+    xs, probe = [0.010, 0.011, 0.030], [0.001, 0.0011, 0.002]
+    assert segment_level(xs, probe) == pytest.approx(segment_level(xs) - segment_level(probe))
+    # a machine twice as slow doubles both: the level does not move
+    assert segment_level([2 * x for x in xs], [2 * p for p in probe]) == pytest.approx(segment_level(xs, probe))
+
+
+def test_same_distribution_rarely_alarms():
     rng = np.random.default_rng(0)
-    verdicts = [compare(noisy(0.1, 15, rng), noisy(0.1, 15, rng)).verdict for _ in range(100)]
-    assert verdicts.count("slower") <= 1
+    verdicts = [compare_levels(levels(0, 8, rng), levels(0, 8, rng), alpha=0.01).verdict for _ in range(400)]
+    assert verdicts.count("slower") <= 4
+    assert verdicts.count("same") > 300
 
 
 def test_doubling_is_slower_with_interval_around_two():
     rng = np.random.default_rng(1)
-    c = compare(noisy(0.1, 15, rng), noisy(0.2, 15, rng))
-    assert c.verdict == "slower"
+    c = compare(noisy(0.1, 40, rng), noisy(0.2, 40, rng))
+    assert c.verdict == "slower" and not c.calibrated
     assert c.ci_low < c.ratio < c.ci_high and 1.8 < c.ci_low and c.ci_high < 2.2
     assert c.p_slower < 0.001
 
 
-def test_small_slowdown_inside_tolerance_passes():
+def test_process_noise_widens_the_interval():
+    rng = np.random.default_rng(4)
+    b, c = levels(0, 10, rng, 0.005), levels(math.log(1.08), 10, rng, 0.005)
+    quiet = compare_levels(b, c, process_noise=0.0)
+    noisy_host = compare_levels(b, c, process_noise=0.03)
+    assert quiet.verdict == "slower" and noisy_host.verdict != "slower"
+    assert noisy_host.ci_high - noisy_host.ci_low > 3 * (quiet.ci_high - quiet.ci_low)
+
+
+def test_small_significant_slowdown_inside_tolerance_is_same():
     rng = np.random.default_rng(2)
-    c = compare(noisy(0.1, 30, rng, 0.005), noisy(0.102, 30, rng, 0.005), tolerance=0.05)
+    c = compare_levels(levels(0, 30, rng, 0.002), levels(math.log(1.02), 30, rng, 0.002), tolerance=0.05,
+                       process_noise=0.0)
     assert c.p_slower < 0.01  # significant...
-    assert c.verdict == "same"  # ...but within tolerance
+    assert c.verdict == "same"  # ...but surely within tolerance
+
+
+def test_undecided_until_final_then_unsure_or_same():
+    rng = np.random.default_rng(5)
+    b, c = levels(0, 4, rng, 0.05), levels(math.log(1.08), 4, rng, 0.05)
+    assert compare_levels(b, c, final=False).verdict == "undecided"
+    assert compare_levels(b, c, final=True).verdict == "unsure"  # +8% suggested, not shown
+    c2 = levels(math.log(1.01), 4, rng, 0.05)
+    assert compare_levels(b, c2, final=True).verdict in ("same", "unsure")
 
 
 def test_improvement_is_reported_as_faster():
     rng = np.random.default_rng(3)
-    assert compare(noisy(0.1, 15, rng), noisy(0.07, 15, rng)).verdict == "faster"
+    assert compare(noisy(0.1, 40, rng), noisy(0.07, 40, rng)).verdict == "faster"
 
 
-def test_needs_two_samples():
+def test_paired_rounds_cancel_drift():
+    rng = np.random.default_rng(6)
+    drift = 0.3 * rng.standard_normal(12)  # the machine's speed moves by 30% between rounds
+    a = drift + 0.005 * rng.standard_normal(12)
+    b = drift + math.log(1.10) + 0.005 * rng.standard_normal(12)
+    paired = compare_paired(b - a, process_noise=0.0)
+    assert paired.verdict == "slower" and 1.08 < paired.ci_low < paired.ratio < paired.ci_high < 1.12
+    assert compare_levels(list(a), list(b), process_noise=0).verdict != "slower"  # unpaired: lost in the drift
+
+
+def test_benjamini_hochberg_matches_the_definition():
+    p = [0.01, 0.04, 0.03, 0.005, 0.5]
+    q = benjamini_hochberg(p)
+    # sorted p: .005 .01 .03 .04 .5 -> p*m/rank: .025 .025 .05 .05 .5, then running minimum from the top
+    assert q == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.5])
+    assert benjamini_hochberg([]) == []
+
+
+def test_looks_grow_by_half_and_end_at_the_cap():
+    assert look_points(40) == [4, 6, 9, 14, 21, 32, 40]
+    assert look_points(3) == [4]
+
+
+def test_needs_two_segments():
     with pytest.raises(ValueError):
-        compare([0.1], [0.1, 0.2])
+        compare_levels([0.1], [0.1, 0.2])

@@ -1,0 +1,173 @@
+"""False alarms and detection power of the verdicts, through ``pytest --mystique`` itself.
+
+Records one baseline per bundled trace, then runs fresh pytest sessions on:
+  * A/A: the same traces (every trace replayed in a fresh process, same environment);
+  * +k%: copies of the traces in which a share of the operators runs twice (pytest_mystique.inject),
+    named like the originals so that they are judged against the originals' baselines.
+The true slowdown of each injected copy is measured separately, by alternating original and
+injected replays in one process (which cancels the machine's drift).
+Each run's recorded samples are also judged by pytest-benchmark's ``--benchmark-compare-fail=mean:5%``
+rule and by asv's rule (ratio of medians > 1.1 and Mann-Whitney U p < 0.002), side by side.
+
+    python benchmarks/stat_power.py --aa-sessions 25 --inj-sessions 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats as sps
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_mystique.inject import duplicate_ops  # noqa: E402
+
+SHARES = (0.02, 0.04, 0.06, 0.08, 0.1, 0.13, 0.17, 0.22, 0.3, 0.4, 0.55, 0.7)
+
+
+def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, dict]:
+    """A directory of the bundled traces, or of copies slowed down by about ``target`` (the share
+    of duplicated ops is searched per trace; the slowdown each copy really has is returned)."""
+    d = base / name / "traces"
+    d.mkdir(parents=True)
+    truth = {}
+    for src in sorted((ROOT / "traces").glob("*.json.gz")):
+        if target is None:
+            shutil.copy(src, d / src.name)
+            continue
+        data = json.loads(gzip.decompress(src.read_bytes()))
+        best = None
+        for share in SHARES:
+            (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, share, seed=1)).encode()))
+            got = true_slowdown(src, d / src.name, rounds=6) - 1
+            if best is None or abs(got - target) < abs(best[1] - target):
+                best = (share, got)
+            if got > target:
+                break
+        (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, best[0], seed=1)).encode()))
+        truth[src.name.split(".")[0]] = true_slowdown(src, d / src.name) - 1
+    return base / name, truth
+
+
+def session(cond: Path, bl: Path, extra: list[str], out_json: Path) -> tuple[list[dict], float]:
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(cond), "--mystique",
+           str(cond / "traces"), "--mystique-baseline-dir", str(bl), "--mystique-history", "off",
+           "--mystique-json", str(out_json), "--mystique-threads", "1", *extra]  # fmt: skip
+    subprocess.run(cmd, cwd=cond, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    data = json.loads(out_json.read_text())
+    return [b["extra_info"] | {"name": b["name"], "data": b["stats"]["data"]} for b in data["benchmarks"]], \
+        time.perf_counter() - t0
+
+
+def true_slowdown(orig: Path, injected: Path, rounds: int = 12) -> float:
+    """Ratio of low-quantile times, original and injected replays alternating in one process."""
+    import torch
+
+    from pytest_mystique.replay import Replay
+    from pytest_mystique.sampling import _segment, warm_up
+    from pytest_mystique.stats import segment_level
+    from pytest_mystique.trace import load_trace
+
+    torch.set_num_threads(1)
+    reps = [Replay(load_trace(p), "cpu").prepare() for p in (orig, injected)]
+    per = [warm_up(r, 3)[1] for r in reps]
+    m = max(5, int(0.3 / per[0]))
+    diffs = []
+    for _ in range(rounds):
+        a, b = (segment_level(_segment(r, m, probe=False).samples_s) for r in reps)
+        diffs.append(b - a)
+    return float(np.exp(np.median(diffs)))
+
+
+def baseline_samples(bl: Path) -> dict[str, list[float]]:
+    out = {}
+    for f in bl.rglob("*.yaml"):
+        data = yaml.safe_load(f.read_text())
+        out[Path(data["trace"]).name] = data["samples_s"]
+    return out
+
+
+def other_rules(base: list[float], cur: list[float]) -> tuple[bool, bool]:
+    pb = statistics.fmean(cur) > 1.05 * statistics.fmean(base)
+    ratio = statistics.median(cur) / statistics.median(base)
+    asv = ratio > 1.1 and sps.mannwhitneyu(cur, base, alternative="two-sided").pvalue < 0.002
+    return pb, asv
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--aa-sessions", type=int, default=25, help="A/A sessions (4 traces each)")
+    ap.add_argument("--inj-sessions", type=int, default=10, help="sessions per injected slowdown")
+    ap.add_argument("--targets", default="0.05,0.10", help="slowdowns to inject (ops run twice)")
+    ap.add_argument("--budget", type=float, default=None)
+    ap.add_argument("--keep", default=None, help="keep the work directory here")
+    args = ap.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="stat_power."))
+    work.mkdir(parents=True, exist_ok=True)
+    bl = work / "baselines"
+    extra = ["--mystique-budget", str(args.budget)] if args.budget else []
+    conds = [("A/A", None, args.aa_sessions)] + [
+        (f"+{float(t):.0%} injected", float(t), args.inj_sessions) for t in args.targets.split(",")
+    ]
+    print(f"work dir {work}; building injected traces ...", flush=True)
+    made = {name: write_condition(work, f"c{i}", target) for i, (name, target, _) in enumerate(conds)}
+    dirs = {name: d for name, (d, _) in made.items()}
+    print("recording baselines ...", flush=True)
+    session(dirs["A/A"], bl, extra, work / "record.json")
+    base = baseline_samples(bl)
+    rows = []
+    for name, _, n in conds:
+        truth = made[name][1]
+        runs, times = [], []
+        for k in range(n):
+            res, secs = session(dirs[name], bl, extra, work / f"{name[:3]}-{k}.json".replace("/", ""))
+            runs += res
+            times.append(secs)
+            print(f"  {name}: session {k + 1}/{n} ({secs:.0f} s)", flush=True)
+        verdicts = [r["status"] for r in runs]
+        n_runs = len(runs)
+        pb_asv = [other_rules(base[r["name"]], r["data"]) for r in runs if r["name"] in base]
+        rows.append({
+            "condition": name,
+            "true": ", ".join(f"{k} {v:+.1%}" for k, v in truth.items()) or "none",
+            "runs": n_runs,
+            "slower": verdicts.count("slower") / n_runs,
+            "unsure": verdicts.count("unsure") / n_runs,
+            "same": verdicts.count("same") / n_runs,
+            "faster": verdicts.count("faster") / n_runs,
+            "pb_mean5": sum(p for p, _ in pb_asv) / len(pb_asv),
+            "asv": sum(a for _, a in pb_asv) / len(pb_asv),
+            "median_sampling_s": statistics.median(r.get("sampling_s") or 0 for r in runs),
+            "median_session_s": statistics.median(times),
+        })  # fmt: skip
+    print()
+    head = ["condition", "runs", "mystique slower", "unsure", "same", "faster", "pb mean:5%", "asv 1.1+MWU",
+            "median s to verdict", "session s"]  # fmt: skip
+    print(" | ".join(head))
+    for r in rows:
+        print(" | ".join([r["condition"], str(r["runs"]), f"{r['slower']:.1%}", f"{r['unsure']:.1%}", f"{r['same']:.1%}",
+                          f"{r['faster']:.1%}", f"{r['pb_mean5']:.1%}", f"{r['asv']:.1%}",
+                          f"{r['median_sampling_s']:.1f}", f"{r['median_session_s']:.0f}"]))  # fmt: skip
+    for r in rows:
+        if r["true"] != "none":
+            print(f"true slowdown ({r['condition']}, interleaved in one process): {r['true']}")
+    print("A/A rows: 'slower' is the false-alarm rate; injected rows: 'slower' is the detection rate.")
+    (work / "stat_power.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A/B mode: the same traces replayed alternately in two Python environments.
+
+``mystique ab --python OLD/bin/python --python NEW/bin/python TRACE...`` starts one replay worker
+(:mod:`.worker`) per environment, loads each trace in both, and then runs *rounds*. In a round
+the two workers take turns, a block of about :data:`BLOCK_S` of iterations each (the first turn
+chosen at random), until each has timed a segment. A round's difference of levels
+(``log q10(B) - log q10(A)``) compares iterations taken within milliseconds of each other on the
+same machine in the same state, so the drift that makes comparisons with a stored baseline noisy
+cancels within it. Rounds
+are added, with the looks and the significance split of :mod:`.sampling`, until the paired
+interval gives a verdict or the budget is spent. Each worker process also has an offset of its own
+(measured: up to several percent between two processes of the same environment, most for
+convolutions); the interval counts it as known noise (``--noise``), as the plugin does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
+from .errors import MystiqueError
+from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
+from .stats import compare_paired, segment_level
+
+MAX_ROUNDS = 60
+#: Each worker's turn lasts about this long.
+BLOCK_S = 0.05
+
+
+class Worker:
+    """One replay worker process in the environment of ``python``."""
+
+    def __init__(self, python: str, threads: int):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", "pytest_mystique.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True, env=env,
+            )  # fmt: skip
+        except OSError as e:
+            raise MystiqueError(python, f"cannot start a replay worker: {e.strerror or e}") from None
+        self.python = python
+
+    def request(self, **req) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            raise MystiqueError(self.python, "replay worker exited (is pytest-mystique installed in this environment?)")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise MystiqueError(req.get("trace") or self.python, reply["error"])
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.request(cmd="quit")
+        except MystiqueError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFAULT_BUDGET_S,
+             tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA, threads: int = 1,
+             device: str = "cpu", seed: int = 0, trace_b: str | Path | None = None,
+             process_noise: float = DEFAULT_NOISE) -> dict:  # fmt: skip
+    """Interleaved rounds of ``workers[0]`` (A) and ``workers[1]`` (B) on one trace (B replays
+    ``trace_b`` instead when given): the result dict with the paired comparison of B against A."""
+    infos = [w.request(cmd="load", trace=str(t), device=device, threads=threads)
+             for w, t in zip(workers, (trace, trace_b or trace))]  # fmt: skip
+    per_iter = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in workers]
+    m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(per_iter), 1e-9))))
+    block = max(1, min(m, round(BLOCK_S / max(max(per_iter), 1e-9))))
+    rounds_cap = max(FIRST_LOOK, min(MAX_ROUNDS, int(budget_s / max(m * sum(per_iter), 1e-9))))
+    points = look_points(rounds_cap)
+    rng = random.Random(seed)
+    levels: list[list[float]] = [[], []]
+    medians: list[list[float]] = [[], []]
+    start = time.perf_counter()
+    cmp = None
+    for k in points:
+        while len(levels[0]) < k:
+            order = [0, 1]
+            rng.shuffle(order)
+            got: list[list[float]] = [[], []]
+            while len(got[order[1]]) < m:
+                for i in (i for i in order if len(got[i]) < m):
+                    got[i] += workers[i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
+            for i in (0, 1):
+                levels[i].append(segment_level(got[i]))
+                medians[i].append(sorted(got[i])[len(got[i]) // 2])
+        spent = time.perf_counter() - start
+        final = k == points[-1] or spent * 1.5 > budget_s
+        diffs = [b - a for a, b in zip(*levels)]
+        settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < math.log1p(process_noise) / 2
+        cmp = compare_paired(diffs, tolerance=tolerance, alpha=alpha / len(points), final=final or settled,
+                             process_noise=process_noise, calibrated=False,
+                             baseline_median_s=_median(medians[0]), current_median_s=_median(medians[1]))  # fmt: skip
+        if cmp.verdict != "undecided":
+            break
+    return {
+        "trace": Path(trace).name, "file": str(trace), "status": cmp.verdict, "comparison": cmp.as_dict(),
+        "rounds": len(levels[0]), "segment_iters": m, "seconds": time.perf_counter() - start,
+        "a": infos[0] | {"median_s": _median(medians[0])}, "b": infos[1] | {"median_s": _median(medians[1])},
+    }  # fmt: skip
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2] if s else math.nan
