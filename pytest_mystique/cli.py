@@ -136,6 +136,32 @@ def _ab(args: argparse.Namespace) -> int:
     return 1 if slower or failed else 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .export import export_script
+    from .replay import Replay
+    from .trace import load_trace
+
+    try:
+        replay = Replay(load_trace(args.trace), "cpu")
+        with torch_threads(args.threads or 1):
+            replay.prepare()
+        source = export_script(replay, args.trace)
+    except MystiqueError as e:
+        print(f"mystique export: error: {e}", file=sys.stderr)
+        return 2
+    from .baseline import atomic_write
+
+    atomic_write(Path(args.output), source)
+    Path(args.output).chmod(0o755)
+    rep = replay.report
+    print(f"wrote {args.output}: {rep.ops_replayed} of {rep.ops_total} ops (run it with: python {args.output} --device DEV)")
+    for s in rep.skipped_list():
+        print(f"  not exported (skipped) {s['count']}x {s['op']}: {s['reason']}")
+    for s in rep.substitutions_list():
+        print(f"  substituted {s['count']}x {s['op']} -> {s['replacement']}")
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     from . import trend
     from .history import HistoryStore, default_path
@@ -220,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0, help="seed of the round order")
     a.add_argument("--json", action="store_true", help="print the results as JSON")
     a.set_defaults(func=_ab)
+
+    x = sub.add_parser("export", help="write a standalone benchmark script (needs only torch) of a trace")
+    x.add_argument("trace", help="execution trace file")
+    x.add_argument("-o", "--output", required=True, help="the script to write, e.g. bench.py")
+    x.add_argument("--threads", type=int, default=None, help="CPU threads while preparing (default 1)")
+    x.set_defaults(func=_export)
 
     h = sub.add_parser("history", help="recent runs per trace and the change points of their series")
     h.add_argument("traces", nargs="*", metavar="TRACE", help="trace names (default: all)")

@@ -143,7 +143,7 @@ class HistoryStore:
 
 #: Result fields kept in the ``details`` column (JSON).
 DETAIL_KEYS = ("device", "threads", "segments", "segment_iters", "sampling_s", "probed", "tolerance", "comparison",
-               "attribution", "hardware_key", "ops_skipped")  # fmt: skip
+               "attribution", "hardware_key", "ops_skipped", "timed", "xdist_worker")  # fmt: skip
 
 
 def _upgrade(con: sqlite3.Connection) -> None:

@@ -36,6 +36,33 @@ class Measurement:
         return min(self.samples_s)
 
 
+def steady_allocator() -> bool:
+    """Make the C heap's behaviour the same in every process (glibc only; elsewhere a no-op).
+
+    glibc serves a large allocation either from the heap or from a fresh ``mmap`` (page faults on
+    every use), choosing by a threshold that moves with the process's allocation history. The
+    replay's intermediate tensors are such allocations, so one process would run a convolutional
+    trace 30% slower than the next, in two stable modes, whatever the statistics do (measured on
+    the bundled cnn_infer: 13 ms or 17-19 ms per step). Fixing the threshold at its maximum (32
+    MiB; a long-running training process drifts there anyway) and not trimming the heap below
+    256 MiB removes the bimodality (13.0-14.8 ms in every process). Returns whether it applied."""
+    global _STEADY
+    if _STEADY is None:
+        _STEADY = False
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            _STEADY = bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)) & bool(libc.mallopt(M_TRIM_THRESHOLD, 256 << 20))
+        except (OSError, AttributeError):
+            pass
+    return _STEADY
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_STEADY: bool | None = None
+
+
 def thread_count(requested: int | None) -> int:
     """``--mystique-threads`` when given, else ``OMP_NUM_THREADS``, else torch's default."""
     if requested:
@@ -92,6 +119,7 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
             min_warmup_s: float = MIN_WARMUP_S) -> Measurement:  # fmt: skip
     """Prepare (if needed), warm up and time ``replay``."""
     n = thread_count(threads)
+    steady_allocator()
     with torch_threads(n):  # Replay.run turns autograd recording off itself
         t0 = time.perf_counter()
         replay.prepare()

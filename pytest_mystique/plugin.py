@@ -8,6 +8,7 @@ significant slowdown. Without ``--mystique`` nothing here changes pytest's behav
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 import uuid
@@ -28,10 +29,18 @@ _run_key = pytest.StashKey[str]()
 
 
 class _XdistHooks:
-    """With pytest-xdist, all workers of one session record into the same history run."""
+    """With pytest-xdist, all workers of one session record into the same history run, and
+    ``-n auto`` means one worker per GPU (see :mod:`.parallel`)."""
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["mystique_run_id"] = node.config.stash[_run_key]
+
+    def pytest_xdist_auto_num_workers(self, config):
+        if not _enabled(config):
+            return None
+        from .parallel import gpu_count
+
+        return gpu_count() or None
 _ignored_key = pytest.StashKey[list]()
 _count_key = pytest.StashKey[int]()
 
@@ -91,6 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "mystique-xdist")
     config.addinivalue_line("markers", "mystique: a trace replayed by pytest-mystique")
+    if _enabled(config):
+        options_from(config)  # a bad setting is a usage error now, not an error in every item
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -250,20 +261,29 @@ class TraceItem(pytest.Item):
         self.add_marker("mystique")
 
     def runtest(self) -> None:
+        from . import parallel
         from .baseline import BaselineStore
         from .runner import check_file, release, with_original_timing
 
         config = self.config
+        worker = getattr(config, "workerinput", None)
         rel = _rel(config, self.path)
         baseline_name = re.sub(r"\.json(\.gz)?$", "", rel)
         result = {"trace": self.name, "nodeid": self.nodeid, "file": rel, "status": "error"}
         run = None
         try:
+            options = options_from(config)
+            options.device, note = parallel.worker_device(options.device, parallel.worker_index(worker))
             run, result = check_file(
-                self.path, options_from(config), BaselineStore(baseline_dir(config)), baseline_name,
+                self.path, options, BaselineStore(baseline_dir(config)), baseline_name,
                 tolerance=tolerance_for(config, self.name, rel),
                 update=config.getoption("mystique_update"), rootdir=config.rootpath,
+                turn=functools.partial(parallel.cpu_turn, config.stash[_run_key] if worker else None, options.device),
             )  # fmt: skip
+            if worker:
+                result["xdist_worker"] = worker.get("workerid")
+            if note:
+                result["notes"][note] = 1
             result = with_original_timing(result, self.path)
             result.update(trace=self.name, nodeid=self.nodeid, file=rel)
             _record_history(config, result)
@@ -366,6 +386,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for line in report.session_lines(results, _float_setting(config, "alpha", DEFAULT_ALPHA),
                                          config.getoption("mystique_strict")):  # fmt: skip
             tr.write_line(line)
+        workers = {r["xdist_worker"] for r in results if r.get("xdist_worker") and str(r.get("device")).startswith("cpu")}
+        if len(workers) > 1:
+            tr.write_line(f"pytest-xdist on the CPU: {len(workers)} workers loaded and prepared traces in parallel and "
+                          "took turns timing them (replays timed at once on shared cores measure each other)")  # fmt: skip
         new = [r for r in results if r.get("status") in ("new", "updated")]
         if new:
             tr.write_line(f"{len(new)} baseline(s) recorded under {baseline_dir(config)}")

@@ -72,6 +72,7 @@ class Step:
     frees: tuple[int, ...] = ()
     name: str = ""
     node_id: int = -1
+    op: str = ""  # the overload called, "namespace::name.overload"
 
 
 @dataclass
@@ -336,7 +337,10 @@ class Replay:
             return
         npos = len(args) - len(p.kwnames)
         fn = p.overload._op
-        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id)
+        schema = p.overload._schema
+        qualname = f"{schema.name}.{schema.overload_name or 'default'}"
+        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id,
+                    op=qualname)  # fmt: skip
         env = self.env
         call = _fill(step, env)
         t0 = time.perf_counter()

@@ -163,7 +163,8 @@ def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -
             "param": None,
             "extra_info": {
                 k: r.get(k) for k in ("status", "device", "threads", "ops_total", "ops_replayed", "ops_skipped",
-                                      "baseline_median_s", "comparison", "sampling_s", "segments")  # fmt: skip
+                                      "baseline_median_s", "comparison", "sampling_s", "segments", "timed",
+                                      "xdist_worker")  # fmt: skip
             },
             "options": {"warmup": r.get("warmup"), "timer": r.get("timer"), "min_rounds": len(r["samples_s"])},
             "stats": d,

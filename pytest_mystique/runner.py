@@ -6,6 +6,7 @@ baseline); the CLI's ``replay`` over :func:`replay_file` (a fixed number of iter
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import signal
@@ -132,19 +133,33 @@ def with_original_timing(summary: dict, trace_path) -> dict:
 
 
 def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,
-               tolerance: float = DEFAULT_TOLERANCE, update: bool = False, rootdir=None) -> tuple[ReplayRun, dict]:  # fmt: skip
+               tolerance: float = DEFAULT_TOLERANCE, update: bool = False, rootdir=None,
+               turn=contextlib.nullcontext) -> tuple[ReplayRun, dict]:  # fmt: skip
     """Replay ``path`` and sample it until a verdict against its stored baseline (recording a
-    baseline when there is none, or when ``update``). Returns the run and its result."""
+    baseline when there is none, or when ``update``). Returns the run and its result.
+
+    ``turn()`` is held while timing (:func:`.parallel.cpu_turn`): loading and preparing happen
+    before, so parallel workers overlap them. ``options.timeout_s`` bounds each part on its own."""
+    threads = thread_count(options.threads)
     with deadline(options.timeout_s, path):
         replay, load_s = prepare_file(path, options)
-        env = fingerprint(replay.device, thread_count(options.threads))
+        env = fingerprint(replay.device, threads)
         key = hardware_key(env)
         baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
+        t0 = time.perf_counter()
+        with torch_threads(threads):
+            replay.prepare()
+        setup_s = time.perf_counter() - t0
+    with turn(), deadline(options.timeout_s, path):
+        began = time.time()
         sampled = _sample(replay, options, baseline, tolerance)
+        sampled.setup_s = setup_s
+        per_op = _per_op(replay, sampled)  # timed too: inside the turn
+        timed = [began, time.time()]
         run = ReplayRun(replay, sampled, load_s)
         result = run.summary()
-        result.update(environment=env, hardware_key=key, tolerance=tolerance, git_commit=git_commit(rootdir),
-                      per_op_median_s=_per_op(replay, sampled),
+        result.update(environment=env, hardware_key=key, tolerance=tolerance, git_commit=git_commit(rootdir), timed=timed,
+                      per_op_median_s=per_op,
                       level=math.exp(statistics.fmean(s.level(sampled.probed) for s in sampled.segments)))  # fmt: skip
         if baseline is None:
             record = make_record(

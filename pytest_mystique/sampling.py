@@ -20,7 +20,7 @@ import torch
 
 from . import calibrate
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP, SEGMENT_S
-from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, thread_count, time_iterations, torch_threads
+from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_iterations, torch_threads
 from .stats import Comparison, compare_levels, segment_level
 
 FIRST_LOOK = 4
@@ -82,6 +82,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     the ``baseline``'s segments or when ``budget_s`` is spent. Times are normalised by the probe's
     when both sides have probe times taken with the same :func:`.calibrate.signature`."""
     n_threads = thread_count(threads)
+    steady_allocator()
     cuda = replay.device.type == "cuda"
     with torch_threads(n_threads):
         t0 = time.perf_counter()

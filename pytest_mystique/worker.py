@@ -24,11 +24,12 @@ def _serve(stdin, stdout) -> None:
     import torch
 
     from .errors import MystiqueError
-    from .measure import time_iterations
+    from .measure import steady_allocator, time_iterations
     from .replay import Replay, resolve_device
     from .sampling import warm_up
     from .trace import load_trace
 
+    steady_allocator()
     replay = None
 
     def answer(obj) -> None:

@@ -1,0 +1,243 @@
+"""Portable benchmark: a prepared replay written out as a standalone Python script.
+
+``mystique export TRACE -o bench.py`` writes a script that needs nothing but torch: the replay's
+operator calls as straight-line code (``torch.ops.<ns>.<op>.<overload>(...)``), its input
+tensors as a recipe (storage sizes, views, value ranges; filled from a seeded generator at run
+time, never shipped as data), the frees after each tensor's last use, and a timing loop that
+prints the op count, every iteration's time and the median. The device is chosen when the script
+runs (``--device cuda:0``). Something to hand to a hardware vendor: Mystique's "portable
+benchmark".
+
+Input values follow the replay's: each view is filled with values in the range the replay gave
+it (indices stay valid, scales stay positive). Inputs the step writes in place are refilled
+between iterations, outside the timing, as the replay does.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import torch
+
+from .errors import MystiqueError
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+class ExportError(MystiqueError):
+    """The replay holds something the exporter cannot write as code."""
+
+
+def _const(v, where: str) -> str:
+    """Python source for a constant argument."""
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else f"float({str(v)!r})"
+    if isinstance(v, _SCALARS):
+        return repr(v)
+    if isinstance(v, torch.dtype):
+        return str(v)
+    if isinstance(v, torch.device):
+        return "DEV"  # the device the script runs on
+    if isinstance(v, torch.layout):
+        return str(v)
+    if isinstance(v, torch.memory_format):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(_const(x, where) for x in v)
+        return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    raise ExportError(None, f"{where}: cannot write a constant of type {type(v).__name__} as code")
+
+
+def _op_expr(qualname: str) -> str:
+    ns, _, rest = qualname.partition("::")
+    name, _, overload = rest.partition(".")
+    for part in (ns, name, overload):
+        if not part.isidentifier() or part.startswith("__"):
+            raise ExportError(None, f"operator name {qualname!r} is not a plain identifier")
+    return f"torch.ops.{ns}.{name}.{overload}"
+
+
+def _finite(x: float, instead: float) -> float:
+    return float(x) if math.isfinite(x) else instead
+
+
+def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
+    """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
+    shape, stride, low, high) of the replay's input tensors."""
+    storages: dict[int, int] = {}
+    index: dict[int, int] = {}
+    views = []
+    for slot in replay._externals.values():
+        t = replay.env[slot]
+        if not isinstance(t, torch.Tensor):
+            continue
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key not in index:
+            index[key] = len(index)
+            storages[index[key]] = st.nbytes()
+        low = high = 0
+        if t.numel() and not t.is_complex():
+            low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
+            low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
+        views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
+                      tuple(t.stride()), low, high, slot in replay._mutated))  # fmt: skip
+    return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
+
+
+def export_script(replay, trace_path: str) -> str:
+    """The source of a standalone benchmark of the prepared ``replay``."""
+    if not replay.prepared:
+        raise ExportError(trace_path, "the replay must be prepared before it is exported")
+    storages, views = _inputs(replay)
+    body = []
+    for step in replay.steps:
+        where = f"op {step.name} (node {step.node_id})"
+        try:
+            args = list(step.args)
+            parts = [None] * len(args)
+            for pos, slot in step.fills:
+                parts[pos] = f"e[{slot}]"
+            for pos, slots in step.list_fills:
+                parts[pos] = "[" + ", ".join("None" if s < 0 else f"e[{s}]" for s in slots) + "]"
+            for i, a in enumerate(args):
+                if parts[i] is None:
+                    parts[i] = _const(a, where)
+            call_args = parts[: step.npos] + [f"{k}={v}" for k, v in zip(step.kwnames, parts[step.npos:])]
+            call = f"{_op_expr(step.op)}({', '.join(call_args)})"
+        except ExportError as e:
+            raise ExportError(trace_path, e.problem) from None
+        if not step.outs:
+            body.append(call)
+        else:
+            body.append(f"r = {call}")
+            result = "(r,)" if step.single else "r"
+            body.append(f"r = {result}")
+            for i, slot in step.outs:
+                if isinstance(slot, int):
+                    body.append(f"e[{slot}] = r[{i}]")
+                else:
+                    for j, s in enumerate(slot):
+                        if s >= 0:
+                            body.append(f"e[{s}] = r[{i}][{j}]")
+        for s in step.frees:
+            body.append(f"e[{s}] = None")
+    n_slots = len(replay.env)
+    step_src = "\n".join("    " + line for line in body) or "    pass"
+    return _TEMPLATE.format(
+        trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
+        ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
+    )  # fmt: skip
+
+
+def _views_src(views) -> str:
+    lines = ",\n".join(f"    {v!r}" for v in views)
+    return f"[\n{lines}\n]" if views else "[]"
+
+
+_TEMPLATE = '''#!/usr/bin/env python3
+"""Portable benchmark of an execution trace, exported by pytest-mystique.
+
+trace: {trace}
+exported: {date} with torch {torch}; {ops} operator calls per iteration.
+Needs only torch. Usage: python THIS.py [--device cpu|cuda:0] [--iters 20] [--warmup 5] [--threads N]
+Prints the op count, each iteration's time and the median.
+"""
+
+import argparse
+import ctypes
+import statistics
+import time
+
+import torch
+
+OPS = {ops}
+# storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high, written)
+STORAGES = {storages}
+VIEWS = {views}
+
+
+def fill(t, low, high, gen):
+    if t.numel() == 0:
+        return
+    if t.dtype == torch.bool:
+        t.copy_(torch.randint(0, 2, t.shape, generator=gen).to(torch.bool))
+    elif t.is_floating_point():
+        t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high if high > low else low + 1e-6, generator=gen))
+    elif t.is_complex():
+        t.zero_()
+    else:
+        t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
+
+
+def make_inputs(dev, gen):
+    bases = [torch.empty(n, dtype=torch.uint8, device=dev) for n, _ in STORAGES]
+    e = [None] * {slots}
+    for slot, st, dtype, offset, shape, stride, low, high, _ in VIEWS:
+        t = torch.empty(0, dtype=getattr(torch, dtype), device=dev)
+        t.set_(bases[st].untyped_storage(), offset, shape, stride)
+        fill(t, low, high, gen)
+        e[slot] = t
+    return e
+
+
+def refill(e, gen):
+    for slot, _, _, _, _, _, low, high, written in VIEWS:
+        if written:
+            fill(e[slot], low, high, gen)
+
+
+def step(e):
+{step}
+
+
+def steady_allocator():
+    """glibc: a fixed mmap threshold, so that every process allocates intermediates alike."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def main():
+    steady_allocator()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    global DEV
+    DEV = torch.device(args.device)
+    cuda = DEV.type == "cuda"
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        e = make_inputs(DEV, gen)
+        times = []
+        for i in range(args.warmup + args.iters):
+            refill(e, gen)
+            if cuda:
+                torch.cuda.synchronize(DEV)
+            t0 = time.perf_counter_ns()
+            step(e)
+            if cuda:
+                torch.cuda.synchronize(DEV)
+            if i >= args.warmup:
+                times.append((time.perf_counter_ns() - t0) / 1e9)
+    print(f"ops per iteration: {{OPS}}")
+    print(f"device: {{DEV}}")
+    for i, t in enumerate(times):
+        print(f"iteration {{i}}: {{t * 1e3:.3f}} ms")
+    print(f"median: {{statistics.median(times) * 1e3:.3f}} ms")
+
+
+DEV = torch.device("cpu")
+
+if __name__ == "__main__":
+    main()
+'''
