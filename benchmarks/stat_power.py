@@ -9,7 +9,7 @@ injected replays in one process (which cancels the machine's drift).
 Each run's recorded samples are also judged by pytest-benchmark's ``--benchmark-compare-fail=mean:5%``
 rule and by asv's rule (ratio of medians > 1.1 and Mann-Whitney U p < 0.002), side by side.
 
-    python benchmarks/stat_power.py --aa-sessions 25 --inj-sessions 10
+    python benchmarks/stat_power.py --aa-runs 100 --inj-runs 40
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import shutil
 import statistics
@@ -62,10 +63,10 @@ def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, 
     return base / name, truth
 
 
-def session(cond: Path, bl: Path, extra: list[str], out_json: Path) -> tuple[list[dict], float]:
+def session(cond: Path, bl: Path, extra: list[str], out_json: Path, trace: str | None = None) -> tuple[list[dict], float]:
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(cond), "--mystique",
-           str(cond / "traces"), "--mystique-baseline-dir", str(bl), "--mystique-history", "off",
+           str(cond / "traces" / (trace or "")), "--mystique-baseline-dir", str(bl), "--mystique-history", "off",
            "--mystique-json", str(out_json), "--mystique-threads", "1", *extra]  # fmt: skip
     subprocess.run(cmd, cwd=cond, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     data = json.loads(out_json.read_text())
@@ -110,8 +111,8 @@ def other_rules(base: list[float], cur: list[float]) -> tuple[bool, bool]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--aa-sessions", type=int, default=25, help="A/A sessions (4 traces each)")
-    ap.add_argument("--inj-sessions", type=int, default=10, help="sessions per injected slowdown")
+    ap.add_argument("--aa-runs", type=int, default=100, help="A/A runs (one trace per fresh pytest session)")
+    ap.add_argument("--inj-runs", type=int, default=40, help="runs per injected slowdown")
     ap.add_argument("--targets", default="0.05,0.10", help="slowdowns to inject (ops run twice)")
     ap.add_argument("--budget", type=float, default=None)
     ap.add_argument("--keep", default=None, help="keep the work directory here")
@@ -120,8 +121,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     bl = work / "baselines"
     extra = ["--mystique-budget", str(args.budget)] if args.budget else []
-    conds = [("A/A", None, args.aa_sessions)] + [
-        (f"+{float(t):.0%} injected", float(t), args.inj_sessions) for t in args.targets.split(",")
+    conds = [("A/A", None, args.aa_runs)] + [
+        (f"+{float(t):.0%} injected", float(t), args.inj_runs) for t in args.targets.split(",")
     ]
     print(f"work dir {work}; building injected traces ...", flush=True)
     made = {name: write_condition(work, f"c{i}", target) for i, (name, target, _) in enumerate(conds)}
@@ -133,11 +134,13 @@ def main() -> None:
     for name, _, n in conds:
         truth = made[name][1]
         runs, times = [], []
+        names = sorted(p.name for p in (ROOT / "traces").glob("*.json.gz"))
         for k in range(n):
-            res, secs = session(dirs[name], bl, extra, work / f"{name[:3]}-{k}.json".replace("/", ""))
+            trace = names[k % len(names)]
+            res, secs = session(dirs[name], bl, extra, work / f"{name[:3]}-{k}.json".replace("/", ""), trace)
             runs += res
             times.append(secs)
-            print(f"  {name}: session {k + 1}/{n} ({secs:.0f} s)", flush=True)
+            print(f"  {name}: run {k + 1}/{n} {trace}: {res[0]['status'] if res else 'error'} ({secs:.0f} s)", flush=True)
         verdicts = [r["status"] for r in runs]
         n_runs = len(runs)
         pb_asv = [other_rules(base[r["name"]], r["data"]) for r in runs if r["name"] in base]
@@ -153,6 +156,8 @@ def main() -> None:
             "asv": sum(a for _, a in pb_asv) / len(pb_asv),
             "median_sampling_s": statistics.median(r.get("sampling_s") or 0 for r in runs),
             "median_session_s": statistics.median(times),
+            "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
+                             for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
         })  # fmt: skip
     print()
     head = ["condition", "runs", "mystique slower", "unsure", "same", "faster", "pb mean:5%", "asv 1.1+MWU",
@@ -166,6 +171,9 @@ def main() -> None:
         if r["true"] != "none":
             print(f"true slowdown ({r['condition']}, interleaved in one process): {r['true']}")
     print("A/A rows: 'slower' is the false-alarm rate; injected rows: 'slower' is the detection rate.")
+    for r in rows:
+        sds = ", ".join(f"{k} {v:.2%}" for k, v in sorted(r["sd_log_ratio"].items()))
+        print(f"run-to-run sd of the log ratio ({r['condition']}): {sds}")
     (work / "stat_power.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -60,8 +60,9 @@ class Baseline:
         segs = self.data.get("segments")
         if segs:
             return [Segment(list(s["samples_s"]), list(s.get("probe_s") or [])) for s in segs]
-        xs = self.samples_s  # format 1: flat samples, no probe; cut into segments of 5
-        return [Segment(xs[i:i + 5], []) for i in range(0, len(xs) - 4, 5)]
+        xs = self.samples_s  # format 1: flat samples, no probe; cut into segments of up to 5
+        size = max(1, min(5, len(xs) // 2))
+        return [Segment(xs[i:i + size], []) for i in range(0, len(xs) - size + 1, size)]
 
     @property
     def probe_signature(self) -> str | None:

@@ -9,6 +9,6 @@ DEFAULT_CONFIDENCE = 0.99
 DEFAULT_BUDGET_S = 20.0
 #: Run-to-run scatter of a trace's level that sampling inside one process cannot remove
 #: (``--mystique-noise``; measured by benchmarks/stat_power.py on 2-core CI machines).
-DEFAULT_NOISE = 0.025
+DEFAULT_NOISE = 0.015
 #: A segment lasts about this long (iterations are added until it does).
 SEGMENT_S = 0.5

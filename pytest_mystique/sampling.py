@@ -2,7 +2,7 @@
 
 A trace starts with :data:`FIRST_LOOK` segments; while the comparison with its baseline is
 undecided, more segments are added, and the data are looked at again each time their number has
-grown by half (4, 6, 9, 13, 19, ... segments), until the time budget is spent or the sampling
+doubled (4, 8, 16, 32 segments), until the time budget is spent or the sampling
 error is below half the process noise (more segments could not narrow the interval much). Each look spends
 an equal share of the significance level (Bonferroni over the looks the budget allows), so
 stopping as soon as the interval is clear does not raise the false-alarm rate. Without a baseline
@@ -65,11 +65,12 @@ class Sampled:
 
 
 def look_points(max_segments: int, first: int = FIRST_LOOK) -> list[int]:
-    """Segment counts at which the data are examined: ``first``, then +50% each time."""
+    """Segment counts at which the data are examined: ``first``, then twice as many each time
+    (few looks: each one costs a share of the significance level)."""
     points, k = [], first
     while k < max_segments:
         points.append(k)
-        k = max(k + 1, math.ceil(k * 1.5))
+        k *= 2
     points.append(max(max_segments, first))
     return points
 

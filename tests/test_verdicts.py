@@ -59,3 +59,22 @@ def test_bad_settings_are_usage_errors(pytester, doubled):
     for bad in ("--mystique-budget=0", "--mystique-alpha=0.7", "--mystique-noise=-1"):
         result = pytester.runpytest("--mystique", "traces", *FAST, bad)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, bad
+
+
+def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
+    import yaml
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
+    [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
+    data = yaml.safe_load(path.read_text())
+    old = {k: data[k] for k in ("trace", "samples_s", "environment")} | {"format": 1}
+    path.write_text(yaml.safe_dump(old))
+    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json")
+    result.assert_outcomes(passed=1)
+    import json
+
+    cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert cmp["calibrated"] is False and cmp["n_baseline"] == len(old["samples_s"]) // 5
