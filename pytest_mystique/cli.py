@@ -164,17 +164,19 @@ def _export(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     from . import trend
-    from .history import HistoryStore, default_path
+    from .history import default_path, open_store
+    from .history_postgres import is_url, redact
 
-    path = Path(args.db) if args.db else default_path()
+    path = args.db if is_url(args.db) else Path(args.db) if args.db else default_path()
     if path is None:
         print("mystique history: the history is off here (mystique_history = off)", file=sys.stderr)
         return 2
-    if not path.exists():
+    if isinstance(path, Path) and not path.exists():
         print(f"mystique history: error: {path}: no history database (run pytest --mystique first, or give --db)",
               file=sys.stderr)  # fmt: skip
         return 2
-    store = HistoryStore(path)
+    store = open_store(path)
+    path = redact(path) if isinstance(path, str) else path
     try:
         rows = store.results(limit=args.limit)
     except MystiqueError as e:
@@ -255,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("history", help="recent runs per trace and the change points of their series")
     h.add_argument("traces", nargs="*", metavar="TRACE", help="trace names (default: all)")
-    h.add_argument("--db", default=None, help="history database (default: the one pytest --mystique writes here)")
+    h.add_argument("--db", default=None,
+                   help="history database: SQLite file or postgresql:// URL (default: the one pytest --mystique writes here)")  # fmt: skip
     h.add_argument("--html", default=None, metavar="PATH", help="also write a self-contained HTML report")
     h.add_argument("--last", type=int, default=10, help="runs to list per trace (default 10)")
     h.add_argument("--limit", type=int, default=100000, help="results to read (newest first, default 100000)")

@@ -85,31 +85,16 @@ class HistoryStore:
         return con
 
     def record(self, run_uuid: str, result: dict) -> None:
-        details = {k: result.get(k) for k in DETAIL_KEYS if result.get(k) is not None}
         """Append one trace result (and its run's row, the first time) in one transaction."""
-        cmp = result.get("comparison") or {}
-        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        now = _now()
         with closing(self._connect()) as con:
             try:
                 con.execute("BEGIN IMMEDIATE")
-                con.execute(
-                    "INSERT OR IGNORE INTO runs (run_uuid, started, git_commit, hardware_key, environment) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (run_uuid, now, result.get("git_commit"), result.get("hardware_key"),
-                     json.dumps(result.get("environment"), sort_keys=True, default=str)),
-                )  # fmt: skip
+                con.execute(f"INSERT OR IGNORE INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
+                            run_row(run_uuid, result, now))  # fmt: skip
                 (run_id,) = con.execute("SELECT id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
-                con.execute(
-                    "INSERT INTO results (run_id, trace, file, status, median_s, n, samples, ratio, ci_low, "
-                    "ci_high, p_value, ops_total, ops_replayed, per_op, recorded, level, details) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, result["trace"], result.get("file"), result["status"], result.get("median_s"),
-                     len(result.get("samples_s") or []), json.dumps(result.get("samples_s") or []),
-                     cmp.get("ratio"), cmp.get("ci_low"), cmp.get("ci_high"), cmp.get("p_slower"),
-                     result.get("ops_total"), result.get("ops_replayed"),
-                     json.dumps(result.get("per_op_median_s")) if result.get("per_op_median_s") else None, now,
-                     result.get("level"), json.dumps(details, default=str)),
-                )  # fmt: skip
+                con.execute(f"INSERT INTO results ({', '.join(RESULT_COLUMNS)}) VALUES ({', '.join('?' * len(RESULT_COLUMNS))})",
+                            result_row(run_id, result, now))  # fmt: skip
                 con.execute("COMMIT")
             except sqlite3.Error as e:
                 if con.in_transaction:
@@ -121,13 +106,7 @@ class HistoryStore:
         with closing(self._connect()) as con:
             con.row_factory = sqlite3.Row
             try:
-                query = (
-                    "SELECT r.*, runs.run_uuid, runs.started, runs.git_commit, runs.environment "
-                    "FROM results r JOIN runs ON runs.id = r.run_id "
-                    + ("WHERE r.trace = ? " if trace else "")
-                    + "ORDER BY r.id DESC LIMIT ?"
-                )
-                rows = con.execute(query, (trace, limit) if trace else (limit,)).fetchall()
+                rows = con.execute(results_query(trace, "?"), (trace, limit) if trace else (limit,)).fetchall()
             except sqlite3.Error as e:
                 raise HistoryError(self.path, _problem(e)) from None
         return [dict(r) for r in reversed(rows)]
@@ -139,6 +118,44 @@ class HistoryStore:
                 return con.execute("PRAGMA integrity_check").fetchone()[0]
             except sqlite3.Error as e:
                 raise HistoryError(self.path, _problem(e)) from None
+
+
+RUN_COLUMNS = ("run_uuid", "started", "git_commit", "hardware_key", "environment")
+RESULT_COLUMNS = ("run_id", "trace", "file", "status", "median_s", "n", "samples", "ratio", "ci_low", "ci_high",
+                  "p_value", "ops_total", "ops_replayed", "per_op", "recorded", "level", "details")  # fmt: skip
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_row(run_uuid: str, result: dict, now: str) -> tuple:
+    """The values of RUN_COLUMNS for the run a result belongs to."""
+    env = json.dumps(result.get("environment"), sort_keys=True, default=str)
+    return (run_uuid, now, result.get("git_commit"), result.get("hardware_key"), env)
+
+
+def result_row(run_id: int, result: dict, now: str) -> tuple:
+    """The values of RESULT_COLUMNS for one trace result."""
+    cmp = result.get("comparison") or {}
+    details = {k: result.get(k) for k in DETAIL_KEYS if result.get(k) is not None}
+    per_op = result.get("per_op_median_s")
+    return (run_id, result["trace"], result.get("file"), result["status"], result.get("median_s"),
+            len(result.get("samples_s") or []), json.dumps(result.get("samples_s") or []),
+            cmp.get("ratio"), cmp.get("ci_low"), cmp.get("ci_high"), cmp.get("p_slower"),
+            result.get("ops_total"), result.get("ops_replayed"), json.dumps(per_op) if per_op else None, now,
+            result.get("level"), json.dumps(details, default=str))  # fmt: skip
+
+
+def results_query(trace: str | None, mark: str, prefix: str = "") -> str:
+    """Newest results first (optionally of one trace), with their run's fields; ``mark`` is the
+    driver's parameter placeholder."""
+    return (
+        "SELECT r.*, runs.run_uuid, runs.started, runs.git_commit, runs.environment "
+        f"FROM {prefix}results r JOIN {prefix}runs runs ON runs.id = r.run_id "
+        + (f"WHERE r.trace = {mark} " if trace else "")
+        + f"ORDER BY r.id DESC LIMIT {mark}"
+    )
 
 
 #: Result fields kept in the ``details`` column (JSON).
@@ -212,7 +229,7 @@ def _ini_section(path: Path, section: str) -> dict | None:
     return dict(cp[section]) if cp.has_section(section) else ({} if path.name.endswith("pytest.ini") else None)
 
 
-def default_path(cwd: Path | None = None) -> Path | None:
+def default_path(cwd: Path | None = None) -> Path | str | None:
     """Where the plugin run from ``cwd`` writes its history (the same rules as the plugin's
     ``history_path``): ``mystique_history`` or ``mystique_baseline_dir`` of the ini file, else
     ``.mystique/baselines/history.sqlite`` under the rootdir."""
@@ -222,7 +239,16 @@ def default_path(cwd: Path | None = None) -> Path | None:
     value = (opts or {}).get("mystique_history")
     if value == "off":
         return None
+    if value and value.startswith(("postgresql://", "postgres://")):
+        return value
     if value:
         return (base / value).resolve()
     bdir = (opts or {}).get("mystique_baseline_dir")
     return ((base / bdir).resolve() if bdir else base / ".mystique" / "baselines") / "history.sqlite"
+
+
+def open_store(target, timeout_s: float = DEFAULT_TIMEOUT_S):
+    """The history store for ``target``: a ``postgresql://`` URL or an SQLite file path."""
+    from .history_postgres import PostgresHistoryStore, is_url
+
+    return PostgresHistoryStore(target, timeout_s) if is_url(target) else HistoryStore(target, timeout_s)

@@ -76,7 +76,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mystique-max-memory", default=None, metavar="SIZE",
                     help="refuse a replay whose input tensors need more than SIZE (e.g. 8GiB)")  # fmt: skip
     group.addoption("--mystique-history", default=None, metavar="PATH",
-                    help="history database (default: history.sqlite in the baseline directory; 'off' to disable)")  # fmt: skip
+                    help="history database: an SQLite file (default: history.sqlite in the baseline directory), "
+                         "a postgresql:// URL, or 'off'")  # fmt: skip
     group.addoption("--mystique-timeout", type=float, default=None, metavar="SECONDS",
                     help="fail a trace whose replay takes longer than this (default: no limit)")  # fmt: skip
     group.addoption("--mystique-max-trace-size", default=None, metavar="SIZE",
@@ -171,10 +172,13 @@ def baseline_dir(config: pytest.Config) -> Path:
     return (base / ini).resolve() if ini else config.rootpath / ".mystique" / "baselines"
 
 
-def history_path(config: pytest.Config) -> Path | None:
+def history_path(config: pytest.Config) -> Path | str | None:
+    """The history database: a file path, a ``postgresql://`` URL, or None when off."""
     value = config.getoption("mystique_history") or config.getini("mystique_history")
     if value == "off":
         return None
+    if value.startswith(("postgresql://", "postgres://")):
+        return value
     if value:
         base = config.inipath.parent if config.inipath and not config.getoption("mystique_history") else Path.cwd()
         return (base / value).resolve()
@@ -185,11 +189,11 @@ def _record_history(config: pytest.Config, result: dict) -> None:
     path = history_path(config)
     if path is None or result.get("status") in (None, "error"):
         return
-    from .history import HistoryError, HistoryStore
+    from .history import HistoryError, open_store
 
     raw = config.getini("mystique_history_timeout")
     try:
-        HistoryStore(path, float(raw) if raw else 30.0).record(config.stash[_run_key], result)
+        open_store(path, float(raw) if raw else 30.0).record(config.stash[_run_key], result)
     except HistoryError as e:
         result["history_error"] = str(e)
 

@@ -75,3 +75,55 @@ def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
         if n["id"] in picked:
             nodes.append(dict(n, **{key: thread["id"]}))
     return {**{k: v for k, v in data.items() if k != "nodes"}, "nodes": nodes}
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL server (Debian's postgresql package), or a skip saying why not."""
+    import glob
+    import os
+    import socket
+    import subprocess
+    import tempfile
+
+    bindir = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)), None)
+    initdb = os.path.join(bindir, "initdb") if bindir else shutil.which("initdb")
+    pg_ctl = os.path.join(bindir, "pg_ctl") if bindir else shutil.which("pg_ctl")
+    if not initdb or not os.path.exists(initdb):
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; .ci/run does it)")
+    # not under pytest's temporary root: that is private to this user, and the server runs as another
+    base = Path(tempfile.mkdtemp(prefix="mystique-pg-"))
+    data, sock = base / "data", base / "sock"
+    sock.mkdir()
+    as_user = []
+    if os.geteuid() == 0:  # the server refuses to run as root: run it as the package's user
+        import pwd
+
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        os.chmod(base, 0o755)
+        os.chown(sock, pw.pw_uid, pw.pw_gid)
+        data.mkdir()
+        os.chown(data, pw.pw_uid, pw.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = base / "server.log"
+    try:
+        subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "mystique"], check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        log.touch()
+        if as_user:
+            os.chown(log, pw.pw_uid, pw.pw_gid)
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
+                        f"-k {sock} -p {port} -c listen_addresses=''", "start"],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+    except (subprocess.SubprocessError, OSError) as e:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"could not start a PostgreSQL server: {e}")
+    yield f"postgresql://mystique@/postgres?host={sock}&port={port}"
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True, timeout=120)
+    shutil.rmtree(base, ignore_errors=True)
