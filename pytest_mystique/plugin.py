@@ -177,7 +177,7 @@ def history_path(config: pytest.Config) -> Path | str | None:
     value = config.getoption("mystique_history") or config.getini("mystique_history")
     if value == "off":
         return None
-    if value.startswith(("postgresql://", "postgres://")):
+    if value and value.startswith(("postgresql://", "postgres://")):
         return value
     if value:
         base = config.inipath.parent if config.inipath and not config.getoption("mystique_history") else Path.cwd()
