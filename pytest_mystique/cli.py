@@ -13,6 +13,7 @@ from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NO
 from .errors import MystiqueError
 from .measure import per_op_medians, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
+from .report import skipped_lines
 from .runner import Options, release, replay_file, with_original_timing
 from .units import fmt_bytes, fmt_seconds
 
@@ -24,8 +25,9 @@ def _replay(args: argparse.Namespace) -> int:
         run = replay_file(args.trace, opts)
         summary = with_original_timing(run.summary(), args.trace)
         with torch_threads(run.measurement.threads):
-            summary["peak_bytes"] = replay_peak_bytes(run.replay)
-            summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
+            if "ranks" not in summary:  # a multi-rank replay's tensors live in its rank processes
+                summary["peak_bytes"] = replay_peak_bytes(run.replay)
+                summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
             if args.per_op:
                 per_op = per_op_medians(run.replay, iters=max(3, min(args.iters, 10)))
                 summary["per_op_median_s"] = dict(sorted(per_op.items(), key=lambda kv: -kv[1]))
@@ -47,18 +49,15 @@ def _replay(args: argparse.Namespace) -> int:
     elif "original_median_s" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])} at {summary['original_threads']} threads: "
               f"replay at {summary['threads']} threads is not comparable (use --threads)")  # fmt: skip
-    print(f"  peak tensor memory {fmt_bytes(summary['peak_bytes'])} (trace: {fmt_bytes(summary['trace_peak_bytes'])} live)")
+    if "peak_bytes" in summary:
+        print(f"  peak tensor memory {fmt_bytes(summary['peak_bytes'])} (trace: {fmt_bytes(summary['trace_peak_bytes'])} live)")
     if "per_op_median_s" in summary:
         total = sum(summary["per_op_median_s"].values()) or 1.0
         print("  top operators (median per iteration, instrumented):")
         for name, secs in list(summary["per_op_median_s"].items())[: args.top]:
             print(f"    {fmt_seconds(secs):>10}  {secs / total:6.1%}  {name}")
-    for s in summary["skipped"]:
-        print(f"  skipped {s['count']}x {s['op']}: {s['reason']}")
-    for s in summary["substitutions"]:
-        print(f"  substituted {s['count']}x {s['op']} -> {s['replacement']}")
-    for note, n in summary["notes"].items():
-        print(f"  note ({n}x): {note}")
+    for line in skipped_lines(summary):
+        print(f"  {line}")
     return 0
 
 

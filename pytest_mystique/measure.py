@@ -83,6 +83,15 @@ def torch_threads(n: int):
         torch.set_num_threads(old)
 
 
+def time_replay(replay, iters: int, between=None) -> list[float]:
+    """Seconds per iteration of ``replay`` for ``iters`` iterations (a multi-rank replay times
+    itself: its ranks run in other processes)."""
+    own = getattr(replay, "time_iterations", None)
+    if own is not None:
+        return own(iters, between)
+    return time_iterations(replay.run, replay.device, iters, between=between)
+
+
 def time_iterations(run, device: torch.device, iters: int, between=None) -> list[float]:
     """Seconds per call of ``run`` for ``iters`` calls; ``between()`` (untimed) before each."""
     samples = []
@@ -131,7 +140,7 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
             done += 1
             if replay.device.type == "cuda":
                 torch.cuda.synchronize(replay.device)
-        samples = time_iterations(replay.run, replay.device, iters, between=replay.reset_state)
+        samples = time_replay(replay, iters, between=replay.reset_state)
     return Measurement(samples, str(replay.device), n, done, setup)
 
 
@@ -140,6 +149,8 @@ def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
     ``iters`` instrumented iterations of a prepared replay. Each op is timed on its own (with a
     device synchronisation after it on CUDA), so the figures show where the time goes; the
     uninstrumented timing stays the reference for the whole step."""
+    if hasattr(replay, "per_op_medians"):
+        return replay.per_op_medians(iters)
     cuda = replay.device.type == "cuda"
     clock = time.perf_counter_ns
     runs: list[dict[str, float]] = []

@@ -36,7 +36,7 @@ def worker_device(spec: str, index: int | None) -> tuple[str, str | None]:
     import torch
 
     if not torch.cuda.is_available():
-        return spec, None
+        return "cpu", None  # resolved here: the CPU timing turns (cpu_turn) apply to it
     count = torch.cuda.device_count()
     note = None
     if index >= count:

@@ -235,6 +235,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     config = parent.config
     if not _enabled(config) or not _is_trace_name(file_path.name):
         return None
+    from .distributed import rank_files, rank_of
+
+    ranks = rank_files(file_path) if rank_of(file_path.name) else {}
+    if ranks and ranks[min(ranks)] != file_path:
+        return None  # a job's per-rank files are one item, collected through its lowest rank's file
     kind, info = sniff(file_path)
     if kind == "other":
         config.stash[_ignored_key].append(f"{_rel(config, file_path)}: {info}")
@@ -251,7 +256,12 @@ def _rel(config: pytest.Config, path: Path) -> str:
 
 class TraceFile(pytest.File):
     def collect(self):
-        yield TraceItem.from_parent(self, name=trace_stem(self.path))
+        from .distributed import job_name, rank_files
+
+        ranks = rank_files(self.path)
+        item = TraceItem.from_parent(self, name=job_name(self.path) if ranks else trace_stem(self.path))
+        item.ranks = ranks or None  # a multi-rank job: every rank's file, by rank
+        yield item
 
 
 class Regression(Exception):
@@ -263,6 +273,7 @@ class TraceItem(pytest.Item):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.add_marker("mystique")
+        self.ranks: dict | None = None
 
     def runtest(self) -> None:
         from . import parallel
@@ -273,6 +284,9 @@ class TraceItem(pytest.Item):
         worker = getattr(config, "workerinput", None)
         rel = _rel(config, self.path)
         baseline_name = re.sub(r"\.json(\.gz)?$", "", rel)
+        if self.ranks:  # a job: named after the job, not after its lowest rank's file
+            folder = Path(rel).parent
+            baseline_name = str(folder if folder.name == self.name else folder / self.name)
         result = {"trace": self.name, "nodeid": self.nodeid, "file": rel, "status": "error"}
         run = None
         try:
@@ -283,6 +297,7 @@ class TraceItem(pytest.Item):
                 tolerance=tolerance_for(config, self.name, rel),
                 update=config.getoption("mystique_update"), rootdir=config.rootpath,
                 turn=functools.partial(parallel.cpu_turn, config.stash[_run_key] if worker else None, options.device),
+                ranks=self.ranks, name=self.name,
             )  # fmt: skip
             if worker:
                 result["xdist_worker"] = worker.get("workerid")

@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
+from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .graph import select_ops
-from .ops import Unsupported, base_type, enum_from_code, is_optional, resolve
+from .ops import Unsupported, base_type, enum_from_code, is_optional, parse_op_name, resolve
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
@@ -55,6 +56,7 @@ class PlannedOp:
     values: list[Any]  # constants, TensorArg or TensorListArg, in schema order
     kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
     substitution: str | None = None
+    collective: bool = False  # a c10d op, called through torch.distributed (collectives.py)
 
 
 @dataclass
@@ -118,8 +120,9 @@ class Replay:
     """A prepared replay of one trace on one device."""
 
     def __init__(self, trace: Trace, device: str | torch.device | None = "cpu", *, seed: int = 0,
-                 max_memory: int | None = None):  # fmt: skip
+                 max_memory: int | None = None, comms: Comms | None = None):  # fmt: skip
         self.trace = trace
+        self.comms = comms  # the process groups collectives run on; None: collectives are skipped
         self.device = device if isinstance(device, torch.device) else resolve_device(device)
         self.seed = seed
         self.max_memory = max_memory if max_memory is not None else default_memory_limit(self.device)
@@ -177,12 +180,9 @@ class Replay:
                 f"compiled Triton kernel ({node.attrs.get('kernel_file') or node.name}): GPU-only, and replaying "
                 f"kernels from a trace's _resources folder is not supported (a trace is never code)"
             )
+        if parse_op_name(node.op_schema).namespace == "c10d":
+            return self._plan_collective(node)
         overload = resolve(node.op_schema)
-        if overload.namespace == "c10d":
-            raise Unsupported(
-                "collective: needs the trace's process group, and collectives are not replayed in a single "
-                "process (multi-rank replay is not implemented yet)"
-            )
         schema_args = overload._schema.arguments
         if len(node.inputs) > len(schema_args):
             raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
@@ -198,6 +198,24 @@ class Replay:
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _plan_collective(self, node: Node) -> PlannedOp:
+        if self.comms is None:
+            raise Unsupported("collective: no process group to replay it on (torch.distributed is not available "
+                              "or another world is initialised in this process)")  # fmt: skip
+        call, args = self.comms.bind(node)
+        values = []
+        for arg, kind, val in args:
+            if kind == "skip":
+                values.append(None)
+            elif kind == "value":
+                values.append(self._convert(arg, val))
+            elif kind == "tensor":
+                refs = tensor_refs(kind, val)
+                values.append(TensorArg(refs[0]) if refs[0] is not None else None)
+            else:
+                values.append(TensorListArg(tensor_refs(kind, val)))
+        return PlannedOp(node, call, values, (), collective=True)
 
     def _convert(self, arg, val) -> Any:
         """A recorded value as the schema argument ``arg`` wants it."""
@@ -381,7 +399,7 @@ class Replay:
         schema_args = p.overload._schema.arguments
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
             alias = schema_args[pos].alias_info if pos < len(schema_args) else None
-            if slot in self.permanent and alias is not None and alias.is_write:
+            if slot in self.permanent and (p.collective or (alias is not None and alias.is_write)):
                 self._mutated.add(slot)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1

@@ -71,8 +71,19 @@ def format_table(rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def rank_lines(result: dict) -> list[str]:
+    """A multi-rank replay's ranks: ops, collectives and median step time of each."""
+    ranks = result.get("ranks") or []
+    lines = [f"rank {r['rank']}: {r['ops_replayed']}/{r['ops_total']} ops, {r['collectives']} collectives, "
+             f"median {fmt_seconds(r['median_s']) if r['median_s'] else '-'} ({os.path.basename(r['file'])})"
+             for r in ranks]  # fmt: skip
+    if ranks:
+        lines.append(f"step time: the slowest of the {len(ranks)} ranks in each iteration")
+    return lines
+
+
 def skipped_lines(result: dict) -> list[str]:
-    lines = []
+    lines = rank_lines(result)
     for s in result.get("skipped", []):
         lines.append(f"skipped {s['count']}x {s['op']}: {s['reason']}")
     for s in result.get("substitutions", []):
@@ -164,8 +175,8 @@ def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -
             "extra_info": {
                 k: r.get(k) for k in ("status", "device", "threads", "ops_total", "ops_replayed", "ops_skipped",
                                       "baseline_median_s", "comparison", "sampling_s", "segments", "timed",
-                                      "xdist_worker")  # fmt: skip
-            },
+                                      "xdist_worker", "median_s", "skipped", "substitutions", "notes")  # fmt: skip
+            } | ({"world_size": r["world_size"], "ranks": r["ranks"]} if r.get("ranks") else {}),
             "options": {"warmup": r.get("warmup"), "timer": r.get("timer"), "min_rounds": len(r["samples_s"])},
             "stats": d,
         })  # fmt: skip

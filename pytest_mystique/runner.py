@@ -7,6 +7,7 @@ baseline); the CLI's ``replay`` over :func:`replay_file` (a fixed number of iter
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import math
 import signal
@@ -15,9 +16,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from .baseline import BaselineExists, BaselineStore, git_commit, make_record
+from .collectives import Comms, has_collectives, local_world, topology
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .distributed import SHARED_CORES_NOISE, DistributedReplay, resolve_job
 from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
@@ -72,6 +76,9 @@ class ReplayRun:
             "samples_s": m.samples_s,
             "median_s": m.median_s,
         }
+        if isinstance(self.replay, DistributedReplay):
+            out.update(world_size=self.replay.world_size, ranks=self.replay.rank_summary(), threads=self.replay.threads,
+                       step_time="slowest rank per iteration")  # fmt: skip
         if isinstance(m, Sampled):
             out.update(segments=len(m.segments), segment_iters=m.segment_iters, sampling_s=m.sampling_s,
                        probed=m.probed, looks=m.looks)  # fmt: skip
@@ -105,18 +112,36 @@ def deadline(seconds: float | None, path):
         signal.signal(signal.SIGALRM, old)
 
 
-def prepare_file(path, options: Options) -> tuple[Replay, float]:
-    """Load and validate ``path``; the replay of it, not yet prepared, and the load time."""
+def prepare_file(path, options: Options, *, ranks: dict | None = None, name: str | None = None) -> tuple[Replay, float]:
+    """Load and validate ``path``; the replay of it, not yet prepared, and the load time.
+
+    A trace of a job of several ranks (``ranks``: its per-rank files, or a lone file whose process
+    groups span several ranks) gives a :class:`.distributed.DistributedReplay`; a single-rank
+    trace with collectives replays them on a one-process group."""
     t0 = time.perf_counter()
     trace = load_trace(path, max_bytes=options.max_trace_bytes)
     load_s = time.perf_counter() - t0
-    return Replay(trace, resolve_device(options.device), seed=options.seed, max_memory=options.max_memory), load_s
+    device = resolve_device(options.device)
+    comms = None
+    if ranks or has_collectives(trace):
+        world = max(topology(trace).world_size or 1, max(ranks) + 1 if ranks else 1)
+        if world > 1:
+            replay = DistributedReplay(ranks or {0: Path(path)}, world, name=name or trace.name, path=Path(path),
+                                       schema=trace.schema, device=device, seed=options.seed,
+                                       max_memory=options.max_memory,
+                                       threads=options.threads or max(1, thread_count(None) // world),
+                                       max_trace_bytes=options.max_trace_bytes)  # fmt: skip
+            return replay, load_s
+        if local_world(device):
+            comms = Comms(trace, 0, 1)
+    return Replay(trace, device, seed=options.seed, max_memory=options.max_memory, comms=comms), load_s
 
 
 def replay_file(path, options: Options) -> ReplayRun:
     """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling)."""
     with deadline(options.timeout_s, path):
-        replay, load_s = prepare_file(path, options)
+        first, ranks, name = resolve_job(path)
+        replay, load_s = prepare_file(first, options, ranks=ranks, name=name)
         m = measure(replay, warmup=options.warmup, iters=options.iters or DEFAULT_ITERS, threads=options.threads)
     return ReplayRun(replay, m, load_s)
 
@@ -134,15 +159,31 @@ def with_original_timing(summary: dict, trace_path) -> dict:
 
 def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,
                tolerance: float = DEFAULT_TOLERANCE, update: bool = False, rootdir=None,
-               turn=contextlib.nullcontext) -> tuple[ReplayRun, dict]:  # fmt: skip
+               turn=contextlib.nullcontext, ranks: dict | None = None,
+               name: str | None = None) -> tuple[ReplayRun, dict]:  # fmt: skip
     """Replay ``path`` and sample it until a verdict against its stored baseline (recording a
     baseline when there is none, or when ``update``). Returns the run and its result.
 
     ``turn()`` is held while timing (:func:`.parallel.cpu_turn`): loading and preparing happen
-    before, so parallel workers overlap them. ``options.timeout_s`` bounds each part on its own."""
+    before, so parallel workers overlap them. ``options.timeout_s`` bounds each part on its own.
+    A multi-rank replay's processes are ended before this returns, whatever happened."""
+    opened: list = []
+    try:
+        return _check_file(path, options, store, baseline_name, tolerance, update, rootdir, turn, ranks, name, opened)
+    finally:
+        for replay in opened:
+            if isinstance(replay, DistributedReplay):
+                replay.close()
+
+
+def _check_file(path, options: Options, store: BaselineStore, baseline_name: str, tolerance: float, update: bool,
+                rootdir, turn, ranks: dict | None, name: str | None, opened: list) -> tuple[ReplayRun, dict]:  # fmt: skip
     threads = thread_count(options.threads)
     with deadline(options.timeout_s, path):
-        replay, load_s = prepare_file(path, options)
+        replay, load_s = prepare_file(path, options, ranks=ranks, name=name)
+        opened.append(replay)
+        if isinstance(replay, DistributedReplay) and replay.oversubscribed:
+            options = dataclasses.replace(options, process_noise=max(options.process_noise, SHARED_CORES_NOISE))
         env = fingerprint(replay.device, threads)
         key = hardware_key(env)
         baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
@@ -230,4 +271,6 @@ def release(run: ReplayRun | None) -> None:
     if run is not None:
         run.replay.env.clear()
         run.replay.steps.clear()
+        if isinstance(run.replay, DistributedReplay):
+            run.replay.close()
     gc.collect()

@@ -20,7 +20,7 @@ import torch
 
 from . import calibrate
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP, SEGMENT_S
-from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_iterations, torch_threads
+from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_replay, torch_threads
 from .stats import Comparison, compare_levels, segment_level
 
 FIRST_LOOK = 4
@@ -85,23 +85,24 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     n_threads = thread_count(threads)
     steady_allocator()
     cuda = replay.device.type == "cuda"
+    probed = not cuda and getattr(replay, "probed", True)  # a multi-rank replay's ranks time themselves
     with torch_threads(n_threads):
         t0 = time.perf_counter()
         replay.prepare()
         setup_s = time.perf_counter() - t0
         done, per_iter = warm_up(replay, warmup)
         m = segment_iters or min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(per_iter, 1e-9))))
-        seg_s = m * (per_iter + (0 if cuda else _probe_s()))
+        seg_s = m * (per_iter + (_probe_s() if probed else 0))
         max_segments = max(FIRST_LOOK, min(BASELINE_SEGMENTS, int(budget_s / max(seg_s, 1e-9))))
         points = look_points(max_segments)
-        calibrated = comparable(baseline or [], baseline_signature, not cuda)
-        out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, not cuda,
-                      None if cuda else calibrate.signature())  # fmt: skip
+        calibrated = comparable(baseline or [], baseline_signature, probed)
+        out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, probed,
+                      calibrate.signature() if probed else None)  # fmt: skip
         start = time.perf_counter()
         alpha_look = alpha / len(points)
         for k in points:
             while len(out.segments) < k:
-                out.segments.append(_segment(replay, m, probe=not cuda))
+                out.segments.append(_segment(replay, m, probe=probed))
             spent = time.perf_counter() - start
             if baseline is None:
                 if spent >= budget_s:
@@ -159,4 +160,4 @@ def _segment(replay, m: int, *, probe: bool) -> Segment:
             probes.append(calibrate.probe())
         replay.reset_state()
 
-    return Segment(time_iterations(replay.run, replay.device, m, between=between), probes)
+    return Segment(time_replay(replay, m, between=between), probes)

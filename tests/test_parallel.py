@@ -5,6 +5,8 @@ import shutil
 import subprocess
 import sys
 
+import torch
+
 from pytest_mystique.parallel import worker_device, worker_index
 
 from conftest import bundled
@@ -33,6 +35,8 @@ def test_cpu_workers_take_turns_timing_and_merge(tmp_path):
 
 def test_worker_placement():
     assert worker_index({"workerid": "gw3"}) == 3 and worker_index(None) is None
-    # on a machine without CUDA the device stays as asked; an explicit device is never changed
+    # an explicit device is never changed
     assert worker_device("cpu", 1) == ("cpu", None)
+    if not torch.cuda.is_available():
+        assert worker_device("auto", 1) == ("cpu", None)  # resolved, so that CPU workers take turns timing
     assert worker_device("auto", None) == ("auto", None)

@@ -1,0 +1,367 @@
+"""Collectives: a trace's ``c10d::`` operators, replayed through ``torch.distributed``.
+
+A trace records each collective twice: the ``c10d::`` operator (its tensors, in the trace's own
+schema) and, inside it, a ``record_param_comms`` node naming the process group and the
+collective. The process groups themselves are described by the ``## process_group:init ##`` node
+(name, backend, ranks, size of every group the job created). This module rebuilds those groups in
+an initialised ``torch.distributed`` world and turns each ``c10d::`` operator into a call of the
+matching ``torch.distributed`` function on the tensors the replay engine binds for it, with the
+recorded sizes, dtypes, split sizes, roots and peers.
+
+The arguments are read by the names of the trace's own schema (collective signatures changed
+across torch versions: ``allreduce_`` gained ``sparse_indices``, for example), so a trace replays
+on a torch whose ``c10d`` operators look different. Nothing from the trace is executed: the
+``op_schema`` string is parsed by torch's schema parser and its names pick one of the functions
+below, or the op is skipped with the reason.
+
+The reduction operator is recorded as an opaque object; the replay uses SUM (what gradient
+averaging in DDP and FSDP runs) and re-seeds the tensors it writes between timed iterations, so
+repeated sums never overflow.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .ops import Unsupported
+from .trace import ListValue, Node, Scalar, TensorRef, Trace
+
+PG_INIT = "## process_group:init ##"
+COMMS = "record_param_comms"
+
+
+@dataclass
+class GroupSpec:
+    name: str
+    ranks: list[int]  # global ranks, empty for the whole world
+    size: int
+    backend_id: int | None = None
+    desc: str = ""
+
+
+@dataclass
+class Topology:
+    """The process groups a trace's job had, from its ``process_group:init`` node."""
+
+    groups: list[GroupSpec] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = [g.size for g in self.groups if not g.ranks]
+        sizes += [max(g.ranks) + 1 for g in self.groups if g.ranks]
+        return max(sizes) if sizes else None
+
+
+def topology(trace: Trace) -> Topology:
+    """The trace's process groups (none when it has no ``process_group:init`` node)."""
+    for node in trace.nodes:
+        if node.name == PG_INIT:
+            return _parse_pg_init(node)
+    return Topology()
+
+
+def _parse_pg_init(node: Node) -> Topology:
+    groups = []
+    for value in node.inputs:
+        if not (isinstance(value, Scalar) and isinstance(value.value, str)):
+            continue
+        try:
+            entries = json.loads(value.value)
+        except ValueError:
+            continue
+        for e in entries if isinstance(entries, list) else []:
+            if not isinstance(e, dict):
+                continue
+            ranks = e.get("ranks")
+            ranks = [r for r in ranks if type(r) is int and r >= 0] if isinstance(ranks, list) else []
+            size = e.get("group_size")
+            size = size if type(size) is int and size > 0 else (len(ranks) or 1)
+            backend_id = e.get("backend_id")
+            groups.append(GroupSpec(str(e.get("pg_name", len(groups))), ranks, size,
+                                    backend_id if type(backend_id) is int else None, str(e.get("pg_desc", ""))))  # fmt: skip
+    return Topology(groups)
+
+
+def has_collectives(trace: Trace) -> bool:
+    return any(n.op_schema.startswith("c10d::") for n in trace.nodes if n.op_schema)
+
+
+def _comms_child(trace: Trace, node: Node) -> Node | None:
+    children = trace.meta.get("_children")
+    if children is None:
+        children = {}
+        for n in trace.nodes:
+            if n.name == COMMS:
+                children.setdefault(n.parent, n)
+        trace.meta["_children"] = children
+    return children.get(node.id)
+
+
+def _group_key(trace: Trace, node: Node) -> Any:
+    """What ``record_param_comms`` says about the collective's group: a (name, description)
+    tuple in newer traces, a backend id or a pointer in older ones; None when not recorded."""
+    comms = _comms_child(trace, node)
+    if comms is None or len(comms.inputs) < 3:
+        return None
+    v = comms.inputs[2]
+    if isinstance(v, ListValue) and v.items and isinstance(v.items[0], Scalar):
+        return str(v.items[0].value)
+    if isinstance(v, Scalar) and type(v.value) is int:
+        return v.value
+    return None
+
+
+class Comms:
+    """The collectives of one rank's trace, bound to the process groups of the current
+    ``torch.distributed`` world. Create it on every rank, in the same order: building the
+    groups is itself collective."""
+
+    def __init__(self, trace: Trace, rank: int, world_size: int):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.trace = trace
+        self.rank = rank
+        self.world_size = world_size
+        self.topology = topology(trace)
+        self.groups: dict[str, Any] = {}
+        self.by_backend: dict[int, Any] = {}
+        for spec in self.topology.groups:
+            if not spec.ranks or sorted(spec.ranks) == list(range(world_size)):
+                group = dist.group.WORLD
+            elif max(spec.ranks) >= world_size:
+                continue  # a group the replayed world is too small for; its collectives are skipped
+            else:
+                group = dist.new_group(sorted(set(spec.ranks)))  # every rank creates every group
+            self.groups[spec.name] = group
+            if spec.backend_id is not None:
+                self.by_backend[spec.backend_id] = group
+
+    def group_for(self, node: Node):
+        key = _group_key(self.trace, node)
+        if key is None or (isinstance(key, int) and not self.by_backend):
+            return self.dist.group.WORLD  # not recorded, or an old trace without its group table
+        group = self.groups.get(key) if isinstance(key, str) else self.by_backend.get(key)
+        if group is None and isinstance(key, str) and key == "0":
+            group = self.dist.group.WORLD
+        if group is None:
+            raise Unsupported(f"collective on process group {key!r}, which the trace's process_group:init node "
+                              f"does not describe for a world of {self.world_size}")  # fmt: skip
+        if group is not self.dist.group.WORLD and self.dist.get_rank(group) < 0:
+            raise Unsupported(f"collective on process group {key!r}, which rank {self.rank} is not a member of")
+        return group
+
+    def bind(self, node: Node) -> tuple[Collective, list[tuple[Any, str, Any]]]:
+        """The callable for ``node`` and its arguments as (schema argument, kind, recorded value),
+        kind being 'tensor', 'tensors', 'tensors2' (a list of one tensor list), 'skip' (group,
+        reduce op: opaque in the trace) or 'value'."""
+        try:
+            schema = torch._C.parse_schema(node.op_schema)
+        except RuntimeError as e:
+            raise Unsupported(f"cannot parse the collective's schema: {str(e).splitlines()[0][:120]}") from None
+        name = schema.name.split("::", 1)[1]
+        impl = _IMPLS.get(name)
+        if impl is None:
+            raise Unsupported(f"collective c10d::{name} is not supported by the replayer")
+        group = self.group_for(node)
+        args = []
+        for arg, val in zip(schema.arguments, node.inputs):
+            t = str(arg.type)
+            if "ProcessGroup" in t or "ReduceOp" in t:
+                kind = "skip"
+            elif t in ("Tensor", "Optional[Tensor]"):
+                kind = "tensor"
+            elif t == "List[Tensor]":
+                kind = "tensors"
+            elif t == "List[List[Tensor]]":
+                if not (isinstance(val, ListValue) and len(val.items) == 1 and isinstance(val.items[0], ListValue)):
+                    raise Unsupported(f"{arg.name}: nested tensor lists of several devices are not supported")
+                kind = "tensors2"
+            else:
+                kind = "value"
+            args.append((arg, kind, val))
+        names = [a[0].name for a in args]
+        nested = [i for i, a in enumerate(args) if a[1] == "tensors2"]
+        dist = self.dist
+
+        def call(*values):
+            if nested:
+                values = list(values)
+                for i in nested:
+                    values[i] = [values[i]]
+            return impl(dist, group, dict(zip(names, values)))
+
+        return Collective(call, schema), args
+
+
+class Collective:
+    """A bound collective, shaped like an ``OpOverload`` for the replay engine (``_op`` to call,
+    ``_schema`` for names, returns and aliasing: the trace's own schema)."""
+
+    namespace = "c10d"
+
+    def __init__(self, call, schema):
+        self._op = call
+        self._schema = schema
+
+
+def global_rank(dist, group, rank: int) -> int:
+    return rank if group is dist.group.WORLD else dist.get_global_rank(group, rank)
+
+
+def _sum(dist):
+    return dist.ReduceOp.SUM
+
+
+def _allreduce(dist, g, a):
+    for t in a["tensors"]:
+        dist.all_reduce(t, op=_sum(dist), group=g)
+    return a["tensors"], None
+
+
+def _broadcast(dist, g, a):
+    src = global_rank(dist, g, a.get("root_rank", 0))
+    for t in a["tensors"]:
+        dist.broadcast(t, src=src, group=g)
+    return a["tensors"], None
+
+
+def _reduce(dist, g, a):
+    dst = global_rank(dist, g, a.get("root_rank", 0))
+    for t in a["tensors"]:
+        dist.reduce(t, dst=dst, op=_sum(dist), group=g)
+    return a["tensors"], None
+
+
+def _allgather(dist, g, a):
+    dist.all_gather(a["output_tensors"][0], a["input_tensors"][0], group=g)
+    return [a["output_tensors"][0]], None
+
+
+def _allgather_base(dist, g, a):
+    dist.all_gather_into_tensor(a["output_tensor"], a["input_tensor"], group=g)
+    return a["output_tensor"], None
+
+
+def _allgather_coalesced(dist, g, a):
+    outs = a.get("output_lists") or a.get("output_tensors")
+    for out, inp in zip(outs if isinstance(outs[0], list) else [outs], a.get("input_list") or a["input_tensors"]):
+        dist.all_gather(out, inp, group=g)
+    return None
+
+
+def _allgather_into_tensor_coalesced(dist, g, a):
+    for out, inp in zip(a["outputs"], a["inputs"]):
+        dist.all_gather_into_tensor(out, inp, group=g)
+    return None
+
+
+def _reduce_scatter(dist, g, a):
+    dist.reduce_scatter(a["output_tensors"][0], a["input_tensors"][0], op=_sum(dist), group=g)
+    return a["output_tensors"], None
+
+
+def _reduce_scatter_base(dist, g, a):
+    dist.reduce_scatter_tensor(a["output_tensor"], a["input_tensor"], op=_sum(dist), group=g)
+    return a["output_tensor"], None
+
+
+def _reduce_scatter_tensor_coalesced(dist, g, a):
+    for out, inp in zip(a["outputs"], a["inputs"]):
+        dist.reduce_scatter_tensor(out, inp, op=_sum(dist), group=g)
+    return None
+
+
+def _alltoall_base(dist, g, a):
+    dist.all_to_all_single(a["output"], a["input"], a.get("output_split_sizes") or None,
+                           a.get("input_split_sizes") or None, group=g)  # fmt: skip
+    return None
+
+
+def _alltoall(dist, g, a):
+    dist.all_to_all(a["output_tensors"], a["input_tensors"], group=g)
+    return a["output_tensors"], None
+
+
+def _gather(dist, g, a):
+    dst = global_rank(dist, g, a.get("root_rank", 0))
+    mine = dist.get_rank() == dst
+    dist.gather(a["input_tensors"][0], a["output_tensors"][0] if mine else None, dst=dst, group=g)
+    return a["output_tensors"], None
+
+
+def _scatter(dist, g, a):
+    src = global_rank(dist, g, a.get("root_rank", 0))
+    mine = dist.get_rank() == src
+    dist.scatter(a["output_tensors"][0], a["input_tensors"][0] if mine else None, src=src, group=g)
+    return a["output_tensors"], None
+
+
+def _barrier(dist, g, a):
+    dist.barrier(group=g)
+    return None
+
+
+def _send(dist, g, a):
+    dst = global_rank(dist, g, a.get("dstRank", a.get("dst_rank", 0)))
+    for t in a["tensors"]:
+        dist.send(t, dst=dst, group=g)
+    return None
+
+
+def _recv(dist, g, a):
+    src = global_rank(dist, g, a.get("srcRank", a.get("src_rank", 0)))
+    for t in a["tensors"]:
+        dist.recv(t, src=src, group=g)
+    return None
+
+
+_IMPLS = {
+    "allreduce_": _allreduce, "allreduce_coalesced_": _allreduce, "broadcast_": _broadcast, "reduce_": _reduce,
+    "allgather_": _allgather, "_allgather_base_": _allgather_base, "allgather_coalesced_": _allgather_coalesced,
+    "allgather_into_tensor_coalesced_": _allgather_into_tensor_coalesced, "reduce_scatter_": _reduce_scatter,
+    "_reduce_scatter_base_": _reduce_scatter_base, "reduce_scatter_tensor_coalesced_": _reduce_scatter_tensor_coalesced,
+    "alltoall_base_": _alltoall_base, "alltoall_": _alltoall, "gather_": _gather, "scatter_": _scatter,
+    "barrier": _barrier, "monitored_barrier_": _barrier, "send": _send, "recv_": _recv,
+}  # fmt: skip
+
+SUPPORTED = sorted(_IMPLS)
+
+
+def backend_for(device: torch.device) -> str:
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+def local_world(device: torch.device) -> bool:
+    """Make sure a ``torch.distributed`` world exists in this process for a single-rank trace:
+    a one-process group on an in-memory store (no sockets, no files). Returns False when one
+    could not be made."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    if dist.is_initialized():
+        return dist.get_world_size() == 1
+    dist.init_process_group(backend_for(device), store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    return True
+
+
+def tensor_refs(kind: str, val: Any) -> list[TensorRef | None]:
+    """The recorded tensors of a collective argument, flattened (see :meth:`Comms.bind`)."""
+    if kind == "tensor":
+        return [val if isinstance(val, TensorRef) and val.defined else None]
+    items = val.items if isinstance(val, ListValue) else []
+    if kind == "tensors2":
+        items = items[0].items
+    out = []
+    for item in items:
+        if not isinstance(item, TensorRef):
+            raise Unsupported("tensor list holds something else than tensors")
+        out.append(item if item.defined else None)
+    return out

@@ -1,0 +1,129 @@
+"""Multi-rank traces: one process per rank over torch.distributed (gloo), collectives replayed."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pytest_mystique.distributed import rank_of, resolve_job
+
+from conftest import ROOT, corpus, read_json, write_json
+
+
+def run_pytest(cwd, *args, timeout=600):
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mystique", "traces", "--mystique-budget=2",
+           "--mystique-json=out.json", *args]  # fmt: skip
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    results = json.loads((cwd / "out.json").read_text())["benchmarks"] if (cwd / "out.json").exists() else []
+    return out, {b["name"]: b["extra_info"] for b in results}
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory):
+    """A 2-rank DDP training step recorded by the capture helper (gloo, one trace per rank)."""
+    out = tmp_path_factory.mktemp("ddp") / "ddp_2rank"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_rank_file_names():
+    assert rank_of("rank-3.json.gz") == ("", 3)
+    assert rank_of("job_rank_12.json") == ("job", 12)
+    assert rank_of("et.rank1.json") == ("et", 1)
+    assert rank_of("rank-0.meta.json") is None and rank_of("vit.json.gz") is None
+
+
+def test_ddp_two_ranks_one_item(tmp_path, ddp_job):
+    shutil.copytree(ddp_job, tmp_path / "traces" / "ddp_2rank")
+    out, res = run_pytest(tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "collected 1 item" in out.stdout  # two files, one job
+    info = res["ddp_2rank"]
+    assert info["world_size"] == 2 and info["ops_skipped"] == 0
+    assert [r["rank"] for r in info["ranks"]] == [0, 1]
+    for r in info["ranks"]:
+        assert r["ops_replayed"] == r["ops_total"] > 20 and r["collectives"] >= 1  # DDP's gradient all-reduce
+    assert info["ops_total"] == sum(r["ops_total"] for r in info["ranks"])
+    # the step time is the slowest rank's in each iteration: never below a rank's own median
+    assert info["median_s"] >= max(r["median_s"] for r in info["ranks"]) * 0.999
+    assert "rank 1: " in out.stdout or "new baseline" in out.stdout
+    # a second run compares with the recorded baseline of the job
+    out, res = run_pytest(tmp_path)
+    assert res["ddp_2rank"]["status"] in ("same", "faster", "unsure", "slower"), out.stdout[-2000:]
+
+
+def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
+    job = tmp_path / "traces" / "ddp_2rank"
+    shutil.copytree(ddp_job, job)
+    (job / "rank-1.json.gz").write_bytes(b"\x1f\x8b not really gzip")
+    shutil.copyfile(corpus("vit_infer.json.gz"), tmp_path / "traces" / "vit.json.gz")
+    out, res = run_pytest(tmp_path, timeout=300)
+    assert out.returncode == 1
+    assert "1 failed, 1 passed" in out.stdout
+    assert "rank 1:" in out.stdout and "rank-1.json.gz" in out.stdout
+
+
+def test_single_rank_collectives_replay_on_a_one_process_group(tmp_path):
+    """A world-size-1 DDP trace: its all-reduce runs on an in-process group, nothing skipped."""
+    job = tmp_path / "solo"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(job), "--world", "1"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(job / "rank-0.json.gz"),
+                          "--iters", "3", "--json"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout)
+    assert "ranks" not in summary  # one process
+    assert summary["ops_skipped"] == 0 and summary["ops_replayed"] == summary["ops_total"]
+
+
+def test_allgather_corpus_trace_on_two_ranks():
+    """One rank's file of a 2-rank job: both ranks replay it, every all_gather runs."""
+    folder = corpus("multirank/allgather_2rank")
+    first, ranks, _ = resolve_job(folder)
+    assert ranks is None and first.name.endswith(".json.gz")
+    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(folder), "--iters", "3", "--json"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads(out.stdout)
+    assert s["world_size"] == 2 and s["ops_skipped"] == 0
+    assert [r["collectives"] for r in s["ranks"]] == [10, 10]
+    assert any("rank 0's trace" in note for note in s["notes"])
+
+
+@pytest.mark.slow
+def test_dlrm_eight_ranks(tmp_path):
+    """8 ranks on a small machine: slow, but every rank replays its file; the only skips are
+    FBGEMM operators (not installed), each with its reason."""
+    shutil.copytree(corpus("multirank/dlrm_8rank"), tmp_path / "traces" / "dlrm_8rank")
+    out, res = run_pytest(tmp_path, "--mystique-budget=1", "--mystique-iters=2")
+    assert out.returncode == 0, out.stdout[-3000:]
+    info = res["dlrm_8rank"]
+    assert info["world_size"] == 8 and len(info["ranks"]) == 8
+    assert {r["file"].rsplit("/", 1)[1] for r in info["ranks"]} == {f"rank-{i}.json.gz" for i in range(8)}
+    assert all(r["collectives"] == 8 for r in info["ranks"])  # 5 all_to_all(v) + 3 all_reduce per rank
+    assert {s["op"].split("::")[0] for s in info["skipped"]} == {"fbgemm"}
+    assert all("not registered" in s["reason"] for s in info["skipped"])
+
+
+def test_missing_peer_group_is_reported(tmp_path):
+    """A collective on a group the process_group:init node does not describe is skipped with the
+    reason on every rank (never a hang)."""
+    src = corpus("multirank/allgather_2rank/chakra_allgather_v102.json.gz")
+    data = read_json(src)
+    for node in data["nodes"]:
+        if node["name"] == "record_param_comms" and node["inputs"]["values"][4] == "all_gather":
+            node["inputs"]["values"][2] = 12345  # an unknown backend id
+    job = tmp_path / "job"
+    job.mkdir()
+    write_json(job / "allgather.json.gz", data)
+    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(job), "--iters", "2", "--json"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads(out.stdout)
+    assert s["ops_skipped"] == 20
+    assert all("process group 12345" in x["reason"] for x in s["skipped"])
