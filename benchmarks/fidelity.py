@@ -17,7 +17,6 @@ import argparse
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -25,11 +24,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
 from pytest_mystique.measure import measure, time_iterations  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
-from pytest_mystique.replay import Replay  # noqa: E402
+from pytest_mystique.runner import Options, prepare_file  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
-from pytest_mystique.trace import load_trace, trace_stem  # noqa: E402
+from pytest_mystique.trace import trace_stem  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 
@@ -47,22 +47,26 @@ def main() -> int:
     ap.add_argument("--slow-iters", type=int, default=2, help="iterations for traces without an original timing")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    paths = [Path(p) for p in args.traces] or sorted(CORPUS.rglob("*.json.gz"))
+    # the corpus's single traces, and each multi-rank job (a folder of per-rank files) as one entry
+    paths = [Path(p) for p in args.traces] or sorted(CORPUS.glob("*.json.gz")) + sorted(
+        p for p in (CORPUS / "multirank").iterdir() if p.is_dir())  # fmt: skip
     if args.bundled:
         paths += sorted((ROOT / "traces").glob("*.json.gz"))
     torch.set_num_threads(args.threads)
     entries = []
     for path in paths:
-        t0 = time.perf_counter()
-        trace = load_trace(path)
-        load_s = time.perf_counter() - t0
-        side = load_sidecar(path)
+        first, ranks, job = resolve_job(path)
+        side = load_sidecar(first)
         orig = side if side and side.get("threads", args.threads) == args.threads else None
-        replay = Replay(trace, "cpu")
+        replay, load_s = prepare_file(first, Options(device="cpu", threads=args.threads), ranks=ranks, name=job)
         m = measure(replay, iters=args.slow_iters, warmup=1, threads=args.threads, min_warmup_s=0.0)
-        e = {"name": trace_stem(path), "replay": replay, "load_s": load_s, "setup_s": m.setup_s,
-             "probe_s": replay.probe_s, "samples": [] if orig else m.samples_s, "orig": orig,
-             "peak": replay_peak_bytes(replay), "tpeak": trace_peak_bytes(trace)}  # fmt: skip
+        multi = isinstance(replay, DistributedReplay)
+        e = {"name": f"{path.name} ({replay.world_size} ranks)" if multi else trace_stem(path), "replay": replay,
+             "load_s": load_s, "setup_s": m.setup_s, "probe_s": replay.probe_s,
+             "samples": [] if orig else m.samples_s, "orig": orig,
+             "peak": 0 if multi else replay_peak_bytes(replay), "tpeak": 0 if multi else trace_peak_bytes(replay.trace)}  # fmt: skip
+        if multi:
+            replay.close()
         rep = replay.report
         e["counts"] = (rep.ops_total, rep.ops_replayed, sum(rep.substitutions.values()), rep.ops_skipped)
         for (op, why), n in rep.skipped.most_common():
@@ -98,7 +102,8 @@ def main() -> int:
         rep_total += replayed
         rows.append([
             e["name"], total, replayed, subst, skipped, f"{e['load_s']:.2f}", f"{e['setup_s'] - e['probe_s']:.2f}",
-            f"{e['probe_s']:.2f}", mib(e["peak"]), mib(e["tpeak"]), f"{e['peak'] / e['tpeak']:.2f}" if e["tpeak"] else "-",
+            f"{e['probe_s']:.2f}", mib(e["peak"]) if e["peak"] else "-", mib(e["tpeak"]) if e["tpeak"] else "-",
+            f"{e['peak'] / e['tpeak']:.2f}" if e["tpeak"] else "-",
             f"{med * 1e3:.2f}", f"{o['original_median_s'] * 1e3:.2f}" if o else "-", f"{ratio:.3f}" if ratio else "-",
             f"{mn * 1e3:.2f}", f"{o['original_min_s'] * 1e3:.2f}" if o and o.get("original_min_s") else "-",
             f"{min_ratio:.3f}" if min_ratio else "-",

@@ -9,6 +9,8 @@ anything else.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
 from dataclasses import dataclass
 
@@ -63,10 +65,14 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
     try:
         packet = getattr(namespace, op.name)
     except (AttributeError, RuntimeError):
-        raise Unsupported(
-            f"operator {op.namespace}::{op.name} is not registered in this torch "
-            f"(is the library that defines it installed and loaded?)"
-        ) from None
+        loaded = load_op_library(op.namespace)
+        try:
+            packet = getattr(namespace, op.name) if loaded is not None else None  # a partial load may have it
+        except (AttributeError, RuntimeError):
+            packet = None
+        if packet is None:
+            why = loaded if isinstance(loaded, str) else "is the library that defines it installed and loaded?"
+            raise Unsupported(f"operator {op.namespace}::{op.name} is not registered in this torch ({why})") from None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         raise Unsupported(f"{op.namespace}::{op.name} is not an operator")
     if op.overload not in packet.overloads():
@@ -75,6 +81,30 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
     if not isinstance(overload, torch._ops.OpOverload):
         raise Unsupported(f"{op} is not an operator overload")
     return overload
+
+
+#: Python packages that register the operators of a namespace when imported. Only these fixed
+#: names are ever imported, and only when a trace uses their namespace and the package is installed.
+OP_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision", "torchaudio": "torchaudio",
+                "torchrec": "torchrec", "torch_scatter": "torch_scatter", "torch_sparse": "torch_sparse"}  # fmt: skip
+_loaded: dict[str, bool | str | None] = {}
+
+
+def load_op_library(namespace: str) -> bool | str | None:
+    """Import the package that defines ``namespace``'s operators: True when it loaded, None when
+    there is none (or it is not installed), else why it failed to load (said in the skip reason)."""
+    if namespace not in _loaded:
+        module = OP_LIBRARIES.get(namespace)
+        result: bool | str | None = None
+        if module is not None and importlib.util.find_spec(module) is not None:
+            try:
+                importlib.import_module(module)
+                result = True
+            except Exception as e:  # noqa: BLE001 - an installed library that does not load: say why
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                result = f"{module} is installed but does not load with this torch: {first[:160]}"
+        _loaded[namespace] = result
+    return _loaded[namespace]
 
 
 # --------------------------------------------------------------------------------------------

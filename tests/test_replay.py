@@ -224,3 +224,19 @@ def test_out_overloads_foreach_noarg_and_custom_namespace_ops(tmp_path):
     add = next(s for s in replay.steps if s.name == "aten::add")
     assert add.kwnames == ("alpha", "out")
     replay.run()
+
+
+def test_op_library_is_loaded_for_its_namespace_or_the_reason_given(tmp_path, monkeypatch):
+    """Ops of another namespace load their package (a fixed table, never a name from the trace);
+    one that is installed but does not load says why in the skip reason."""
+    from pytest_mystique import ops
+
+    (tmp_path / "mystique_broken_oplib.py").write_text("raise ImportError('undefined symbol: _ZN5torch8autograd')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(ops.OP_LIBRARIES, "mystiquebroken", "mystique_broken_oplib")
+    monkeypatch.setattr(ops, "_loaded", {})
+    with pytest.raises(ops.Unsupported, match="mystique_broken_oplib is installed but does not load with this torch: "
+                                              "undefined symbol"):  # fmt: skip
+        ops.resolve("mystiquebroken::lookup(Tensor x) -> Tensor")
+    with pytest.raises(ops.Unsupported, match=r"is the library that defines it installed and loaded\?"):
+        ops.resolve("mystiquenolib::lookup(Tensor x) -> Tensor")
