@@ -2,9 +2,12 @@
 
 On a shared host the machine's speed drifts by tens of percent over minutes, so a replay timed
 now and an original timed at capture time differ by the drift as much as by the replay's error.
-For the bundled traces the original step can be rebuilt (scripts/make_traces.py), so this script
-alternates blocks of original steps and replay iterations in the same process and compares the
-medians of all blocks: drift hits both sides alike.
+For the bundled traces the original step can be rebuilt (scripts/make_traces.py), and with
+``transformers`` installed so can small models of the kinds the corpus holds, built from a config
+(no weights downloaded): an encoder (BERT), decoders (GPT-2, Llama with grouped-query attention),
+an encoder-decoder (T5), training and inference. Each is captured with the capture helper, then
+this script alternates blocks of original steps and replay iterations in the same process and
+compares the medians of all blocks: drift hits both sides alike.
 
     python benchmarks/fidelity_interleaved.py [--rounds 15] [--block 5] [NAME ...]
 """
@@ -15,6 +18,7 @@ import argparse
 import math
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,8 +30,68 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
+from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
+
+
+def _hf(kind: str, train: bool):
+    """A small transformers model's step (training: loss, backward, optimizer step)."""
+
+    def make():
+        import transformers as tf
+
+        vocab, seq, batch = 4000, 64, 4
+        if kind == "bert":
+            model = tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=128, intermediate_size=512,
+                                                     num_hidden_layers=2, num_attention_heads=4))  # fmt: skip
+        elif kind == "gpt2":
+            model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=128, n_layer=2, n_head=4, n_positions=seq))
+        elif kind == "llama":
+            model = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=352,
+                                                       num_hidden_layers=2, num_attention_heads=4,
+                                                       num_key_value_heads=2))  # fmt: skip
+        else:  # t5: encoder-decoder
+            model = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab, d_model=128, d_kv=32, d_ff=256,
+                                                              num_layers=2, num_heads=4))  # fmt: skip
+        ids = torch.randint(0, vocab, (batch, seq))
+        kw = {"input_ids": ids, "labels": ids}
+        if kind == "t5":
+            kw["labels"] = torch.randint(0, vocab, (batch, seq // 2))
+        if not train:
+            model.eval()
+
+            def infer():
+                with torch.no_grad():
+                    model(**{k: v for k, v in kw.items() if k != "labels" or kind == "t5"})
+
+            return infer, None
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad()
+            model(**kw).loss.backward()
+            opt.step()
+
+        return step, None
+
+    return make
+
+
+HF_MODELS = {f"hf_{k}_{'train' if t else 'infer'}": _hf(k, t)
+             for k, t in (("bert", True), ("bert", False), ("gpt2", True), ("llama", True), ("llama", False),
+                          ("t5", True))}  # fmt: skip
+
+
+def models() -> dict:
+    out = dict(make_traces.MODELS)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("# transformers is not installed: only the bundled models", file=sys.stderr)
+        return out
+    return out | HF_MODELS
 
 
 def block(fn, n: int, before=None) -> list[float]:
@@ -43,17 +107,24 @@ def block(fn, n: int, before=None) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*", default=list(make_traces.MODELS))
+    ap.add_argument("names", nargs="*")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    steady_allocator()  # as the plugin does before timing
+    table = models()
+    tmp = Path(tempfile.mkdtemp(prefix="fidelity."))
     print(f"{'trace':<20} {'ops':>5} {'original ms':>12} {'replay ms':>10} {'ratio':>7} {'block ratio IQR':>16}")
     errors = []
-    for name in args.names:
+    for name in args.names or list(table):
         torch.manual_seed(0)
-        step, _ = make_traces.MODELS[name]()
-        replay = Replay(load_trace(ROOT / "traces" / f"{name}.json.gz"), "cpu").prepare()
+        step, _ = table[name]()
+        path = ROOT / "traces" / f"{name}.json.gz"
+        if name in HF_MODELS:
+            path = tmp / f"{name}.json.gz"
+            capture_step(step, path, warmup=3, runs=3)
+        replay = Replay(load_trace(path), "cpu").prepare()
 
         def run_replay(replay=replay):
             with torch.no_grad():

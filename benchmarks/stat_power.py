@@ -36,12 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.inject import duplicate_ops  # noqa: E402
 
-SHARES = (0.02, 0.04, 0.06, 0.08, 0.1, 0.13, 0.17, 0.22, 0.3, 0.4, 0.55, 0.7)
-
 
 def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, dict]:
-    """A directory of the bundled traces, or of copies slowed down by about ``target`` (the share
-    of duplicated ops is searched per trace; the slowdown each copy really has is returned)."""
+    """A directory of the bundled traces, or of copies slowed down by ``target``: the ops to run
+    twice are chosen by their measured time so that the added time is ``target`` of the step; the
+    slowdown each copy really has is then measured by interleaving (and returned)."""
     d = base / name / "traces"
     d.mkdir(parents=True)
     truth = {}
@@ -50,17 +49,56 @@ def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, 
             shutil.copy(src, d / src.name)
             continue
         data = json.loads(gzip.decompress(src.read_bytes()))
+        cost = op_costs(src)
         best = None
-        for share in SHARES:
-            (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, share, seed=1)).encode()))
-            got = true_slowdown(src, d / src.name, rounds=6) - 1
+        # Instrumented per-op times do not add up exactly to what running an op twice costs
+        # (caches, allocations): scale the goal until the measured slowdown is near the target.
+        for scale in (1.0, 0.6, 1.6, 0.35, 0.2, 2.5):
+            chosen = pick(cost, target * scale)
+            (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, node_ids=chosen)).encode()))
+            got = true_slowdown(src, d / src.name, rounds=10) - 1
             if best is None or abs(got - target) < abs(best[1] - target):
-                best = (share, got)
-            if got > target:
+                best = (chosen, got)
+            if abs(got - target) <= 0.15 * target:
                 break
-        (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, best[0], seed=1)).encode()))
+        (d / src.name).write_bytes(gzip.compress(json.dumps(duplicate_ops(data, node_ids=best[0])).encode()))
         truth[src.name.split(".")[0]] = true_slowdown(src, d / src.name) - 1
     return base / name, truth
+
+
+def op_costs(path: Path, iters: int = 15) -> dict[int, float]:
+    """Median seconds of each op node, from instrumented iterations."""
+    import torch
+
+    from pytest_mystique.replay import Replay
+    from pytest_mystique.trace import load_trace
+
+    torch.set_num_threads(1)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    per: dict[int, list[float]] = {}
+    for _ in range(iters):
+        last = [time.perf_counter()]
+
+        def after(step, result, last=last):
+            now = time.perf_counter()
+            per.setdefault(step.node_id, []).append(now - last[0])
+            last[0] = now
+
+        replay.reset_state()
+        last[0] = time.perf_counter()
+        replay.run(after_step=after)
+    return {nid: statistics.median(ts) for nid, ts in per.items()}
+
+
+def pick(cost: dict[int, float], share: float) -> set[int]:
+    """Op nodes whose summed time is about ``share`` of the step (largest first among those that
+    still fit)."""
+    goal, added, chosen = share * sum(cost.values()), 0.0, set()
+    for nid, c in sorted(cost.items(), key=lambda kv: -kv[1]):
+        if added + c <= goal * 1.05:
+            chosen.add(nid)
+            added += c
+    return chosen
 
 
 def session(cond: Path, bl: Path, extra: list[str], out_json: Path, trace: str | None = None) -> tuple[list[dict], float]:
@@ -74,7 +112,7 @@ def session(cond: Path, bl: Path, extra: list[str], out_json: Path, trace: str |
         time.perf_counter() - t0
 
 
-def true_slowdown(orig: Path, injected: Path, rounds: int = 12) -> float:
+def true_slowdown(orig: Path, injected: Path, rounds: int = 24) -> float:
     """Ratio of low-quantile times, original and injected replays alternating in one process."""
     import torch
 

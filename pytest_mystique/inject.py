@@ -14,12 +14,15 @@ from .graph import select_ops
 from .trace import parse_trace
 
 
-def duplicate_ops(data: dict, share: float = 1.0, *, seed: int = 0, path: str = "<memory>") -> dict:
-    """A copy of the ET document ``data`` in which ``share`` of the selected ops run twice."""
-    trace = parse_trace(data, path)
-    ops = [n.id for n in select_ops(trace)]
-    rng = random.Random(seed)
-    chosen = set(ops if share >= 1 else rng.sample(ops, round(share * len(ops))))
+def duplicate_ops(data: dict, share: float = 1.0, *, seed: int = 0, path: str = "<memory>",
+                  node_ids: set[int] | None = None) -> dict:  # fmt: skip
+    """A copy of the ET document ``data`` in which ``share`` of the selected ops run twice (or
+    exactly the op nodes ``node_ids``)."""
+    if node_ids is not None:
+        chosen = set(node_ids)
+    else:
+        ops = [n.id for n in select_ops(parse_trace(data, path))]
+        chosen = set(ops if share >= 1 else random.Random(seed).sample(ops, round(share * len(ops))))
     parent_key = "parent" if data["schema"] == "1.0.1" else "ctrl_deps"
     out = {k: v for k, v in data.items() if k != "nodes"}
     nodes = []
