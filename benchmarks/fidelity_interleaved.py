@@ -54,7 +54,8 @@ def _hf(kind: str, train: bool):
                                                        num_key_value_heads=2))  # fmt: skip
         else:  # t5: encoder-decoder
             model = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab, d_model=128, d_kv=32, d_ff=256,
-                                                              num_layers=2, num_heads=4))  # fmt: skip
+                                                              num_layers=2, num_heads=4, decoder_start_token_id=0,
+                                                              pad_token_id=0))  # fmt: skip
         ids = torch.randint(0, vocab, (batch, seq))
         kw = {"input_ids": ids, "labels": ids}
         if kind == "t5":

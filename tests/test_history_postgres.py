@@ -32,6 +32,7 @@ def test_two_concurrent_runners_share_one_history(tmp_path, postgres_url):
     out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "history", "--db", postgres_url],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
+    print(out.stdout)  # shown with -s
     assert "mlp_train: 2 run(s)" in out.stdout and "embbag_rec: 2 run(s)" in out.stdout
 
 
