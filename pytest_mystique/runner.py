@@ -182,7 +182,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
     with deadline(options.timeout_s, path):
         replay, load_s = prepare_file(path, options, ranks=ranks, name=name)
         opened.append(replay)
-        if isinstance(replay, DistributedReplay) and replay.oversubscribed:
+        if isinstance(replay, DistributedReplay) and replay.noisy:
             options = dataclasses.replace(options, process_noise=max(options.process_noise, SHARED_CORES_NOISE))
         env = fingerprint(replay.device, threads)
         key = hardware_key(env)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .defaults import DEFAULT_NOISE
 from .environment import differences
 from .units import fmt_seconds
 
@@ -62,8 +63,10 @@ def noise_sigma(logs: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
 
 
-def change_points(values: list[float], *, penalty: float = PENALTY, min_sigma: float = 0.005) -> list[int]:
-    """Indices of the first run after each change (ruptures PELT on log values)."""
+def change_points(values: list[float], *, penalty: float = PENALTY, min_sigma: float = DEFAULT_NOISE) -> list[int]:
+    """Indices of the first run after each change (ruptures PELT on log values). The noise is
+    never taken below ``min_sigma``, the run-to-run noise of a level measured on CI hosts: a short
+    series whose successive runs happen to agree closely would otherwise make every wiggle a change."""
     import ruptures
 
     if len(values) < 2 * MIN_SEGMENT:

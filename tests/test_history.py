@@ -102,3 +102,15 @@ def test_old_history_schema_is_upgraded_in_place(tmp_path):
     _row(store, 2, 1.0, "2.13.0")
     rows = store.results("t")
     assert [r["median_s"] for r in rows] == [0.01, 0.01] and rows[0]["level"] is None and rows[1]["level"] == 1.0
+
+
+def test_change_points_ignore_wiggles_below_the_process_noise():
+    """Levels of two bundled traces over 9 real runs on the CI host (mystique history): the
+    unchanged one wiggles by up to 5% over two runs, the other had 30% of its ops doubled from
+    run 6 on. Only the real change is named."""
+    from pytest_mystique.trend import change_points
+
+    unchanged = [11.187, 10.993, 10.993, 11.078, 10.816, 11.580, 11.540, 11.074, 11.095]
+    doubled = [10.251, 10.388, 10.338, 10.403, 10.209, 15.344, 15.331, 15.830, 15.545]
+    assert change_points(unchanged) == []
+    assert change_points(doubled) == [5]
