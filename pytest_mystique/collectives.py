@@ -91,21 +91,10 @@ def has_collectives(trace: Trace) -> bool:
     return any(n.op_schema.startswith("c10d::") for n in trace.nodes if n.op_schema)
 
 
-def _comms_child(trace: Trace, node: Node) -> Node | None:
-    children = trace.meta.get("_children")
-    if children is None:
-        children = {}
-        for n in trace.nodes:
-            if n.name == COMMS:
-                children.setdefault(n.parent, n)
-        trace.meta["_children"] = children
-    return children.get(node.id)
-
-
-def _group_key(trace: Trace, node: Node) -> Any:
-    """What ``record_param_comms`` says about the collective's group: a (name, description)
-    tuple in newer traces, a backend id or a pointer in older ones; None when not recorded."""
-    comms = _comms_child(trace, node)
+def _group_key(comms: Node | None) -> Any:
+    """What a collective's ``record_param_comms`` node says about its group: a (name,
+    description) tuple in newer traces, a backend id or a pointer in older ones; None when not
+    recorded."""
     if comms is None or len(comms.inputs) < 3:
         return None
     v = comms.inputs[2]
@@ -131,6 +120,10 @@ class Comms:
         self.topology = topology(trace)
         self.groups: dict[str, Any] = {}
         self.by_backend: dict[int, Any] = {}
+        self.comms_of: dict[int, Node] = {}  # collective node id -> its record_param_comms child
+        for n in trace.nodes:
+            if n.name == COMMS:
+                self.comms_of.setdefault(n.parent, n)
         for spec in self.topology.groups:
             if not spec.ranks or sorted(spec.ranks) == list(range(world_size)):
                 group = dist.group.WORLD
@@ -143,7 +136,7 @@ class Comms:
                 self.by_backend[spec.backend_id] = group
 
     def group_for(self, node: Node):
-        key = _group_key(self.trace, node)
+        key = _group_key(self.comms_of.get(node.id))
         if key is None or (isinstance(key, int) and not self.by_backend):
             return self.dist.group.WORLD  # not recorded, or an old trace without its group table
         group = self.groups.get(key) if isinstance(key, str) else self.by_backend.get(key)
@@ -202,8 +195,6 @@ class Comms:
 class Collective:
     """A bound collective, shaped like an ``OpOverload`` for the replay engine (``_op`` to call,
     ``_schema`` for names, returns and aliasing: the trace's own schema)."""
-
-    namespace = "c10d"
 
     def __init__(self, call, schema):
         self._op = call
@@ -329,9 +320,6 @@ _IMPLS = {
     "alltoall_base_": _alltoall_base, "alltoall_": _alltoall, "gather_": _gather, "scatter_": _scatter,
     "barrier": _barrier, "monitored_barrier_": _barrier, "send": _send, "recv_": _recv,
 }  # fmt: skip
-
-SUPPORTED = sorted(_IMPLS)
-
 
 def backend_for(device: torch.device) -> str:
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
