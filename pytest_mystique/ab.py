@@ -15,62 +15,20 @@ convolutions); the interval counts it as known noise (``--noise``), as the plugi
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
-from .errors import MystiqueError
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
 from .stats import compare_paired, segment_level
+from .worker import Worker
 
 MAX_ROUNDS = 60
 #: Each worker's turn lasts about this long.
 BLOCK_S = 0.05
-
-
-class Worker:
-    """One replay worker process in the environment of ``python``."""
-
-    def __init__(self, python: str, threads: int):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        try:
-            self.proc = subprocess.Popen(
-                [python, "-m", "pytest_mystique.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, text=True, env=env,
-            )  # fmt: skip
-        except OSError as e:
-            raise MystiqueError(python, f"cannot start a replay worker: {e.strerror or e}") from None
-        self.python = python
-
-    def request(self, **req) -> dict:
-        try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError):
-            line = ""
-        if not line:
-            raise MystiqueError(self.python, "replay worker exited (is pytest-mystique installed in this environment?)")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise MystiqueError(req.get("trace") or self.python, reply["error"])
-        return reply
-
-    def close(self) -> None:
-        try:
-            self.request(cmd="quit")
-        except MystiqueError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFAULT_BUDGET_S,

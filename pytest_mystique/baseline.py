@@ -59,7 +59,7 @@ class Baseline:
 
         segs = self.data.get("segments")
         if segs:
-            return [Segment(list(s["samples_s"]), list(s.get("probe_s") or [])) for s in segs]
+            return [Segment(list(s["samples_s"]), list(s.get("probe_s") or []), int(s.get("run") or 0)) for s in segs]
         xs = self.samples_s  # format 1: flat samples, no probe; cut into segments of up to 5
         size = max(1, min(5, len(xs) // 2))
         return [Segment(xs[i:i + size], []) for i in range(0, len(xs) - size + 1, size)]
@@ -130,7 +130,8 @@ def validate(data, path: Path) -> dict:
         isinstance(segs, list)
         and len(segs) >= 2
         and all(isinstance(g, dict) and _positive_numbers(g.get("samples_s"), 1)
-                and _positive_numbers(g.get("probe_s", []), 0) for g in segs)  # fmt: skip
+                and _positive_numbers(g.get("probe_s", []), 0)
+                and isinstance(g.get("run", 0), int) and not isinstance(g.get("run", 0), bool) for g in segs)  # fmt: skip
     ):
         raise BaselineError(path, "corrupt baseline: 'segments' must be a list of at least two segments of positive times")
     if not isinstance(data.get("environment", {}), dict):
@@ -168,8 +169,8 @@ def make_record(trace_name: str, trace_file: str, sampled, environment: dict, *,
         "samples_s": [float(x) for x in samples_s],
         "segment_iters": sampled.segment_iters,
         "probe_signature": sampled.probe_signature,
-        "segments": [{"samples_s": [float(x) for x in g.samples_s], "probe_s": [float(x) for x in g.probe_s]}
-                     for g in sampled.segments],  # fmt: skip
+        "segments": [{"samples_s": [float(x) for x in g.samples_s], "probe_s": [float(x) for x in g.probe_s],
+                      "run": g.run} for g in sampled.segments],  # fmt: skip
         **({"per_op_median_s": per_op_median_s} if per_op_median_s else {}),
     }
 

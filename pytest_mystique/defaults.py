@@ -12,3 +12,6 @@ DEFAULT_BUDGET_S = 20.0
 DEFAULT_NOISE = 0.015
 #: A segment lasts about this long (iterations are added until it does).
 SEGMENT_S = 0.5
+#: Processes a new baseline is sampled in (``--mystique-runs``); a comparison adds fresh
+#: processes, at most 3, while its verdict is open.
+DEFAULT_RUNS = 5

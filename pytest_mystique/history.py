@@ -159,7 +159,7 @@ def results_query(trace: str | None, mark: str, prefix: str = "") -> str:
 
 
 #: Result fields kept in the ``details`` column (JSON).
-DETAIL_KEYS = ("device", "threads", "segments", "segment_iters", "sampling_s", "probed", "tolerance", "comparison",
+DETAIL_KEYS = ("device", "threads", "segments", "runs", "segment_iters", "sampling_s", "probed", "tolerance", "comparison",
                "attribution", "hardware_key", "ops_skipped", "timed", "xdist_worker")  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_RUNS, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .errors import MystiqueError
 from .trace import sniff, trace_stem
 
@@ -57,6 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="timed iterations per segment (default: as many as fill half a second)")  # fmt: skip
     group.addoption("--mystique-budget", type=float, default=None, metavar="SECONDS",
                     help=f"sampling time per trace before the verdict is 'unsure' (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
+    group.addoption("--mystique-runs", type=int, default=None, metavar="N",
+                    help=f"processes a new baseline is sampled in; 1: no fresh processes, for comparisons either "
+                         f"(default {DEFAULT_RUNS})")  # fmt: skip
     group.addoption("--mystique-strict", action="store_true", default=False,
                     help="fail traces whose verdict is 'unsure' too")  # fmt: skip
     group.addoption("--mystique-alpha", type=float, default=None, metavar="P",
@@ -90,6 +93,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mystique_history", "history database path, relative to the rootdir ('off' disables)", default=None)
     parser.addini("mystique_history_timeout", "seconds to wait for a locked history database", default=None)
     parser.addini("mystique_warmup", "warm-up iterations per trace", default=None)
+    parser.addini("mystique_runs", "processes a new baseline is sampled in", default=None)
     parser.addini("mystique_budget", "sampling seconds per trace", default=None)
     parser.addini("mystique_noise", "run-to-run noise (fraction) that sampling cannot remove", default=None)
 
@@ -114,8 +118,9 @@ def _int_setting(config: pytest.Config, name: str, default: int) -> int:
     if value is None:
         raw = config.getini(f"mystique_{name}")
         value = int(raw) if raw not in (None, "") else default
-    if value is not None and (value < 0 or (name == "iters" and value < 2)):
-        raise pytest.UsageError(f"--mystique-{name} must be {'at least 2' if name == 'iters' else 'non-negative'}")
+    least = {"iters": 2, "runs": 1}.get(name, 0)
+    if value is not None and value < least:
+        raise pytest.UsageError(f"--mystique-{name} must be {f'at least {least}' if least else 'non-negative'}")
     return value
 
 
@@ -152,6 +157,7 @@ def options_from(config: pytest.Config):
         warmup=_int_setting(config, "warmup", DEFAULT_WARMUP),
         iters=_int_setting(config, "iters", None),
         budget_s=_float_setting(config, "budget", DEFAULT_BUDGET_S),
+        runs=_int_setting(config, "runs", DEFAULT_RUNS),
         # each trace is tested at alpha / (number of traces): Benjamini-Hochberg's strictest step
         alpha=_float_setting(config, "alpha", DEFAULT_ALPHA) / max(1, config.stash.get(_count_key, 1)),
         process_noise=_float_setting(config, "noise", DEFAULT_NOISE),
@@ -328,7 +334,8 @@ class TraceItem(pytest.Item):
             head = (
                 f"{result['ops_replayed']}/{result['ops_total']} ops replayed on {result['device']}, "
                 f"median {report.fmt_seconds(result['median_s'])} over {len(result['samples_s'])} iterations "
-                f"in {result.get('segments', '?')} segments ({result.get('sampling_s', 0):.1f} s)"
+                f"in {result.get('segments', '?')} segments, {result.get('runs', 1)} process(es) "
+                f"({result.get('sampling_s', 0):.1f} s)"
             )
             if result.get("fidelity_ratio"):
                 head += f", {result['fidelity_ratio']:.2f}x the original step"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import math
 import signal
@@ -26,10 +27,11 @@ from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
-from .sampling import Sampled, comparable, sample
+from .sampling import BASELINE_RUNS, Sampled, by_run, comparable, sample
 from .sidecar import load_sidecar
-from .stats import compare_levels
+from .stats import compare_runs
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
+from .worker import fresh_run
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Options:
     budget_s: float = DEFAULT_BUDGET_S
     alpha: float = DEFAULT_ALPHA  # for this trace (the plugin divides the session's among its traces)
     process_noise: float = DEFAULT_NOISE
+    runs: int = BASELINE_RUNS  # processes a new baseline is sampled in (1: this process only)
 
 
 @dataclass
@@ -80,8 +83,10 @@ class ReplayRun:
             out.update(world_size=self.replay.world_size, ranks=self.replay.rank_summary(), threads=self.replay.threads,
                        step_time="slowest rank per iteration")  # fmt: skip
         if isinstance(m, Sampled):
-            out.update(segments=len(m.segments), segment_iters=m.segment_iters, sampling_s=m.sampling_s,
+            out.update(segments=len(m.segments), runs=m.runs, segment_iters=m.segment_iters, sampling_s=m.sampling_s,
                        probed=m.probed, looks=m.looks)  # fmt: skip
+            if m.notes:
+                out["notes"] = dict(out["notes"], sampling="; ".join(m.notes))
         return out
 
 
@@ -231,18 +236,23 @@ def _sample(replay, options: Options, baseline, tolerance: float) -> Sampled:
     if baseline is not None:
         kw = dict(baseline=baseline.segments, baseline_signature=baseline.probe_signature, segment_iters=options.iters or baseline.segment_iters,
                   comparison_extra={"baseline_median_s": baseline.median_s})  # fmt: skip
+    fresh = None
+    if options.runs > 1 and not isinstance(replay, DistributedReplay):  # a multi-rank job has its own processes
+        fresh = functools.partial(fresh_run, replay.trace.path, device=str(replay.device),
+                                  threads=thread_count(options.threads), seed=options.seed,
+                                  max_memory=options.max_memory, warmup=options.warmup)  # fmt: skip
     return sample(replay, budget_s=options.budget_s, tolerance=tolerance, alpha=options.alpha,
                   process_noise=options.process_noise, threads=options.threads, warmup=options.warmup,
+                  fresh_run=fresh, runs=options.runs,
                   **({"segment_iters": options.iters} if options.iters and baseline is None else {}), **kw)  # fmt: skip
 
 
 def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance: float):
     calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
-    return compare_levels([b.level(calibrated) for b in baseline.segments],
-                          [s.level(calibrated) for s in sampled.segments],
-                          tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
-                          calibrated=calibrated, baseline_median_s=baseline.median_s,
-                          current_median_s=sampled.median_s)  # fmt: skip
+    return compare_runs(by_run(baseline.segments, calibrated), by_run(sampled.segments, calibrated),
+                        tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
+                        calibrated=calibrated, baseline_median_s=baseline.median_s,
+                        current_median_s=sampled.median_s)  # fmt: skip
 
 
 def _per_op(replay, sampled: Sampled) -> dict[str, float]:

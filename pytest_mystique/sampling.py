@@ -1,16 +1,19 @@
-"""Adaptive sampling: time segments of a replay until the statistics reach a verdict.
+"""Adaptive sampling: time a replay in runs of segments until the statistics reach a verdict.
 
-A trace starts with :data:`FIRST_LOOK` segments; while the comparison with its baseline is
-undecided, more segments are added, and the data are looked at again each time their number has
-doubled (4, 8, 16, 32 segments), until the time budget is spent or the sampling
-error is below half the process noise (more segments could not narrow the interval much). Each look spends
-an equal share of the significance level (Bonferroni over the looks the budget allows), so
-stopping as soon as the interval is clear does not raise the false-alarm rate. Without a baseline
-(a new one is being recorded) the whole budget is spent, up to :data:`BASELINE_SEGMENTS`.
+A *run* is one process's sampling: warm-up, then segments (:data:`FIRST_LOOK` at least) until
+the run's own sampling error is below half the process noise, or its share of the time budget is
+spent. Each process has a speed offset of its own that no sampling inside it removes (:mod:`.stats`),
+so replication happens across processes: a baseline is recorded in :data:`BASELINE_RUNS` runs,
+this process's and fresh worker processes' (:func:`.worker.fresh_run`), each one as long as the
+first. A comparison looks at the data after each of its runs: the first in this process, then, while
+undecided, up to ``max_runs - 1`` more in fresh processes, until a verdict or the budget is spent.
+Each look spends an equal share of the significance level (Bonferroni over the looks), so stopping
+as soon as the interval is clear does not raise the false-alarm rate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -19,19 +22,33 @@ from dataclasses import dataclass, field
 import torch
 
 from . import calibrate
-from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP, SEGMENT_S
+from .defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BUDGET_S,
+    DEFAULT_NOISE,
+    DEFAULT_RUNS,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WARMUP,
+    SEGMENT_S,
+)
+from .errors import MystiqueError
 from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_replay, torch_threads
-from .stats import Comparison, compare_levels, segment_level
+from .stats import Comparison, compare_runs, segment_level
 
 FIRST_LOOK = 4
-BASELINE_SEGMENTS = 40
+#: At most this many segments in one run.
+RUN_SEGMENTS = 40
 MAX_SEGMENT_ITERS = 1000
+#: Runs (processes) a new baseline is recorded in; a comparison uses at most :data:`MAX_RUNS`.
+BASELINE_RUNS = DEFAULT_RUNS
+MAX_RUNS = 3
 
 
 @dataclass
 class Segment:
     samples_s: list[float]
     probe_s: list[float]  # empty where there is no probe (CUDA)
+    run: int = 0  # which process sampled it (0: the plugin's own)
 
     def level(self, calibrated: bool) -> float:
         return segment_level(self.samples_s, self.probe_s if calibrated else None)
@@ -52,6 +69,11 @@ class Sampled:
     probe_signature: str | None
     comparison: Comparison | None = None
     looks: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len({s.run for s in self.segments})
 
     @property
     def samples_s(self) -> list[float]:
@@ -75,17 +97,30 @@ def look_points(max_segments: int, first: int = FIRST_LOOK) -> list[int]:
     return points
 
 
+def by_run(segments: list[Segment], calibrated: bool) -> list[list[float]]:
+    """Segment levels grouped by the run (process) that sampled them."""
+    runs: dict[int, list[float]] = {}
+    for s in segments:
+        runs.setdefault(s.run, []).append(s.level(calibrated))
+    return list(runs.values())
+
+
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
            baseline_signature: str | None = None, segment_iters: int | None = None, tolerance: float = DEFAULT_TOLERANCE,
            alpha: float = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE, threads: int | None = None,
-           warmup: int = DEFAULT_WARMUP, comparison_extra=None) -> Sampled:  # fmt: skip
-    """Prepare, warm up and time ``replay`` in segments, stopping at a verdict against
-    the ``baseline``'s segments or when ``budget_s`` is spent. Times are normalised by the probe's
-    when both sides have probe times taken with the same :func:`.calibrate.signature`."""
+           warmup: int = DEFAULT_WARMUP, comparison_extra=None, fresh_run=None,
+           runs: int = BASELINE_RUNS) -> Sampled:  # fmt: skip
+    """Prepare, warm up and time ``replay`` in runs of segments, stopping at a verdict against
+    the ``baseline``'s segments or when ``budget_s`` is spent. ``fresh_run(segments=, segment_iters=,
+    probe=)`` samples one more run in a fresh process (None: this process only); ``runs`` is the
+    number of runs of a new baseline (a comparison uses at most :data:`MAX_RUNS` of them). Times are
+    normalised by the probe's when both sides have probe times taken with the same
+    :func:`.calibrate.signature`."""
     n_threads = thread_count(threads)
     steady_allocator()
     cuda = replay.device.type == "cuda"
     probed = not cuda and getattr(replay, "probed", True)  # a multi-rank replay's ranks time themselves
+    max_runs = 1 if fresh_run is None else max(1, runs if baseline is None else min(runs, MAX_RUNS))
     with torch_threads(n_threads):
         t0 = time.perf_counter()
         replay.prepare()
@@ -93,36 +128,56 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         done, per_iter = warm_up(replay, warmup)
         m = segment_iters or min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(per_iter, 1e-9))))
         seg_s = m * (per_iter + (_probe_s() if probed else 0))
-        max_segments = max(FIRST_LOOK, min(BASELINE_SEGMENTS, int(budget_s / max(seg_s, 1e-9))))
-        points = look_points(max_segments)
         calibrated = comparable(baseline or [], baseline_signature, probed)
         out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, probed,
                       calibrate.signature() if probed else None)  # fmt: skip
         start = time.perf_counter()
-        alpha_look = alpha / len(points)
-        for k in points:
-            while len(out.segments) < k:
-                out.segments.append(_segment(replay, m, probe=probed))
-            spent = time.perf_counter() - start
-            if baseline is None:
-                if spent >= budget_s:
-                    break
-                continue
-            cur_levels = [s.level(calibrated) for s in out.segments]
-            # stop when the budget would be exceeded, or when more segments cannot narrow the
-            # interval much: the sampling error is already below half the process noise
-            settled = statistics.stdev(cur_levels) / math.sqrt(k) < math.log1p(process_noise) / 2
-            final = k == points[-1] or spent + seg_s * (k // 2) > budget_s or settled
-            extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
-            cmp = compare_levels([b.level(calibrated) for b in baseline], cur_levels, tolerance=tolerance, alpha=alpha_look,
-                                 process_noise=process_noise, final=final, **extra)  # fmt: skip
-            out.looks.append({"segments": k, "seconds": round(spent, 3), "verdict": cmp.verdict,
-                              "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high]})  # fmt: skip
-            out.comparison = cmp
-            if cmp.verdict != "undecided":
+        # the first run, in this process: until its sampling error is small next to the process
+        # noise, or its share of the budget (less a fresh process's start) is spent
+        run_budget = budget_s / max_runs - (FRESH_PROCESS_S if max_runs > 1 else 0)
+        cap = max(FIRST_LOOK, min(RUN_SEGMENTS, int(run_budget / max(seg_s, 1e-9))))
+        while len(out.segments) < cap:
+            out.segments.append(_segment(replay, m, probe=probed))
+            k = len(out.segments)
+            levels = [s.level(calibrated) for s in out.segments]
+            if k >= FIRST_LOOK and statistics.stdev(levels) / math.sqrt(k) < math.log1p(process_noise) / 2:
                 break
+        per_run = len(out.segments)
+        alpha_look = alpha / max_runs  # one look per run at most
+        first_s = time.perf_counter() - start
+        run_cost = first_s + setup_s + per_iter * done + FRESH_PROCESS_S
+        run = 1  # runs sampled so far
+        while True:
+            spent = time.perf_counter() - start
+            final = run >= max_runs or spent + run_cost > budget_s  # no run that would exceed the budget
+            if baseline is not None:
+                extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
+                cmp = compare_runs(by_run(baseline, calibrated), by_run(out.segments, calibrated), tolerance=tolerance,
+                                   alpha=alpha_look, process_noise=process_noise, final=final, **extra)  # fmt: skip
+                out.looks.append({"runs": run, "segments": len(out.segments), "seconds": round(spent, 3),
+                                  "verdict": cmp.verdict, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high]})  # fmt: skip
+                out.comparison = cmp
+                if cmp.verdict != "undecided":
+                    break
+            if final:
+                break
+            t_run = time.perf_counter()
+            try:
+                segs = fresh_run(segments=per_run, segment_iters=m, probe=probed)
+            except MystiqueError as e:
+                out.notes.append(f"sampling in a fresh process failed, so {run} run(s) were used: {e}")
+                max_runs = run  # judge (or record) what there is
+                continue
+            run_cost = time.perf_counter() - t_run
+            out.segments += [dataclasses.replace(g, run=run) for g in segs]
+            run += 1
         out.sampling_s = time.perf_counter() - start
     return out
+
+
+#: Seconds a fresh Python process takes to start and import torch (a first guess at a run's cost
+#: before one was timed).
+FRESH_PROCESS_S = 2.0
 
 
 def comparable(baseline: list[Segment], baseline_signature: str | None, probed: bool) -> bool:

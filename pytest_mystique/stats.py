@@ -7,11 +7,16 @@ while the machine was not disturbed, the probe cancels the machine's own speed. 
 a segment are not independent (a disturbance lasts longer than one iteration); segments are far
 apart enough to be treated as independent, and their scatter measures the noise honestly.
 
-A run's level is the mean of its segments' levels. Two runs are compared with Welch's t on the
-segment levels, with the variance widened by ``process_noise``: the part of the run-to-run
-scatter that no amount of sampling inside one process removes (measured on this project's CI
-machines with benchmarks/stat_power.py; ``--mystique-noise``). The result is a confidence
-interval for the ratio current / baseline of the (probe-normalised) step time.
+A *run* is one process's sampling (the plugin's own process, or a fresh worker process,
+:mod:`.sampling`); its level is the mean of its segments' levels. Each run carries an offset of
+its own that no sampling inside it removes (measured on this project's 2-core CI machines: about
+1-1.5% between two processes, with benchmarks/stat_power.py): ``process_noise``, the prior for
+it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where that is
+larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a baseline
+recorded in five fresh processes carries a fifth of the process variance, and a comparison that
+adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise terms
+counting as known). The result is a confidence interval for the ratio current / baseline of the
+(probe-normalised) step time.
 
 Verdicts, for a tolerance ``tol`` and a significance level ``alpha``:
 
@@ -72,6 +77,8 @@ class Comparison:
     calibrated: bool = True  # levels normalised by the machine-speed probe
     process_noise: float = DEFAULT_NOISE
     raw_ratio: float | None = None  # median(current) / median(baseline), uncalibrated
+    runs_baseline: int = 1  # processes each side was sampled in
+    runs_current: int = 1
 
     @property
     def change(self) -> float:
@@ -93,35 +100,72 @@ class Comparison:
         return (
             f"{pct} ({self.confidence:.1%} CI {ci}, p={self.p_value:.2g}, {how}; "
             f"median {_fmt_s(self.current_median_s)} vs baseline {_fmt_s(self.baseline_median_s)}, "
-            f"{self.n_current} vs {self.n_baseline} segments, tolerance {self.tolerance:.0%})"
+            f"{self.n_current} vs {self.n_baseline} segments in {self.runs_current} vs {self.runs_baseline} "
+            f"process(es), tolerance {self.tolerance:.0%})"
         )
 
 
-def welch(base_levels, cur_levels, process_noise: float) -> tuple[float, float, float]:
-    """Difference of mean levels, its standard error (process noise included) and the degrees of
-    freedom (Welch-Satterthwaite; the process-noise term counts as known)."""
-    b = np.asarray(base_levels, dtype=float)
-    c = np.asarray(cur_levels, dtype=float)
-    vb = b.var(ddof=1) / len(b) if len(b) > 1 else 0.0
-    vc = c.var(ddof=1) / len(c) if len(c) > 1 else 0.0
-    noise = 2 * math.log1p(process_noise) ** 2  # both runs carry it
-    total = vb + vc + noise
-    # Satterthwaite: the known noise term has infinite degrees of freedom, it adds nothing below
-    denom = (vb**2 / (len(b) - 1) if len(b) > 1 else 0.0) + (vc**2 / (len(c) - 1) if len(c) > 1 else 0.0)
+#: Weight, in degrees of freedom, of the configured process noise against the scatter observed
+#: between one trace's runs.
+PRIOR_DF = 10
+
+
+def process_variance(sides, process_noise: float) -> float:
+    """Variance of one run's offset, on the log scale: the configured ``process_noise``, pooled
+    with the scatter between the runs of each side beyond what their sampling explains, and never
+    below the configured value (a trace that is noisier on this machine widens its intervals; none
+    narrows them below what the project measured)."""
+    prior = math.log1p(process_noise) ** 2
+    ss, df = 0.0, 0
+    for runs in sides:
+        runs = [np.asarray(r, dtype=float) for r in runs if len(r)]
+        if len(runs) < 2:
+            continue
+        means = np.array([r.mean() for r in runs])
+        sampling = statistics.fmean(_sampling_var(r) for r in runs)
+        ss += (len(runs) - 1) * max(0.0, float(means.var(ddof=1)) - sampling)
+        df += len(runs) - 1
+    return max(prior, (PRIOR_DF * prior + ss) / (PRIOR_DF + df))
+
+
+def _sampling_var(levels: np.ndarray) -> float:
+    return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
+
+
+def welch_runs(base_runs, cur_runs, process_noise: float) -> tuple[float, float, float]:
+    """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
+    and the degrees of freedom (Welch-Satterthwaite; the process-noise terms count as known)."""
+    sp2 = process_variance((base_runs, cur_runs), process_noise)
+    level, total, denom = [], 0.0, 0.0
+    for runs in (base_runs, cur_runs):
+        runs = [np.asarray(r, dtype=float) for r in runs if len(r)]
+        k = len(runs)
+        level.append(statistics.fmean(float(r.mean()) for r in runs))
+        total += sp2 / k
+        for r in runs:
+            v = _sampling_var(r) / k**2
+            total += v
+            denom += v**2 / (len(r) - 1) if len(r) > 1 else 0.0
     df = total**2 / denom if denom > 0 else math.inf
-    se = math.sqrt(total)
-    return float(c.mean() - b.mean()), se, max(df, 1.0)
+    return level[1] - level[0], math.sqrt(total), max(df, 1.0)
 
 
-def compare_levels(base_levels, cur_levels, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                   process_noise: float = DEFAULT_NOISE, final: bool = True, **extra) -> Comparison:  # fmt: skip
-    """Verdict on two independent lists of segment levels (see the module's docstring); ``extra``
-    fills the descriptive fields of :class:`Comparison` (medians, calibrated, raw_ratio)."""
-    if len(base_levels) < 2 or len(cur_levels) < 2:
+def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
+                 process_noise: float = DEFAULT_NOISE, final: bool = True, **extra) -> Comparison:  # fmt: skip
+    """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
+    module's docstring); ``extra`` fills the descriptive fields of :class:`Comparison`."""
+    nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
+    if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df = welch(base_levels, cur_levels, process_noise)
-    return _verdict(d, se, df, tolerance, alpha, final, n_baseline=len(base_levels), n_current=len(cur_levels),
-                    process_noise=process_noise, **extra)  # fmt: skip
+    d, se, df = welch_runs(base_runs, cur_runs, process_noise)
+    return _verdict(d, se, df, tolerance, alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
+                    runs_baseline=sum(1 for r in base_runs if len(r)), runs_current=sum(1 for r in cur_runs if len(r)),
+                    **extra)  # fmt: skip
+
+
+def compare_levels(base_levels, cur_levels, **kw) -> Comparison:
+    """:func:`compare_runs` with one run on each side (two flat lists of segment levels)."""
+    return compare_runs([list(base_levels)], [list(cur_levels)], **kw)
 
 
 def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,

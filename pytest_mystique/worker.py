@@ -1,11 +1,14 @@
 """A replay worker: ``python -m pytest_mystique.worker``, driven by JSON lines on stdin.
 
-Used by ``mystique ab`` to replay the same trace in two Python environments (say, old and new
-torch) alternately. Each request is one JSON object per line; each answer too, on stdout:
+Two users: ``mystique ab`` replays the same trace in two Python environments (say, old and new
+torch) alternately; the plugin samples a trace in fresh processes of its own Python
+(:func:`fresh_run`), because each process has a speed offset of its own that only more processes
+average out (:mod:`.stats`). Each request is one JSON object per line; each answer too, on stdout:
 
-* ``{"cmd": "load", "trace": PATH, "device": "cpu", "threads": 1, "seed": 0}`` -> counts, versions
-* ``{"cmd": "warmup", "seconds": 0.3}`` -> ``{"per_iter_s": ...}``
-* ``{"cmd": "segment", "iters": N}`` -> ``{"samples_s": [...]}``
+* ``{"cmd": "load", "trace": PATH, "device": "cpu", "threads": 1, "seed": 0, "max_memory": null}``
+  -> counts, versions
+* ``{"cmd": "warmup", "seconds": 0.3, "iterations": 3}`` -> ``{"per_iter_s": ...}``
+* ``{"cmd": "segment", "iters": N, "probe": false}`` -> ``{"samples_s": [...], "probe_s": [...]}``
 * ``{"cmd": "quit"}``
 
 Errors come back as ``{"error": "..."}``; the worker keeps serving. Only this package's own
@@ -15,19 +18,22 @@ functions are reachable through the protocol: a request names a trace file, neve
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
+
+from .errors import MystiqueError
 
 
 def _serve(stdin, stdout) -> None:
     import torch
 
     from .errors import MystiqueError
-    from .measure import steady_allocator, time_iterations
-    from .replay import Replay, resolve_device
-    from .sampling import warm_up
-    from .trace import load_trace
+    from .measure import steady_allocator
+    from .runner import Options, prepare_file
+    from .sampling import _segment, warm_up
 
     steady_allocator()
     replay = None
@@ -47,8 +53,13 @@ def _serve(stdin, stdout) -> None:
                 replay = None
                 torch.set_num_threads(int(req.get("threads") or 1))
                 t0 = time.perf_counter()
-                replay = Replay(load_trace(str(req["trace"])), resolve_device(req.get("device", "cpu")),
-                                seed=int(req.get("seed", 0))).prepare()  # fmt: skip
+                options = Options(device=str(req.get("device", "cpu")), seed=int(req.get("seed", 0)),
+                                  max_memory=req.get("max_memory"))  # fmt: skip
+                loaded, _ = prepare_file(str(req["trace"]), options)
+                if not hasattr(loaded, "steps"):
+                    answer({"error": "a multi-rank job is not replayed by a single worker"})
+                    continue
+                replay = loaded.prepare()
                 prepare_s = time.perf_counter() - t0
                 rep = replay.report
                 answer({"ops_total": rep.ops_total, "ops_replayed": rep.ops_replayed, "skipped": rep.skipped_list(),
@@ -58,16 +69,78 @@ def _serve(stdin, stdout) -> None:
             elif cmd in ("warmup", "segment") and replay is None:
                 answer({"error": "no trace loaded"})
             elif cmd == "warmup":
-                done, per_iter = warm_up(replay, 1, min_s=float(req.get("seconds", 0.3)))
+                done, per_iter = warm_up(replay, int(req.get("iterations", 1)), min_s=float(req.get("seconds", 0.3)))
                 answer({"per_iter_s": per_iter, "iterations": done})
             elif cmd == "segment":
-                with torch.no_grad():
-                    answer({"samples_s": time_iterations(replay.run, replay.device, int(req["iters"]),
-                                                         between=replay.reset_state)})  # fmt: skip
+                seg = _segment(replay, int(req["iters"]), probe=bool(req.get("probe")))
+                answer({"samples_s": seg.samples_s, "probe_s": seg.probe_s})
             else:
                 answer({"error": f"unknown command {cmd!r}"})
         except (MystiqueError, ValueError, KeyError, TypeError, OSError) as e:
             answer({"error": str(e)})
+
+
+class Worker:
+    """One replay worker process in the environment of ``python``."""
+
+    def __init__(self, python: str, threads: int):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", "pytest_mystique.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True, env=env,
+            )  # fmt: skip
+        except OSError as e:
+            raise MystiqueError(python, f"cannot start a replay worker: {e.strerror or e}") from None
+        self.python = python
+
+    def request(self, **req) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            raise MystiqueError(self.python, "replay worker exited (is pytest-mystique installed in this environment?)")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise MystiqueError(req.get("trace") or self.python, reply["error"])
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.request(cmd="quit")
+        except MystiqueError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: str = "cpu", threads: int = 1,
+              seed: int = 0, max_memory: int | None = None, warmup: int = 3) -> list:  # fmt: skip
+    """Replay ``trace`` in a new process of this Python: load, prepare, warm up, then time
+    ``segments`` segments of ``segment_iters`` iterations (with the machine-speed probe when
+    ``probe``). The process is ended whatever happens, also when a deadline interrupts."""
+    from .measure import MIN_WARMUP_S
+    from .sampling import Segment
+
+    worker = Worker(sys.executable, threads)
+    try:
+        worker.request(cmd="load", trace=str(trace), device=device, threads=threads, seed=seed, max_memory=max_memory)
+        worker.request(cmd="warmup", seconds=MIN_WARMUP_S, iterations=warmup)
+        out = [Segment(**worker.request(cmd="segment", iters=segment_iters, probe=probe)) for _ in range(segments)]
+    except BaseException:
+        worker.kill()
+        raise
+    worker.close()
+    return out
 
 
 def main() -> None:
