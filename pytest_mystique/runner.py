@@ -85,8 +85,7 @@ class ReplayRun:
         if isinstance(m, Sampled):
             out.update(segments=len(m.segments), runs=m.runs, segment_iters=m.segment_iters, sampling_s=m.sampling_s,
                        probed=m.probed, looks=m.looks)  # fmt: skip
-            if m.notes:
-                out["notes"] = dict(out["notes"], sampling="; ".join(m.notes))
+            out["notes"] = dict(out["notes"]) | dict.fromkeys(m.notes, 1)
         return out
 
 
@@ -198,7 +197,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         setup_s = time.perf_counter() - t0
     with turn(), deadline(options.timeout_s, path):
         began = time.time()
-        sampled = _sample(replay, options, baseline, tolerance)
+        sampled = _sample(replay, options, baseline, tolerance, startup_s=load_s + setup_s)
         sampled.setup_s = setup_s
         per_op = _per_op(replay, sampled)  # timed too: inside the turn
         timed = [began, time.time()]
@@ -231,7 +230,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
     return run, result
 
 
-def _sample(replay, options: Options, baseline, tolerance: float) -> Sampled:
+def _sample(replay, options: Options, baseline, tolerance: float, startup_s: float = 0.0) -> Sampled:
     kw = {}
     if baseline is not None:
         kw = dict(baseline=baseline.segments, baseline_signature=baseline.probe_signature, segment_iters=options.iters or baseline.segment_iters,
@@ -240,10 +239,11 @@ def _sample(replay, options: Options, baseline, tolerance: float) -> Sampled:
     if options.runs > 1 and not isinstance(replay, DistributedReplay):  # a multi-rank job has its own processes
         fresh = functools.partial(fresh_run, replay.trace.path, device=str(replay.device),
                                   threads=thread_count(options.threads), seed=options.seed,
-                                  max_memory=options.max_memory, warmup=options.warmup)  # fmt: skip
+                                  max_memory=options.max_memory, max_trace_bytes=options.max_trace_bytes,
+                                  warmup=options.warmup)  # fmt: skip
     return sample(replay, budget_s=options.budget_s, tolerance=tolerance, alpha=options.alpha,
                   process_noise=options.process_noise, threads=options.threads, warmup=options.warmup,
-                  fresh_run=fresh, runs=options.runs,
+                  fresh_run=fresh, runs=options.runs, startup_s=startup_s,
                   **({"segment_iters": options.iters} if options.iters and baseline is None else {}), **kw)  # fmt: skip
 
 

@@ -108,12 +108,14 @@ def by_run(segments: list[Segment], calibrated: bool) -> list[list[float]]:
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
            baseline_signature: str | None = None, segment_iters: int | None = None, tolerance: float = DEFAULT_TOLERANCE,
            alpha: float = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE, threads: int | None = None,
-           warmup: int = DEFAULT_WARMUP, comparison_extra=None, fresh_run=None,
-           runs: int = BASELINE_RUNS) -> Sampled:  # fmt: skip
+           warmup: int = DEFAULT_WARMUP, comparison_extra=None, fresh_run=None, runs: int = BASELINE_RUNS,
+           startup_s: float = 0.0) -> Sampled:  # fmt: skip
     """Prepare, warm up and time ``replay`` in runs of segments, stopping at a verdict against
     the ``baseline``'s segments or when ``budget_s`` is spent. ``fresh_run(segments=, segment_iters=,
     probe=)`` samples one more run in a fresh process (None: this process only); ``runs`` is the
-    number of runs of a new baseline (a comparison uses at most :data:`MAX_RUNS` of them). Times are
+    number of runs of a new baseline (a comparison uses at most :data:`MAX_RUNS` of them);
+    ``startup_s``: what loading and preparing the trace took before this call (a fresh process
+    pays it again). Times are
     normalised by the probe's when both sides have probe times taken with the same
     :func:`.calibrate.signature`."""
     n_threads = thread_count(threads)
@@ -128,7 +130,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         done, per_iter = warm_up(replay, warmup)
         m = segment_iters or min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(per_iter, 1e-9))))
         seg_s = m * (per_iter + (_probe_s() if probed else 0))
-        calibrated = comparable(baseline or [], baseline_signature, probed)
+        # a new baseline is judged, later, on probe-normalised levels wherever there is a probe
+        calibrated = comparable(baseline, baseline_signature, probed) if baseline is not None else probed
         out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, probed,
                       calibrate.signature() if probed else None)  # fmt: skip
         start = time.perf_counter()
@@ -143,9 +146,11 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             if k >= FIRST_LOOK and statistics.stdev(levels) / math.sqrt(k) < math.log1p(process_noise) / 2:
                 break
         per_run = len(out.segments)
-        alpha_look = alpha / max_runs  # one look per run at most
         first_s = time.perf_counter() - start
-        run_cost = first_s + setup_s + per_iter * done + FRESH_PROCESS_S
+        run_cost = first_s + startup_s + setup_s + per_iter * done + FRESH_PROCESS_S
+        # as many looks as runs the budget allows (decided before any look), each at an equal share
+        max_runs = min(max_runs, 1 + int(max(0.0, budget_s - first_s) // max(run_cost, 1e-9)))
+        alpha_look = alpha / max_runs
         run = 1  # runs sampled so far
         while True:
             spent = time.perf_counter() - start
@@ -154,6 +159,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
                 cmp = compare_runs(by_run(baseline, calibrated), by_run(out.segments, calibrated), tolerance=tolerance,
                                    alpha=alpha_look, process_noise=process_noise, final=final, **extra)  # fmt: skip
+                if out.looks and out.looks[-1]["runs"] == run:  # a failed fresh run: the same data, now final
+                    out.looks.pop()
                 out.looks.append({"runs": run, "segments": len(out.segments), "seconds": round(spent, 3),
                                   "verdict": cmp.verdict, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high]})  # fmt: skip
                 out.comparison = cmp
@@ -175,9 +182,9 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     return out
 
 
-#: Seconds a fresh Python process takes to start and import torch (a first guess at a run's cost
-#: before one was timed).
-FRESH_PROCESS_S = 2.0
+#: Seconds a fresh Python process takes to start and import torch and this package (measured:
+#: 2.5-3 s on the 2-core CI host; a first guess at a run's cost before one was timed).
+FRESH_PROCESS_S = 3.0
 
 
 def comparable(baseline: list[Segment], baseline_signature: str | None, probed: bool) -> bool:

@@ -22,6 +22,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 from .errors import MystiqueError
@@ -30,10 +31,10 @@ from .errors import MystiqueError
 def _serve(stdin, stdout) -> None:
     import torch
 
-    from .errors import MystiqueError
     from .measure import steady_allocator
     from .runner import Options, prepare_file
     from .sampling import _segment, warm_up
+    from .trace import DEFAULT_MAX_TRACE_BYTES
 
     steady_allocator()
     replay = None
@@ -54,7 +55,8 @@ def _serve(stdin, stdout) -> None:
                 torch.set_num_threads(int(req.get("threads") or 1))
                 t0 = time.perf_counter()
                 options = Options(device=str(req.get("device", "cpu")), seed=int(req.get("seed", 0)),
-                                  max_memory=req.get("max_memory"))  # fmt: skip
+                                  max_memory=req.get("max_memory"),
+                                  max_trace_bytes=int(req.get("max_trace_bytes") or DEFAULT_MAX_TRACE_BYTES))  # fmt: skip
                 loaded, _ = prepare_file(str(req["trace"]), options)
                 if not hasattr(loaded, "steps"):
                     answer({"error": "a multi-rank job is not replayed by a single worker"})
@@ -76,8 +78,8 @@ def _serve(stdin, stdout) -> None:
                 answer({"samples_s": seg.samples_s, "probe_s": seg.probe_s})
             else:
                 answer({"error": f"unknown command {cmd!r}"})
-        except (MystiqueError, ValueError, KeyError, TypeError, OSError) as e:
-            answer({"error": str(e)})
+        except Exception as e:  # noqa: BLE001 - any failure of one request (torch's out of memory too) is answered
+            answer({"error": str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"})
 
 
 class Worker:
@@ -85,12 +87,14 @@ class Worker:
 
     def __init__(self, python: str, threads: int):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        self.stderr = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
                 [python, "-m", "pytest_mystique.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, text=True, env=env,
+                stderr=self.stderr, text=True, env=env,
             )  # fmt: skip
         except OSError as e:
+            self.stderr.close()
             raise MystiqueError(python, f"cannot start a replay worker: {e.strerror or e}") from None
         self.python = python
 
@@ -102,11 +106,26 @@ class Worker:
         except (BrokenPipeError, OSError):
             line = ""
         if not line:
-            raise MystiqueError(self.python, "replay worker exited (is pytest-mystique installed in this environment?)")
-        reply = json.loads(line)
+            raise MystiqueError(self.python, f"replay worker exited ({self._last_words()})")
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise MystiqueError(self.python, f"replay worker answered something that is not JSON: {line[:200]!r}") from None
         if "error" in reply:
             raise MystiqueError(req.get("trace") or self.python, reply["error"])
         return reply
+
+    def _last_words(self) -> str:
+        """The end of what the worker wrote to stderr, or a hint when it wrote nothing."""
+        try:
+            self.proc.wait(timeout=5)
+            self.stderr.seek(0)
+            lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            lines = []
+        code = self.proc.returncode
+        said = lines[-1] if lines else "no message; is pytest-mystique installed in this environment?"
+        return f"exit status {code}: {said}" if code is not None else said
 
     def close(self) -> None:
         try:
@@ -117,14 +136,17 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.stderr.close()
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        self.stderr.close()
 
 
 def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: str = "cpu", threads: int = 1,
-              seed: int = 0, max_memory: int | None = None, warmup: int = 3) -> list:  # fmt: skip
+              seed: int = 0, max_memory: int | None = None, max_trace_bytes: int | None = None,
+              warmup: int = 3) -> list:  # fmt: skip
     """Replay ``trace`` in a new process of this Python: load, prepare, warm up, then time
     ``segments`` segments of ``segment_iters`` iterations (with the machine-speed probe when
     ``probe``). The process is ended whatever happens, also when a deadline interrupts."""
@@ -133,7 +155,8 @@ def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: 
 
     worker = Worker(sys.executable, threads)
     try:
-        worker.request(cmd="load", trace=str(trace), device=device, threads=threads, seed=seed, max_memory=max_memory)
+        worker.request(cmd="load", trace=str(trace), device=device, threads=threads, seed=seed, max_memory=max_memory,
+                       max_trace_bytes=max_trace_bytes)  # fmt: skip
         worker.request(cmd="warmup", seconds=MIN_WARMUP_S, iterations=warmup)
         out = [Segment(**worker.request(cmd="segment", iters=segment_iters, probe=probe)) for _ in range(segments)]
     except BaseException:
@@ -144,8 +167,10 @@ def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: 
 
 
 def main() -> None:
-    # answers go to the real stdout; anything else printed (warnings, library chatter) to stderr
-    out = sys.stdout
+    # answers go to a private copy of the real stdout; anything else printed, by Python or by a C
+    # library writing to file descriptor 1 (oneDNN's verbose mode, say), goes to stderr
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
     _serve(sys.stdin, out)
 

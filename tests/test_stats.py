@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from pytest_mystique.sampling import look_points
-from pytest_mystique.stats import benjamini_hochberg, compare, compare_levels, compare_paired, segment_level
+from pytest_mystique.stats import (
+    benjamini_hochberg,
+    compare,
+    compare_levels,
+    compare_paired,
+    compare_runs,
+    process_variance,
+    segment_level,
+)
 
 
 def noisy(median, n, rng, spread=0.03):
@@ -98,3 +106,41 @@ def test_looks_double_and_end_at_the_cap():
 def test_needs_two_segments():
     with pytest.raises(ValueError):
         compare_levels([0.1], [0.1, 0.2])
+
+
+def runs(level, n_runs, rng, offset_sd=0.012, segments=6, sd=0.01):
+    """Runs of segment levels, each run (process) with an offset of its own."""
+    return [levels(level + offset_sd * rng.standard_normal(), segments, rng, sd) for _ in range(n_runs)]
+
+
+def test_more_processes_narrow_the_interval():
+    rng = np.random.default_rng(7)
+    base5, cur3 = runs(0, 5, rng), runs(0, 3, rng)
+    one = compare_runs(base5[:1], cur3[:1], process_noise=0.015)
+    many = compare_runs(base5, cur3, process_noise=0.015)
+    assert (many.runs_baseline, many.runs_current) == (5, 3)
+    # process variance (1/5 + 1/3) instead of (1 + 1): the interval is about half as wide
+    assert many.ci_high - many.ci_low < 0.6 * (one.ci_high - one.ci_low)
+    assert compare_levels(base5[0], cur3[0], process_noise=0.015).ci_low == pytest.approx(one.ci_low)
+
+
+def test_process_variance_is_pulled_up_by_scatter_between_runs_never_down():
+    rng = np.random.default_rng(8)
+    prior = math.log1p(0.015) ** 2
+    assert process_variance([runs(0, 5, rng, offset_sd=0.0)], 0.015) == prior  # quiet trace: the prior
+    noisy_trace = process_variance([runs(0, 5, rng, offset_sd=0.06)], 0.015)
+    assert noisy_trace > 3 * prior
+    assert process_variance([[levels(0, 6, rng)]], 0.015) == prior  # one run tells nothing about processes
+
+
+@pytest.mark.parametrize("offset_sd", [0.009, 0.013])
+def test_runs_keep_false_alarms_rare_and_catch_five_percent(offset_sd):
+    """Simulated with the process offsets measured on the 2-core CI host (0.9-1.3% per process):
+    a 5-run baseline against 3 runs, tested at alpha 0.01 split over 3 looks (the last look here)."""
+    rng = np.random.default_rng(9)
+    kw = {"process_noise": 0.015, "alpha": 0.01 / 3}
+    aa = [compare_runs(runs(0, 5, rng, offset_sd), runs(0, 3, rng, offset_sd), **kw).verdict for _ in range(500)]
+    slow = [compare_runs(runs(0, 5, rng, offset_sd), runs(math.log(1.05), 3, rng, offset_sd), **kw).verdict
+            for _ in range(200)]  # fmt: skip
+    assert aa.count("slower") <= 5  # <= 1%
+    assert slow.count("slower") >= 160  # >= 80%

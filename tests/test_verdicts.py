@@ -78,3 +78,69 @@ def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
 
     cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert cmp["calibrated"] is False and cmp["n_baseline"] == len(old["samples_s"]) // 5
+
+
+def test_baseline_is_sampled_in_fresh_processes(pytester):
+    import json
+
+    import yaml
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    roomy = [a for a in FAST if not a.startswith("--mystique-budget")] + ["--mystique-budget=60", "--mystique-runs=3"]
+    result = pytester.runpytest("--mystique", "traces", *roomy, "-rA")
+    result.assert_outcomes(passed=1)
+    [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
+    segments = yaml.safe_load(path.read_text())["segments"]
+    runs = sorted({s["run"] for s in segments})
+    assert runs[0] == 0 and len(runs) >= 2, runs  # this process and at least one fresh worker process
+    result.stdout.fnmatch_lines([f"*56/56 ops*{len(runs)} process(es)*"])
+    # the same number of segments from each process, all with the machine-speed probe
+    counts = [sum(s["run"] == r for s in segments) for r in runs]
+    assert counts == [counts[0]] * len(runs) and counts[0] >= 4
+    assert all(s["probe_s"] for s in segments)
+    # a comparison looks once per run and says how many it used (a noisy host: wide tolerance)
+    pytester.runpytest("--mystique", "traces", *roomy, "--mystique-tolerance=0.4",
+                       "--mystique-json=out.json").assert_outcomes(passed=1)  # fmt: skip
+    info = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]
+    cmp = info["comparison"]
+    assert cmp["runs_baseline"] == len(runs) and cmp["runs_current"] == info["runs"] == len(info["looks"])
+    assert [look["runs"] for look in info["looks"]] == list(range(1, info["runs"] + 1))
+
+
+def test_one_run_stays_in_this_process(pytester):
+    import yaml
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    roomy = [a for a in FAST if not a.startswith("--mystique-budget")] + ["--mystique-budget=60"]
+    pytester.runpytest("--mystique", "traces", *roomy, "--mystique-runs=1").assert_outcomes(passed=1)
+    [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
+    assert {s["run"] for s in yaml.safe_load(path.read_text())["segments"]} == {0}
+    assert pytester.runpytest("--mystique", "traces", *FAST, "--mystique-runs=0").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_failed_fresh_process_is_reported_and_the_verdict_uses_what_there_is():
+    from pytest_mystique.errors import MystiqueError
+    from pytest_mystique.replay import Replay
+    from pytest_mystique.sampling import sample
+    from pytest_mystique.trace import load_trace
+
+    calls = []
+
+    def broken(**kw):
+        calls.append(kw)
+        raise MystiqueError("worker", "replay worker exited")
+
+    replay = Replay(load_trace(corpus("vit_infer.json.gz")), "cpu")
+    base = sample(replay, budget_s=30, segment_iters=10, threads=1, fresh_run=broken, runs=5)
+    assert len(calls) == 1 and base.runs == 1 and len(base.segments) >= 4
+    assert "fresh process failed, so 1 run(s) were used: worker: replay worker exited" in base.notes[0]
+    assert base.looks == []  # nothing to look at without a baseline
+    cur = sample(replay, budget_s=30, segment_iters=10, threads=1, fresh_run=broken, baseline=base.segments,
+                 baseline_signature=base.probe_signature)  # fmt: skip
+    assert cur.comparison.verdict in ("same", "unsure") and cur.runs == 1
+    assert bool(cur.notes) == (len(calls) == 2)  # tried only while undecided
+    assert [look["runs"] for look in cur.looks] == [1]  # the final look replaced the first, on the same data
