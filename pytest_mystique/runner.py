@@ -27,7 +27,7 @@ from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
-from .sampling import BASELINE_RUNS, Sampled, by_run, comparable, sample, weight_for
+from .sampling import BASELINE_RUNS, Sampled, by_run, comparable, sample
 from .sidecar import load_sidecar
 from .stats import compare_runs
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
@@ -205,7 +205,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         result = run.summary()
         result.update(environment=env, hardware_key=key, tolerance=tolerance, git_commit=git_commit(rootdir), timed=timed,
                       per_op_median_s=per_op,
-                      level=math.exp(statistics.fmean(s.level(_weight(sampled)) for s in sampled.segments)))  # fmt: skip
+                      level=math.exp(statistics.fmean(s.level(sampled.probed) for s in sampled.segments)))  # fmt: skip
         if baseline is None:
             record = make_record(
                 baseline_name, str(replay.trace.path), sampled, env, ops_total=replay.report.ops_total,
@@ -249,19 +249,10 @@ def _sample(replay, options: Options, baseline, tolerance: float, startup_s: flo
 
 def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance: float):
     calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
-    weight = weight_for(baseline.segments, calibrated)
-    return compare_runs(by_run(baseline.segments, weight), by_run(sampled.segments, weight),
+    return compare_runs(by_run(baseline.segments, calibrated), by_run(sampled.segments, calibrated),
                         tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
-                        calibrated=calibrated, probe_weight=weight, baseline_median_s=baseline.median_s,
+                        calibrated=calibrated, baseline_median_s=baseline.median_s,
                         current_median_s=sampled.median_s)  # fmt: skip
-
-
-def _weight(sampled: Sampled) -> float:
-    """The probe's weight in the level recorded in the history: the comparison's, or for a new
-    baseline the one its own segments give."""
-    if sampled.comparison is not None:
-        return sampled.comparison.probe_weight if sampled.comparison.calibrated else 0.0
-    return weight_for(sampled.segments, sampled.probed)
 
 
 def _per_op(replay, sampled: Sampled) -> dict[str, float]:

@@ -33,7 +33,7 @@ from .defaults import (
 )
 from .errors import MystiqueError
 from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_replay, torch_threads
-from .stats import Comparison, compare_runs, probe_weight, segment_level
+from .stats import Comparison, compare_runs, segment_level
 
 FIRST_LOOK = 4
 #: At most this many segments in one run.
@@ -50,9 +50,8 @@ class Segment:
     probe_s: list[float]  # empty where there is no probe (CUDA)
     run: int = 0  # which process sampled it (0: the plugin's own)
 
-    def level(self, weight: float) -> float:
-        """The segment's level with ``weight`` of the probe taken out (a bool works: all or none)."""
-        return segment_level(self.samples_s, self.probe_s, float(weight))
+    def level(self, calibrated: bool) -> float:
+        return segment_level(self.samples_s, self.probe_s if calibrated else None)
 
 
 @dataclass
@@ -98,22 +97,12 @@ def look_points(max_segments: int, first: int = FIRST_LOOK) -> list[int]:
     return points
 
 
-def by_run(segments: list[Segment], weight: float) -> list[list[float]]:
-    """Segment levels (``weight`` of the probe taken out) grouped by the run (process) that
-    sampled them."""
+def by_run(segments: list[Segment], calibrated: bool) -> list[list[float]]:
+    """Segment levels grouped by the run (process) that sampled them."""
     runs: dict[int, list[float]] = {}
     for s in segments:
-        runs.setdefault(s.run, []).append(s.level(weight))
+        runs.setdefault(s.run, []).append(s.level(calibrated))
     return list(runs.values())
-
-
-def weight_for(baseline: list[Segment], calibrated: bool) -> float:
-    """The probe's weight in a comparison with ``baseline`` (:func:`.stats.probe_weight`, from the
-    baseline's segments alone, so it is fixed before the current run is seen); 0 when the probe
-    cannot be used."""
-    if not calibrated:
-        return 0.0
-    return probe_weight([s.level(0.0) for s in baseline], [s.level(0.0) - s.level(1.0) for s in baseline])
 
 
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
@@ -143,7 +132,6 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         seg_s = m * (per_iter + (_probe_s() if probed else 0))
         # a new baseline is judged, later, on probe-normalised levels wherever there is a probe
         calibrated = comparable(baseline, baseline_signature, probed) if baseline is not None else probed
-        weight = weight_for(baseline, calibrated) if baseline is not None else float(probed)
         out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, probed,
                       calibrate.signature() if probed else None)  # fmt: skip
         start = time.perf_counter()
@@ -154,7 +142,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         while len(out.segments) < cap:
             out.segments.append(_segment(replay, m, probe=probed))
             k = len(out.segments)
-            levels = [s.level(weight) for s in out.segments]
+            levels = [s.level(calibrated) for s in out.segments]
             if k >= FIRST_LOOK and statistics.stdev(levels) / math.sqrt(k) < math.log1p(process_noise) / 2:
                 break
         per_run = len(out.segments)
@@ -168,9 +156,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             spent = time.perf_counter() - start
             final = run >= max_runs or spent + run_cost > budget_s  # no run that would exceed the budget
             if baseline is not None:
-                extra = dict(comparison_extra or {}, calibrated=calibrated, probe_weight=weight,
-                             current_median_s=out.median_s)  # fmt: skip
-                cmp = compare_runs(by_run(baseline, weight), by_run(out.segments, weight), tolerance=tolerance,
+                extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
+                cmp = compare_runs(by_run(baseline, calibrated), by_run(out.segments, calibrated), tolerance=tolerance,
                                    alpha=alpha_look, process_noise=process_noise, final=final, **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == run:  # a failed fresh run: the same data, now final
                     out.looks.pop()

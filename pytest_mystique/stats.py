@@ -52,38 +52,12 @@ QUANTILE = 0.1
 VERDICTS = ("same", "slower", "faster", "unsure")
 
 
-def segment_level(samples_s, probe_s=None, weight: float = 1.0) -> float:
-    """log of the segment's low quantile, less ``weight`` times the probe's log low quantile when
-    there is a probe (weight 1: divided by the probe; 0: raw times)."""
-    level = _log_q(samples_s)
-    if probe_s is not None and len(probe_s) and weight:
-        level -= weight * _log_q(probe_s)
+def segment_level(samples_s, probe_s=None) -> float:
+    """log of the segment's low quantile, divided by the probe's when there is one."""
+    level = math.log(float(np.quantile(np.asarray(samples_s, dtype=float), QUANTILE)))
+    if probe_s is not None and len(probe_s):
+        level -= math.log(float(np.quantile(np.asarray(probe_s, dtype=float), QUANTILE)))
     return level
-
-
-def _log_q(xs) -> float:
-    return math.log(float(np.quantile(np.asarray(xs, dtype=float), QUANTILE)))
-
-
-#: Fewer baseline segments than this do not estimate the probe's weight; it is then 1.
-MIN_WEIGHT_SEGMENTS = 4
-
-
-def probe_weight(raw_levels, probe_levels) -> float:
-    """How much of the probe to take out of the replay's levels: the probe as a *control variate*.
-
-    The weight is the least-squares slope of the replay's log time on the probe's log time over
-    the baseline's segments, kept within [0, 1]; subtracting ``weight * probe`` leaves the least
-    variance a linear correction can. Full division (weight 1) is right only when the replay and
-    the probe slow down together; on the 2-core CI host a process's Python and numpy speed has
-    modes of its own (the probe's pure-Python part runs 50% slower in about one process in four)
-    that a convolution-bound replay does not share, while an embedding-bag replay does follow the
-    probe. The slope tells the two apart from the baseline's own runs."""
-    r, p = np.asarray(raw_levels, dtype=float), np.asarray(probe_levels, dtype=float)
-    var = float(p.var())
-    if len(r) < MIN_WEIGHT_SEGMENTS or var <= 0:
-        return 1.0
-    return float(np.clip(float(((r - r.mean()) * (p - p.mean())).mean()) / var, 0.0, 1.0))
 
 
 @dataclass(frozen=True)
@@ -101,7 +75,6 @@ class Comparison:
     n_current: int
     tolerance: float
     calibrated: bool = True  # levels normalised by the machine-speed probe
-    probe_weight: float = 1.0  # how much of the probe's log time was taken out (stats.probe_weight)
     process_noise: float = DEFAULT_NOISE
     raw_ratio: float | None = None  # median(current) / median(baseline), uncalibrated
     runs_baseline: int = 1  # processes each side was sampled in
@@ -123,7 +96,7 @@ class Comparison:
     def describe(self) -> str:
         pct = f"{self.change * 100:+.1f}%"
         ci = f"[{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%]"
-        how = f"probe-normalised, weight {self.probe_weight:.2f}" if self.calibrated else "raw times"
+        how = "probe-normalised" if self.calibrated else "raw times"
         return (
             f"{pct} ({self.confidence:.1%} CI {ci}, p={self.p_value:.2g}, {how}; "
             f"median {_fmt_s(self.current_median_s)} vs baseline {_fmt_s(self.baseline_median_s)}, "

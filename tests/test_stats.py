@@ -144,20 +144,3 @@ def test_runs_keep_false_alarms_rare_and_catch_five_percent(offset_sd):
             for _ in range(200)]  # fmt: skip
     assert aa.count("slower") <= 5  # <= 1%
     assert slow.count("slower") >= 160  # >= 80%
-
-
-def test_probe_weight_is_the_control_variate_slope():
-    from pytest_mystique.stats import probe_weight
-
-    rng = np.random.default_rng(10)
-    probe = 0.1 * rng.standard_normal(40)  # the probe's log time moves (machine, process modes)
-    follows = 0.8 * probe + 0.005 * rng.standard_normal(40)  # a replay that slows down with it
-    ignores = 0.005 * rng.standard_normal(40)  # a replay the probe's modes do not touch
-    assert probe_weight(follows, probe) == pytest.approx(0.8, abs=0.05)
-    assert probe_weight(ignores, probe) < 0.1
-    assert probe_weight(-probe, probe) == 0.0 and probe_weight(3 * probe, probe) == 1.0  # kept within [0, 1]
-    assert probe_weight(follows[:3], probe[:3]) == 1.0  # too few segments: divide, as before
-    # the weighted level has the least scatter of the three
-    for w, worse in ((0.8, (0.0, 1.0)),):
-        sd = np.std(follows - w * probe)
-        assert all(sd < np.std(follows - x * probe) for x in worse)
