@@ -38,7 +38,9 @@ def mutations(draw):
     nodes = doc["nodes"]
     for _ in range(draw(st.integers(1, 4))):
         node = nodes[draw(st.integers(0, len(nodes) - 1))]
-        side = node[draw(st.sampled_from(["inputs", "outputs"]))]
+        side = node.get(draw(st.sampled_from(["inputs", "outputs"])))
+        if not isinstance(side, dict):  # an earlier mutation removed it: mutate a throwaway
+            side = {"types": [], "values": [], "shapes": []}
         what = draw(st.sampled_from(["type", "value", "shape", "stride", "schema", "key", "parent", "top", "op"]))
         i = draw(st.integers(0, 8))
         if what == "type" and side["types"]:
