@@ -8,6 +8,8 @@ import sys
 import pytest
 
 from pytest_mystique.distributed import rank_of, resolve_job
+from pytest_mystique.errors import TraceError
+from pytest_mystique.trace import load_trace
 
 from conftest import ROOT, corpus, read_json, write_json
 
@@ -23,11 +25,22 @@ def run_pytest(cwd, *args, timeout=600):
 @pytest.fixture(scope="module")
 def ddp_job(tmp_path_factory):
     """A 2-rank DDP training step recorded by the capture helper (gloo, one trace per rank)."""
-    out = tmp_path_factory.mktemp("ddp") / "ddp_2rank"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
+    # torch's ExecutionTraceObserver now and then records, on one rank, a node whose parent it did
+    # not record (seen once in CI: "node 263 names parent 262"); such a file is rightly refused, so
+    # the job is recorded again, at most three times in all
+    for _ in range(3):
+        out = tmp_path_factory.mktemp("ddp") / "ddp_2rank"
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        try:
+            for rank_file in sorted(out.glob("rank-*.json.gz")):
+                load_trace(rank_file)
+        except TraceError as e:
+            problem = e
+            continue
+        return out
+    pytest.fail(f"three captures of the DDP job gave an invalid trace; the last: {problem}")
 
 
 def test_rank_file_names():

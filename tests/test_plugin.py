@@ -69,7 +69,7 @@ def test_trace_doing_twice_the_work_fails(pytester, traces):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*vit is slower than its baseline: +*% (*% CI [[]+*%, +*%], p=*, probe-normalised; median * vs baseline *, "
-        "* vs * segments, tolerance 40%)",
+        "* vs * segments in * vs * process(es), tolerance 40%)",
         "*operators that added the most time per iteration*",
         "*environment changes: none recorded*",
         "*vit*112/112*SLOWER*",
@@ -191,7 +191,7 @@ def test_item_report_shows_coverage_and_fidelity(pytester, traces):
     shutil.copyfile(corpus("vit_infer.meta.json"), traces / "vit.meta.json")  # recorded at 1 thread
     result = run_loose(pytester, "-rA")
     result.assert_outcomes(passed=1)
-    result.stdout.re_match_lines([r".*56/56 ops replayed on cpu, median .* over \d+ iterations in \d+ segments \(\d+\.\d s\), \d+\.\d\dx the original step"])
+    result.stdout.re_match_lines([r".*56/56 ops replayed on cpu, median .* over \d+ iterations in \d+ segments, \d+ process\(es\) \(\d+\.\d s\), \d+\.\d\dx the original step"])
 
 
 def test_thread_count_follows_omp_num_threads(monkeypatch):
