@@ -42,6 +42,9 @@ MAX_SEGMENT_ITERS = 1000
 #: Runs (processes) a new baseline is recorded in; a comparison uses at most :data:`MAX_RUNS`.
 BASELINE_RUNS = DEFAULT_RUNS
 MAX_RUNS = 3
+#: Seconds a fresh Python process takes to start and import torch and this package (measured:
+#: 2.5-3 s on the 2-core CI host; a first guess at a run's cost before one was timed).
+FRESH_PROCESS_S = 3.0
 
 
 @dataclass
@@ -115,9 +118,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     probe=)`` samples one more run in a fresh process (None: this process only); ``runs`` is the
     number of runs of a new baseline (a comparison uses at most :data:`MAX_RUNS` of them);
     ``startup_s``: what loading and preparing the trace took before this call (a fresh process
-    pays it again). Times are
-    normalised by the probe's when both sides have probe times taken with the same
-    :func:`.calibrate.signature`."""
+    pays it again). Times are normalised by the probe's when both sides have probe times taken
+    with the same :func:`.calibrate.signature`."""
     n_threads = thread_count(threads)
     steady_allocator()
     cuda = replay.device.type == "cuda"
@@ -180,11 +182,6 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             run += 1
         out.sampling_s = time.perf_counter() - start
     return out
-
-
-#: Seconds a fresh Python process takes to start and import torch and this package (measured:
-#: 2.5-3 s on the 2-core CI host; a first guess at a run's cost before one was timed).
-FRESH_PROCESS_S = 3.0
 
 
 def comparable(baseline: list[Segment], baseline_signature: str | None, probed: bool) -> bool:

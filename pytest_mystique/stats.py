@@ -13,7 +13,7 @@ its own that no sampling inside it removes (measured on this project's 2-core CI
 1-1.5% between two processes, with benchmarks/stat_power.py): ``process_noise``, the prior for
 it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where that is
 larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a baseline
-recorded in five fresh processes carries a fifth of the process variance, and a comparison that
+recorded in five processes carries a fifth of the process variance, and a comparison that
 adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise terms
 counting as known). The result is a confidence interval for the ratio current / baseline of the
 (probe-normalised) step time.
@@ -117,8 +117,7 @@ def process_variance(sides, process_noise: float) -> float:
     narrows them below what the project measured)."""
     prior = math.log1p(process_noise) ** 2
     ss, df = 0.0, 0
-    for runs in sides:
-        runs = [np.asarray(r, dtype=float) for r in runs if len(r)]
+    for runs in map(_arrays, sides):
         if len(runs) < 2:
             continue
         means = np.array([r.mean() for r in runs])
@@ -128,6 +127,11 @@ def process_variance(sides, process_noise: float) -> float:
     return max(prior, (PRIOR_DF * prior + ss) / (PRIOR_DF + df))
 
 
+def _arrays(runs) -> list[np.ndarray]:
+    """A side's runs as arrays of segment levels, empty runs left out."""
+    return [np.asarray(r, dtype=float) for r in runs if len(r)]
+
+
 def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
@@ -135,10 +139,10 @@ def _sampling_var(levels: np.ndarray) -> float:
 def welch_runs(base_runs, cur_runs, process_noise: float) -> tuple[float, float, float]:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
     and the degrees of freedom (Welch-Satterthwaite; the process-noise terms count as known)."""
-    sp2 = process_variance((base_runs, cur_runs), process_noise)
+    sides = [_arrays(base_runs), _arrays(cur_runs)]
+    sp2 = process_variance(sides, process_noise)
     level, total, denom = [], 0.0, 0.0
-    for runs in (base_runs, cur_runs):
-        runs = [np.asarray(r, dtype=float) for r in runs if len(r)]
+    for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
         total += sp2 / k
@@ -154,13 +158,13 @@ def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, a
                  process_noise: float = DEFAULT_NOISE, final: bool = True, **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
     module's docstring); ``extra`` fills the descriptive fields of :class:`Comparison`."""
+    base_runs, cur_runs = _arrays(base_runs), _arrays(cur_runs)
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
     d, se, df = welch_runs(base_runs, cur_runs, process_noise)
     return _verdict(d, se, df, tolerance, alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
-                    runs_baseline=sum(1 for r in base_runs if len(r)), runs_current=sum(1 for r in cur_runs if len(r)),
-                    **extra)  # fmt: skip
+                    runs_baseline=len(base_runs), runs_current=len(cur_runs), **extra)  # fmt: skip
 
 
 def compare_levels(base_levels, cur_levels, **kw) -> Comparison:
