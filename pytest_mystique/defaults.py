@@ -9,9 +9,9 @@ DEFAULT_CONFIDENCE = 0.99
 DEFAULT_BUDGET_S = 20.0
 #: Run-to-run scatter of a trace's level that sampling inside one process cannot remove
 #: (``--mystique-noise``; measured by benchmarks/stat_power.py on 2-core CI machines).
-DEFAULT_NOISE = 0.015
+DEFAULT_NOISE = 0.02
 #: A segment lasts about this long (iterations are added until it does).
 SEGMENT_S = 0.5
-#: Processes a new baseline is sampled in (``--mystique-runs``); a comparison adds fresh
-#: processes, at most 3, while its verdict is open.
-DEFAULT_RUNS = 5
+#: Processes a new baseline is sampled in (``--mystique-runs``), and the most a comparison adds
+#: while its verdict is open (both within the budget, which usually allows 5-7).
+DEFAULT_RUNS = 8

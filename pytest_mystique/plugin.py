@@ -58,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mystique-budget", type=float, default=None, metavar="SECONDS",
                     help=f"sampling time per trace before the verdict is 'unsure' (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
     group.addoption("--mystique-runs", type=int, default=None, metavar="N",
-                    help=f"processes a new baseline is sampled in; 1: no fresh processes, for comparisons either "
+                    help=f"most processes a trace is sampled in, within the budget; 1: this one only "
                          f"(default {DEFAULT_RUNS})")  # fmt: skip
     group.addoption("--mystique-strict", action="store_true", default=False,
                     help="fail traces whose verdict is 'unsure' too")  # fmt: skip

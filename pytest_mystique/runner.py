@@ -27,7 +27,7 @@ from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
-from .sampling import BASELINE_RUNS, Sampled, by_run, comparable, sample
+from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, sample
 from .sidecar import load_sidecar
 from .stats import compare_runs
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
@@ -249,7 +249,7 @@ def _sample(replay, options: Options, baseline, tolerance: float, startup_s: flo
 
 def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance: float):
     calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
-    return compare_runs(by_run(baseline.segments, calibrated), by_run(sampled.segments, calibrated),
+    return compare_runs(judged_runs(baseline.segments, calibrated), judged_runs(sampled.segments, calibrated),
                         tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
                         calibrated=calibrated, baseline_median_s=baseline.median_s,
                         current_median_s=sampled.median_s)  # fmt: skip

@@ -1,14 +1,20 @@
 """Adaptive sampling: time a replay in runs of segments until the statistics reach a verdict.
 
-A *run* is one process's sampling: warm-up, then segments (:data:`FIRST_LOOK` at least) until
-the run's own sampling error is below half the process noise, or its share of the time budget is
-spent. Each process has a speed offset of its own that no sampling inside it removes (:mod:`.stats`),
-so replication happens across processes: a baseline is recorded in :data:`BASELINE_RUNS` runs,
-this process's and fresh worker processes' (:func:`.worker.fresh_run`), each one as long as the
-first. A comparison looks at the data after each of its runs: the first in this process, then, while
-undecided, up to ``max_runs - 1`` more in fresh processes, until a verdict or the budget is spent.
-Each look spends an equal share of the significance level (Bonferroni over the looks), so stopping
-as soon as the interval is clear does not raise the false-alarm rate.
+A *run* is one process's sampling. Each process has a speed offset of its own that no sampling
+inside it removes (:mod:`.stats`), so replication happens across processes: the first run, in
+this process, takes segments (:data:`FIRST_LOOK` at least) until its sampling error is below half
+the process noise or its share of the budget is spent; then fresh worker processes
+(:func:`.worker.fresh_run`) each add a short run, of as many segments as make the best use of
+their start-up cost (:func:`fresh_segments`). A new baseline is recorded in up to ``runs`` runs.
+A comparison looks at the data after runs 1, 2, 4, ... and the last one the budget allows
+(:func:`look_points`), adding fresh runs while undecided. Each look spends an equal share of the
+significance level (Bonferroni over the looks), so stopping as soon as the interval is clear does
+not raise the false-alarm rate.
+
+Fresh processes are started anew (``python -m pytest_mystique.worker``), not forked from one that
+has imported torch: measured on the CI host, children forked from one parent share an offset
+(sd 2.5-2.7% between parents against 1.6-2.3% between the children of one), so only a new
+interpreter is a new sample of the offset.
 """
 
 from __future__ import annotations
@@ -36,15 +42,18 @@ from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_co
 from .stats import Comparison, compare_runs, segment_level
 
 FIRST_LOOK = 4
+#: Segments this process samples to plan the fresh processes' runs (its own run is not judged then).
+PLAN_SEGMENTS = 3
 #: At most this many segments in one run.
 RUN_SEGMENTS = 40
+#: A fresh process's run has at least this many segments (its sampling error is estimated from them).
+FRESH_SEGMENTS = 2
 MAX_SEGMENT_ITERS = 1000
-#: Runs (processes) a new baseline is recorded in; a comparison uses at most :data:`MAX_RUNS`.
+#: Runs (processes) a new baseline is recorded in, and a comparison's most (both within the budget).
 BASELINE_RUNS = DEFAULT_RUNS
-MAX_RUNS = 3
 #: Seconds a fresh Python process takes to start and import torch and this package (measured:
-#: 2.5-3 s on the 2-core CI host; a first guess at a run's cost before one was timed).
-FRESH_PROCESS_S = 3.0
+#: 1.5-2 s on the 2-core CI host; a first guess at a run's cost before one was timed).
+FRESH_PROCESS_S = 2.0
 
 
 @dataclass
@@ -89,22 +98,36 @@ class Sampled:
         return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def look_points(max_segments: int, first: int = FIRST_LOOK) -> list[int]:
-    """Segment counts at which the data are examined: ``first``, then twice as many each time
-    (few looks: each one costs a share of the significance level)."""
+def look_points(most: int, first: int = FIRST_LOOK) -> list[int]:
+    """Counts (of segments, rounds or runs) at which the data are examined: ``first``, then twice
+    as many each time, and ``most`` (few looks: each one costs a share of the significance level)."""
     points, k = [], first
-    while k < max_segments:
+    while k < most:
         points.append(k)
         k *= 2
-    points.append(max(max_segments, first))
+    points.append(max(most, first))
     return points
 
 
-def by_run(segments: list[Segment], calibrated: bool) -> list[list[float]]:
-    """Segment levels grouped by the run (process) that sampled them."""
+def fresh_segments(level_var: float, process_noise: float, start_s: float, segment_s: float, most: int) -> int:
+    """Segments per fresh-process run: the count that minimises the variance of a side's level for
+    the time spent, ``(noise^2 + level_var / m) * (start_s + m * segment_s)``, i.e.
+    ``m = sqrt(level_var * start_s / (noise^2 * segment_s))``, kept within [FRESH_SEGMENTS, most]."""
+    noise2 = max(math.log1p(process_noise) ** 2, 1e-12)
+    m = math.sqrt(max(level_var, 0.0) * max(start_s, 0.0) / (noise2 * max(segment_s, 1e-9)))
+    return max(FRESH_SEGMENTS, min(most, round(m)))
+
+
+def judged_runs(segments: list[Segment], calibrated: bool) -> list[list[float]]:
+    """Segment levels grouped by the run (process) that sampled them, for the verdict: the fresh
+    processes' runs where there are any (this process's run only planned them: its state depends
+    on what the session did before, and its kind of process differs from theirs), else this
+    process's run."""
     runs: dict[int, list[float]] = {}
     for s in segments:
         runs.setdefault(s.run, []).append(s.level(calibrated))
+    if len(runs) > 1:
+        runs.pop(0, None)
     return list(runs.values())
 
 
@@ -116,7 +139,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     """Prepare, warm up and time ``replay`` in runs of segments, stopping at a verdict against
     the ``baseline``'s segments or when ``budget_s`` is spent. ``fresh_run(segments=, segment_iters=,
     probe=)`` samples one more run in a fresh process (None: this process only); ``runs`` is the
-    number of runs of a new baseline (a comparison uses at most :data:`MAX_RUNS` of them);
+    most runs, of a new baseline or of a comparison (the budget may allow fewer);
     ``startup_s``: what loading and preparing the trace took before this call (a fresh process
     pays it again). Times are normalised by the probe's when both sides have probe times taken
     with the same :func:`.calibrate.signature`."""
@@ -124,12 +147,14 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     steady_allocator()
     cuda = replay.device.type == "cuda"
     probed = not cuda and getattr(replay, "probed", True)  # a multi-rank replay's ranks time themselves
-    max_runs = 1 if fresh_run is None else max(1, runs if baseline is None else min(runs, MAX_RUNS))
+    fresh = fresh_run is not None and runs > 1  # else: this process's run is the only one, and judged
     with torch_threads(n_threads):
         t0 = time.perf_counter()
         replay.prepare()
         setup_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
         done, per_iter = warm_up(replay, warmup)
+        warmup_s = time.perf_counter() - t0
         m = segment_iters or min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(per_iter, 1e-9))))
         seg_s = m * (per_iter + (_probe_s() if probed else 0))
         # a new baseline is judged, later, on probe-normalised levels wherever there is a probe
@@ -137,33 +162,46 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         out = Sampled([], str(replay.device), n_threads, done, m, setup_s, 0.0, probed,
                       calibrate.signature() if probed else None)  # fmt: skip
         start = time.perf_counter()
-        # the first run, in this process: until its sampling error is small next to the process
-        # noise, or its share of the budget (less a fresh process's start) is spent
-        run_budget = budget_s / max_runs - (FRESH_PROCESS_S if max_runs > 1 else 0)
-        cap = max(FIRST_LOOK, min(RUN_SEGMENTS, int(run_budget / max(seg_s, 1e-9))))
-        while len(out.segments) < cap:
-            out.segments.append(_segment(replay, m, probe=probed))
-            k = len(out.segments)
-            levels = [s.level(calibrated) for s in out.segments]
-            if k >= FIRST_LOOK and statistics.stdev(levels) / math.sqrt(k) < math.log1p(process_noise) / 2:
-                break
-        per_run = len(out.segments)
-        first_s = time.perf_counter() - start
-        run_cost = first_s + startup_s + setup_s + per_iter * done + FRESH_PROCESS_S
-        # as many looks as runs the budget allows (decided before any look), each at an equal share
-        max_runs = min(max_runs, 1 + int(max(0.0, budget_s - first_s) // max(run_cost, 1e-9)))
-        alpha_look = alpha / max_runs
-        run = 1  # runs sampled so far
+
+        def this_process(cap: int) -> None:  # until the sampling error is small next to the process noise
+            while len(out.segments) < cap:
+                out.segments.append(_segment(replay, m, probe=probed))
+                levels = [s.level(calibrated) for s in out.segments]
+                k = len(levels)
+                if k >= FIRST_LOOK and statistics.stdev(levels) / math.sqrt(k) < math.log1p(process_noise) / 2:
+                    break
+
+        # this process's run: with fresh runs to come, a few segments to plan them; alone, until its
+        # sampling error is small next to the process noise or the budget is spent
+        alone_cap = max(FIRST_LOOK, min(RUN_SEGMENTS, int(budget_s / max(seg_s, 1e-9))))
+        this_process(PLAN_SEGMENTS if fresh else alone_cap)
+        seg_s = (time.perf_counter() - start) / len(out.segments)
+        start_cost = FRESH_PROCESS_S + startup_s + setup_s + warmup_s  # what a fresh run pays before sampling
+        levels = [s.level(calibrated) for s in out.segments]
+        per_run = fresh_segments(statistics.variance(levels), process_noise, start_cost, seg_s, RUN_SEGMENTS)
+        run_cost = start_cost + per_run * seg_s
+        # as many judged runs as the budget allows, decided before any look; a look after 1, 2, 4, ...
+        # of them and after the last, each at an equal share of the significance level
+        most = min(runs, int(max(0.0, budget_s - (time.perf_counter() - start)) // max(run_cost, 1e-9)))
+        if fresh and most < 1:  # not even one fresh run fits: this process's run is judged, alone
+            fresh = False
+            this_process(alone_cap)
+        most = max(1, most) if fresh else 1
+        points = look_points(most, first=1)
+        alpha_look = alpha / len(points)
+        judged = 0 if fresh else 1  # runs sampled so far that the verdict uses
         while True:
             spent = time.perf_counter() - start
-            final = run >= max_runs or spent + run_cost > budget_s  # no run that would exceed the budget
-            if baseline is not None:
+            # no run that would exceed the budget (the first was planned to fit)
+            final = judged >= most or (judged > 0 and spent + run_cost > budget_s)
+            if baseline is not None and judged and (final or judged in points):
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
-                cmp = compare_runs(by_run(baseline, calibrated), by_run(out.segments, calibrated), tolerance=tolerance,
-                                   alpha=alpha_look, process_noise=process_noise, final=final, **extra)  # fmt: skip
-                if out.looks and out.looks[-1]["runs"] == run:  # a failed fresh run: the same data, now final
+                cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
+                                   tolerance=tolerance, alpha=alpha_look, process_noise=process_noise, final=final,
+                                   **extra)  # fmt: skip
+                if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final
                     out.looks.pop()
-                out.looks.append({"runs": run, "segments": len(out.segments), "seconds": round(spent, 3),
+                out.looks.append({"runs": judged, "segments": len(out.segments), "seconds": round(spent, 3),
                                   "verdict": cmp.verdict, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high]})  # fmt: skip
                 out.comparison = cmp
                 if cmp.verdict != "undecided":
@@ -174,12 +212,13 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             try:
                 segs = fresh_run(segments=per_run, segment_iters=m, probe=probed)
             except MystiqueError as e:
-                out.notes.append(f"sampling in a fresh process failed, so {run} run(s) were used: {e}")
-                max_runs = run  # judge (or record) what there is
+                used = f"{judged} fresh run(s) were used" if judged else "this process's run was used alone"
+                out.notes.append(f"sampling in a fresh process failed, so {used}: {e}")
+                most, judged = judged, max(judged, 1)  # judge (or record) what there is
                 continue
             run_cost = time.perf_counter() - t_run
-            out.segments += [dataclasses.replace(g, run=run) for g in segs]
-            run += 1
+            judged += 1
+            out.segments += [dataclasses.replace(g, run=judged) for g in segs]
         out.sampling_s = time.perf_counter() - start
     return out
 

@@ -41,7 +41,6 @@ import statistics
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_NOISE, DEFAULT_TOLERANCE
 from .units import fmt_seconds as _fmt_s
@@ -189,6 +188,10 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE, alpha: 
 
 
 def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, final: bool, **fields) -> Comparison:
+    # imported here: scipy.stats takes most of a second to import, and a fresh replay process
+    # (:mod:`.worker`), which imports this module through the sampler, never compares
+    from scipy import stats as sps
+
     if se > 0:
         t = d / se
         p_slower, p_faster = float(sps.t.sf(t, df)), float(sps.t.cdf(t, df))

@@ -149,7 +149,7 @@ def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: 
               warmup: int = 3) -> list:  # fmt: skip
     """Replay ``trace`` in a new process of this Python: load, prepare, warm up, then time
     ``segments`` segments of ``segment_iters`` iterations (with the machine-speed probe when
-    ``probe``). The process is ended whatever happens, also when a deadline interrupts."""
+    ``probe``). The process is killed at the end whatever happens, also when a deadline interrupts."""
     from .measure import MIN_WARMUP_S
     from .sampling import Segment
 
@@ -158,12 +158,11 @@ def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: 
         worker.request(cmd="load", trace=str(trace), device=device, threads=threads, seed=seed, max_memory=max_memory,
                        max_trace_bytes=max_trace_bytes)  # fmt: skip
         worker.request(cmd="warmup", seconds=MIN_WARMUP_S, iterations=warmup)
-        out = [Segment(**worker.request(cmd="segment", iters=segment_iters, probe=probe)) for _ in range(segments)]
-    except BaseException:
+        return [Segment(**worker.request(cmd="segment", iters=segment_iters, probe=probe)) for _ in range(segments)]
+    finally:
+        # killed, not asked to quit: an interpreter with torch takes half a second to shut down, on
+        # a core the next run's timing shares, and this one has nothing left to save
         worker.kill()
-        raise
-    worker.close()
-    return out
 
 
 def main() -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-# pytester's in-process runs restore sys.modules afterwards; extension modules (numpy, torch)
-# cannot be loaded twice, so everything the plugin imports lazily is imported here first.
+# pytester's in-process runs restore sys.modules afterwards; extension modules (numpy, scipy,
+# torch) cannot be loaded twice, so everything the plugin imports lazily is imported here first.
+import scipy.stats  # noqa: F401
+
 import pytest_mystique.recorder  # noqa: F401
 import pytest_mystique.report  # noqa: F401
 import pytest_mystique.runner  # noqa: F401
