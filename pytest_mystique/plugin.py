@@ -239,7 +239,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     config = parent.config
-    if not _enabled(config) or not _is_trace_name(file_path.name):
+    if not _enabled(config) or not _is_trace_name(file_path.name) or not _requested(config, file_path):
         return None
     from .distributed import rank_files, rank_of
 
@@ -251,6 +251,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
         config.stash[_ignored_key].append(f"{_rel(config, file_path)}: {info}")
         return None
     return TraceFile.from_parent(parent, path=file_path)
+
+
+def _requested(config: pytest.Config, file_path: Path) -> bool:
+    """Whether ``file_path`` is, or lies under, a path given on the command line: pytest also
+    offers the files beside the ones asked for (it collects from the rootdir down), and those are
+    neither sniffed nor reported as ignored."""
+    base = config.invocation_params.dir
+    paths = [Path(base, a.split("::")[0]).resolve() for a in config.args]
+    here = file_path.resolve()
+    return any(here == p or p in here.parents for p in paths)
 
 
 def _rel(config: pytest.Config, path: Path) -> str:

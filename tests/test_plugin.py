@@ -98,6 +98,7 @@ def test_bad_inputs_fail_alone_and_the_rest_runs(pytester, traces):
     (traces / "future.json").write_text('{"schema": "7.0.0", "nodes": []}')
     (traces / "package.json").write_text('{"name": "not-a-trace"}')
     (traces / "vit.meta.json").write_text('{"original_median_s": 0.01}')
+    (pytester.path / "report.json").write_text("{}")  # beside traces/, not asked for: not mentioned
     result = run(pytester, "-rf")
     result.assert_outcomes(passed=1, failed=4)
     result.stdout.fnmatch_lines_random([
@@ -107,7 +108,7 @@ def test_bad_inputs_fail_alone_and_the_rest_runs(pytester, traces):
         "*traces/future.json: unsupported execution trace schema '7.0.0'*",
         "*ignored traces/package.json: JSON without a 'schema' key*",
     ])  # fmt: skip
-    assert "vit.meta.json" not in result.stdout.str()
+    assert "vit.meta.json" not in result.stdout.str() and "report.json" not in result.stdout.str()
 
 
 @pytest.mark.parametrize(
