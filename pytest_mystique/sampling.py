@@ -1,15 +1,17 @@
 """Adaptive sampling: time a replay in runs of segments until the statistics reach a verdict.
 
 A *run* is one process's sampling. Each process has a speed offset of its own that no sampling
-inside it removes (:mod:`.stats`), so replication happens across processes: the first run, in
-this process, takes segments (:data:`FIRST_LOOK` at least) until its sampling error is below half
-the process noise or its share of the budget is spent; then fresh worker processes
+inside it removes (:mod:`.stats`), so replication happens across processes: this process warms
+the replay up and times :data:`PLAN_SEGMENTS` segments to plan, then fresh worker processes
 (:func:`.worker.fresh_run`) each add a short run, of as many segments as make the best use of
-their start-up cost (:func:`fresh_segments`). A new baseline is recorded in up to ``runs`` runs.
-A comparison looks at the data after runs 1, 2, 4, ... and the last one the budget allows
-(:func:`look_points`), adding fresh runs while undecided. Each look spends an equal share of the
+their start-up cost (:func:`fresh_segments`), and only theirs are judged (:func:`judged_runs`).
+A new baseline is recorded in as many runs as the budget allows, at most ``runs``. A comparison
+looks at the data after 1, 2, 4, ... fresh runs and after the last the budget allows
+(:func:`look_points`), adding runs while undecided. Each look spends an equal share of the
 significance level (Bonferroni over the looks), so stopping as soon as the interval is clear does
-not raise the false-alarm rate.
+not raise the false-alarm rate. Without fresh processes (``runs`` 1, a multi-rank job, or a budget
+too small for one), this process's run is the only one: segments until its sampling error is
+below half the process noise or the budget is spent.
 
 Fresh processes are started anew (``python -m pytest_mystique.worker``), not forked from one that
 has imported torch: measured on the CI host, children forked from one parent share an offset

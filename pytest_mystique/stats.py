@@ -7,13 +7,13 @@ while the machine was not disturbed, the probe cancels the machine's own speed. 
 a segment are not independent (a disturbance lasts longer than one iteration); segments are far
 apart enough to be treated as independent, and their scatter measures the noise honestly.
 
-A *run* is one process's sampling (the plugin's own process, or a fresh worker process,
-:mod:`.sampling`); its level is the mean of its segments' levels. Each run carries an offset of
-its own that no sampling inside it removes (measured on this project's 2-core CI machines: about
-1-1.5% between two processes, with benchmarks/stat_power.py): ``process_noise``, the prior for
-it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where that is
-larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a baseline
-recorded in five processes carries a fifth of the process variance, and a comparison that
+A *run* is one process's sampling (a fresh worker process, or the plugin's own process when it
+samples alone, :mod:`.sampling`); its level is the mean of its segments' levels. Each run carries
+an offset of its own that no sampling inside it removes (measured on this project's 2-core CI
+machines: 1-3% sd from one process to the next, depending on the day): ``process_noise``, the
+prior for it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where
+that is larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a
+baseline recorded in six processes carries a sixth of the process variance, and a comparison that
 adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise terms
 counting as known). The result is a confidence interval for the ratio current / baseline of the
 (probe-normalised) step time.
