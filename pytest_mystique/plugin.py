@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import os
 import re
 import uuid
 from pathlib import Path
@@ -58,8 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mystique-budget", type=float, default=None, metavar="SECONDS",
                     help=f"sampling time per trace before the verdict is 'unsure' (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
     group.addoption("--mystique-runs", type=int, default=None, metavar="N",
-                    help=f"most processes a trace is sampled in, within the budget; 1: this one only "
-                         f"(default {DEFAULT_RUNS})")  # fmt: skip
+                    help=f"most fresh worker processes whose runs a verdict or new baseline uses, within the "
+                         f"budget; 1: this process only (default {DEFAULT_RUNS})")  # fmt: skip
     group.addoption("--mystique-strict", action="store_true", default=False,
                     help="fail traces whose verdict is 'unsure' too")  # fmt: skip
     group.addoption("--mystique-alpha", type=float, default=None, metavar="P",
@@ -93,7 +94,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mystique_history", "history database path, relative to the rootdir ('off' disables)", default=None)
     parser.addini("mystique_history_timeout", "seconds to wait for a locked history database", default=None)
     parser.addini("mystique_warmup", "warm-up iterations per trace", default=None)
-    parser.addini("mystique_runs", "processes a new baseline is sampled in", default=None)
+    parser.addini("mystique_runs", "most fresh worker processes a trace is sampled in (1: this process only)",
+                  default=None)
     parser.addini("mystique_budget", "sampling seconds per trace", default=None)
     parser.addini("mystique_noise", "run-to-run noise (fraction) that sampling cannot remove", default=None)
 
@@ -256,11 +258,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 def _requested(config: pytest.Config, file_path: Path) -> bool:
     """Whether ``file_path`` is, or lies under, a path given on the command line: pytest also
     offers the files beside the ones asked for (it collects from the rootdir down), and those are
-    neither sniffed nor reported as ignored."""
-    base = config.invocation_params.dir
-    paths = [Path(base, a.split("::")[0]).resolve() for a in config.args]
-    here = file_path.resolve()
-    return any(here == p or p in here.parents for p in paths)
+    neither sniffed nor reported as ignored. Paths are compared as given (``abspath``, as pytest
+    does), so a trace reached through a symbolic link counts as under the folder that links it."""
+    if config.option.pyargs:
+        return True
+    here = Path(os.path.abspath(file_path))
+    for arg in config.args:
+        p = Path(os.path.abspath(Path(config.invocation_params.dir, arg.split("::")[0])))
+        if here == p or p in here.parents:
+            return True
+    return False
 
 
 def _rel(config: pytest.Config, path: Path) -> str:

@@ -47,7 +47,7 @@ class Options:
     budget_s: float = DEFAULT_BUDGET_S
     alpha: float = DEFAULT_ALPHA  # for this trace (the plugin divides the session's among its traces)
     process_noise: float = DEFAULT_NOISE
-    runs: int = BASELINE_RUNS  # processes a new baseline is sampled in (1: this process only)
+    runs: int = BASELINE_RUNS  # most fresh processes a trace is sampled in (1: this process only)
 
 
 @dataclass

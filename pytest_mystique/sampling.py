@@ -180,14 +180,23 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         seg_s = (time.perf_counter() - start) / len(out.segments)
         start_cost = FRESH_PROCESS_S + startup_s + setup_s + warmup_s  # what a fresh run pays before sampling
         levels = [s.level(calibrated) for s in out.segments]
-        per_run = fresh_segments(statistics.variance(levels), process_noise, start_cost, seg_s, RUN_SEGMENTS)
+        left_s = budget_s - (time.perf_counter() - start)
+        # at least two runs where the budget allows them: a run's length never crowds out replication
+        fit = max(FRESH_SEGMENTS, int((left_s / min(runs, 2) - start_cost) / max(seg_s, 1e-9)))
+        per_run = fresh_segments(statistics.variance(levels), process_noise, start_cost, seg_s, min(RUN_SEGMENTS, fit))
         run_cost = start_cost + per_run * seg_s
         # as many judged runs as the budget allows, decided before any look; a look after 1, 2, 4, ...
         # of them and after the last, each at an equal share of the significance level
-        most = min(runs, int(max(0.0, budget_s - (time.perf_counter() - start)) // max(run_cost, 1e-9)))
-        if fresh and most < 1:  # not even one fresh run fits: this process's run is judged, alone
+        most = min(runs, int(max(0.0, left_s) // max(run_cost, 1e-9)))
+
+        def alone() -> None:  # no fresh run: this process's run is judged, alone
+            nonlocal fresh
             fresh = False
-            this_process(alone_cap)
+            left = budget_s - (time.perf_counter() - start)
+            this_process(max(FIRST_LOOK, min(RUN_SEGMENTS, int(left / max(seg_s, 1e-9)))))
+
+        if fresh and most < 1:
+            alone()
         most = max(1, most) if fresh else 1
         points = look_points(most, first=1)
         alpha_look = alpha / len(points)
@@ -216,12 +225,19 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             except MystiqueError as e:
                 used = f"{judged} fresh run(s) were used" if judged else "this process's run was used alone"
                 out.notes.append(f"sampling in a fresh process failed, so {used}: {e}")
-                most, judged = judged, max(judged, 1)  # judge (or record) what there is
+                if not judged:
+                    alone()
+                most, judged = max(judged, 1), max(judged, 1)  # judge (or record) what there is
                 continue
             run_cost = time.perf_counter() - t_run
             judged += 1
             out.segments += [dataclasses.replace(g, run=judged) for g in segs]
         out.sampling_s = time.perf_counter() - start
+    if baseline is not None and any(s.run for s in baseline) != any(s.run for s in out.segments):
+        kinds = ("the pytest process", "fresh processes")
+        out.notes.append(f"the baseline was sampled in {kinds[any(s.run for s in baseline)]} and this run in "
+                         f"{kinds[any(s.run for s in out.segments)]}: processes of two kinds, which may differ by "
+                         f"about 1%, are compared; --mystique-update re-records the baseline")  # fmt: skip
     return out
 
 

@@ -141,7 +141,8 @@ class Worker:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
-        self.stderr.close()
+        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
+            f.close()
 
 
 def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: str = "cpu", threads: int = 1,

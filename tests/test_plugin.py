@@ -111,6 +111,18 @@ def test_bad_inputs_fail_alone_and_the_rest_runs(pytester, traces):
     assert "vit.meta.json" not in result.stdout.str() and "report.json" not in result.stdout.str()
 
 
+def test_a_trace_linked_into_the_folder_is_collected_once(pytester, traces):
+    """A trace reached through a symbolic link under the folder asked for is that folder's; its
+    target, beside the folder, is not collected (pytest offers it too)."""
+    elsewhere = pytester.path / "elsewhere"
+    elsewhere.mkdir()
+    (traces / "vit.json.gz").rename(elsewhere / "vit.json.gz")
+    (traces / "vit.json.gz").symlink_to(elsewhere / "vit.json.gz")
+    result = run_loose(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["traces/vit.json.gz::vit", "1 test collected*"])
+    assert "elsewhere" not in result.stdout.str()
+
+
 @pytest.mark.parametrize(
     "content, problem",
     [
