@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--inj-runs", type=int, default=40, help="runs per injected slowdown")
     ap.add_argument("--targets", default="0.05,0.10", help="slowdowns to inject (ops run twice)")
     ap.add_argument("--budget", type=float, default=None)
-    ap.add_argument("--keep", default=None, help="keep the work directory here")
+    ap.add_argument("--keep", default=None, help="keep the work directory here (injected traces built there are reused)")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="stat_power."))
     work.mkdir(parents=True, exist_ok=True)
@@ -163,9 +163,22 @@ def main() -> None:
         (f"+{float(t):.0%} injected", float(t), args.inj_runs) for t in args.targets.split(",")
     ]
     print(f"work dir {work}; building injected traces ...", flush=True)
-    made = {name: write_condition(work, f"c{i}", target) for i, (name, target, _) in enumerate(conds)}
+    built = work / "conditions.json"  # --keep DIR: injected traces built there before are reused
+    known = json.loads(built.read_text()) if built.exists() else {}
+    made = {}
+    for i, (name, target, _) in enumerate(conds):
+        d = work / f"c{i}" / "traces"
+        if target is not None and d.is_dir() and len(list(d.glob("*.json.gz"))) == len(list((ROOT / "traces").glob("*.json.gz"))):
+            truth = known.get(name) or {p.name.split(".")[0]: true_slowdown(ROOT / "traces" / p.name, p) - 1
+                                        for p in sorted(d.glob("*.json.gz"))}  # fmt: skip
+            made[name] = (work / f"c{i}", truth)
+        else:
+            shutil.rmtree(work / f"c{i}", ignore_errors=True)
+            made[name] = write_condition(work, f"c{i}", target)
+    built.write_text(json.dumps({name: truth for name, (_, truth) in made.items()}))
     dirs = {name: d for name, (d, _) in made.items()}
     print("recording baselines ...", flush=True)
+    shutil.rmtree(bl, ignore_errors=True)
     session(dirs["A/A"], bl, extra, work / "record.json")
     base = baseline_samples(bl)
     rows = []

@@ -13,5 +13,5 @@ DEFAULT_NOISE = 0.02
 #: A segment lasts about this long (iterations are added until it does).
 SEGMENT_S = 0.5
 #: Most fresh worker processes a new baseline is sampled in (``--mystique-runs``), and the most a
-#: comparison adds while its verdict is open (both within the budget, which usually allows 4-7).
-DEFAULT_RUNS = 8
+#: comparison adds while its verdict is open (both within the budget: on the CI host, 3 s a run).
+DEFAULT_RUNS = 16

@@ -5,12 +5,13 @@ inside it removes (:mod:`.stats`), so replication happens across processes: this
 the replay up and times :data:`PLAN_SEGMENTS` segments to plan, then fresh worker processes
 (:func:`.worker.fresh_run`) each add a short run, of as many segments as make the best use of
 their start-up cost (:func:`fresh_segments`), and only theirs are judged (:func:`judged_runs`).
-A new baseline is recorded in as many runs as the budget allows, at most ``runs``. A comparison
+A new baseline is recorded in as many runs as :data:`BASELINE_BUDGET_FACTOR` times the budget
+allows, at most ``runs``: it is recorded once, and its error weighs in every later comparison. A comparison
 looks at the data after 1, 2, 4, ... fresh runs and after the last the budget allows
 (:func:`look_points`), adding runs while undecided. Each look spends an equal share of the
 significance level (Bonferroni over the looks), so stopping as soon as the interval is clear does
 not raise the false-alarm rate. Without fresh processes (``runs`` 1, a multi-rank job, or a budget
-too small for one), this process's run is the only one: segments until its sampling error is
+too small for two), this process's run is the only one: segments until its sampling error is
 below half the process noise or the budget is spent.
 
 Fresh processes are started anew (``python -m pytest_mystique.worker``), not forked from one that
@@ -53,6 +54,8 @@ FRESH_SEGMENTS = 2
 MAX_SEGMENT_ITERS = 1000
 #: Runs (processes) a new baseline is recorded in, and a comparison's most (both within the budget).
 BASELINE_RUNS = DEFAULT_RUNS
+#: A new baseline (with fresh processes) is sampled with this many times the budget.
+BASELINE_BUDGET_FACTOR = 3
 #: Seconds a fresh Python process takes to start and import torch and this package (measured:
 #: 1.5-2 s on the 2-core CI host; a first guess at a run's cost before one was timed).
 FRESH_PROCESS_S = 2.0
@@ -150,6 +153,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
     cuda = replay.device.type == "cuda"
     probed = not cuda and getattr(replay, "probed", True)  # a multi-rank replay's ranks time themselves
     fresh = fresh_run is not None and runs > 1  # else: this process's run is the only one, and judged
+    if baseline is None:  # recorded once, its error weighs in every later comparison
+        budget_s *= BASELINE_BUDGET_FACTOR
     with torch_threads(n_threads):
         t0 = time.perf_counter()
         replay.prepare()
@@ -195,9 +200,9 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             left = budget_s - (time.perf_counter() - start)
             this_process(max(FIRST_LOOK, min(RUN_SEGMENTS, int(left / max(seg_s, 1e-9)))))
 
-        if fresh and most < 1:
+        if fresh and most < 2:  # one fresh run would say nothing about the scatter between processes
             alone()
-        most = max(1, most) if fresh else 1
+        most = most if fresh else 1
         points = look_points(most, first=1)
         alpha_look = alpha / len(points)
         judged = 0 if fresh else 1  # runs sampled so far that the verdict uses

@@ -14,8 +14,8 @@ machines: 1-3% sd from one process to the next, depending on the day): ``process
 prior for it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where
 that is larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a
 baseline recorded in six processes carries a sixth of the process variance, and a comparison that
-adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise terms
-counting as known). The result is a confidence interval for the ratio current / baseline of the
+adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise term with
+the degrees of freedom it was estimated from). The result is a confidence interval for the ratio current / baseline of the
 (probe-normalised) step time.
 
 Verdicts, for a tolerance ``tol`` and a significance level ``alpha``:
@@ -137,18 +137,21 @@ def _sampling_var(levels: np.ndarray) -> float:
 
 def welch_runs(base_runs, cur_runs, process_noise: float) -> tuple[float, float, float]:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
-    and the degrees of freedom (Welch-Satterthwaite; the process-noise terms count as known)."""
+    and the degrees of freedom (Welch-Satterthwaite, the process-noise term counting with the
+    degrees of freedom it was estimated from: :data:`PRIOR_DF` for the prior, plus the runs')."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
-    level, total, denom = [], 0.0, 0.0
+    level, process, sampling, denom = [], 0.0, 0.0, 0.0
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
-        total += sp2 / k
+        process += sp2 / k
         for r in runs:
             v = _sampling_var(r) / k**2
-            total += v
+            sampling += v
             denom += v**2 / (len(r) - 1) if len(r) > 1 else 0.0
+    denom += process**2 / (PRIOR_DF + sum(len(runs) - 1 for runs in sides if len(runs) > 1))
+    total = process + sampling
     df = total**2 / denom if denom > 0 else math.inf
     return level[1] - level[0], math.sqrt(total), max(df, 1.0)
 
