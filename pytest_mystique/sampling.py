@@ -6,8 +6,8 @@ the replay up and times :data:`PLAN_SEGMENTS` segments to plan, then fresh worke
 (:func:`.worker.fresh_run`) each add a short run, of as many segments as make the best use of
 their start-up cost (:func:`fresh_segments`), and only theirs are judged (:func:`judged_runs`).
 A new baseline is recorded in as many runs as :data:`BASELINE_BUDGET_FACTOR` times the budget
-allows, at most ``runs``: it is recorded once, and its error weighs in every later comparison. A comparison
-looks at the data after 1, 2, 4, ... fresh runs and after the last the budget allows
+allows, at most ``runs``: it is recorded once, and its error weighs in every later comparison.
+A comparison looks at the data after 1, 2, 4, ... fresh runs and after the last the budget allows
 (:func:`look_points`), adding runs while undecided. Each look spends an equal share of the
 significance level (Bonferroni over the looks), so stopping as soon as the interval is clear does
 not raise the false-alarm rate. Without fresh processes (``runs`` 1, a multi-rank job, or a budget
@@ -54,7 +54,7 @@ FRESH_SEGMENTS = 2
 MAX_SEGMENT_ITERS = 1000
 #: Runs (processes) a new baseline is recorded in, and a comparison's most (both within the budget).
 BASELINE_RUNS = DEFAULT_RUNS
-#: A new baseline (with fresh processes) is sampled with this many times the budget.
+#: A new baseline is sampled with this many times the budget.
 BASELINE_BUDGET_FACTOR = 3
 #: Seconds a fresh Python process takes to start and import torch and this package (measured:
 #: 1.5-2 s on the 2-core CI host; a first guess at a run's cost before one was timed).

@@ -13,10 +13,10 @@ an offset of its own that no sampling inside it removes (measured on this projec
 machines: 1-3% sd from one process to the next, depending on the day): ``process_noise``, the
 prior for it (``--mystique-noise``), pulled up by the scatter between a trace's own runs where
 that is larger (:func:`process_variance`). A side's level is the mean of its runs' levels, so a
-baseline recorded in six processes carries a sixth of the process variance, and a comparison that
-adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise term with
-the degrees of freedom it was estimated from). The result is a confidence interval for the ratio current / baseline of the
-(probe-normalised) step time.
+baseline recorded in twelve processes carries a twelfth of the process variance, and a comparison
+that adds runs narrows its interval. The two sides are compared with Welch's t (the process-noise
+term with the degrees of freedom it was estimated from). The result is a confidence interval for
+the ratio current / baseline of the (probe-normalised) step time.
 
 Verdicts, for a tolerance ``tol`` and a significance level ``alpha``:
 
