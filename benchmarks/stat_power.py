@@ -70,10 +70,12 @@ def op_costs(path: Path, iters: int = 15) -> dict[int, float]:
     """Median seconds of each op node, from instrumented iterations."""
     import torch
 
+    from pytest_mystique.measure import steady_allocator
     from pytest_mystique.replay import Replay
     from pytest_mystique.trace import load_trace
 
     torch.set_num_threads(1)
+    steady_allocator()
     replay = Replay(load_trace(path), "cpu").prepare()
     per: dict[int, list[float]] = {}
     for _ in range(iters):
@@ -116,12 +118,14 @@ def true_slowdown(orig: Path, injected: Path, rounds: int = 24) -> float:
     """Ratio of low-quantile times, original and injected replays alternating in one process."""
     import torch
 
+    from pytest_mystique.measure import steady_allocator
     from pytest_mystique.replay import Replay
     from pytest_mystique.sampling import _segment, warm_up
     from pytest_mystique.stats import segment_level
     from pytest_mystique.trace import load_trace
 
     torch.set_num_threads(1)
+    steady_allocator()  # as the plugin: without it the CNN's replays fall into allocator modes 30% apart
     reps = [Replay(load_trace(p), "cpu").prepare() for p in (orig, injected)]
     per = [warm_up(r, 3)[1] for r in reps]
     m = max(5, int(0.3 / per[0]))
