@@ -144,6 +144,7 @@ class Replay:
         self.report.ops_total = len(ops)
         planned = []
         made: set[tuple[int, int]] = set()
+        placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
         external_bytes: dict[tuple, int] = {}
         for node in ops:
             try:
@@ -154,6 +155,7 @@ class Replay:
             except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
                 self.report.skipped[(node.name, f"malformed arguments in the trace: {_reason(e)}")] += 1
                 continue
+            p.values = [_same_tensor(v, made, placed) for v in p.values]
             planned.append(p)
             for v in p.values:
                 for ref in _refs(v):
@@ -164,6 +166,7 @@ class Replay:
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
+                    placed[_placement(ref)] = ref
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:
@@ -548,6 +551,31 @@ def _fill(step: Step, env: list) -> list:
     for pos, slots in step.list_fills:
         args[pos] = [env[s] if s >= 0 else None for s in slots]
     return args
+
+
+def _placement(ref: TensorRef) -> tuple:
+    return (ref.storage_id, ref.dtype, ref.offset, ref.shape, ref.layout_strides())
+
+
+def _same_tensor(v: Any, made: set, placed: dict) -> Any:
+    """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
+    earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
+    output. The original program read the output itself through another tensor object: autograd
+    unpacks a tensor saved for the backward pass (a ReLU's or softmax's result) as a new tensor
+    with an id of its own. Bound to the output, the backward op reads the memory the forward op
+    wrote and keeps it alive until then, as in the original; bound to a fresh input, it would
+    read other memory, and the replay would hold a permanent copy of every such activation."""
+    if isinstance(v, TensorArg):
+        ref = v.ref
+        if ref.key not in made:
+            hit = placed.get(_placement(ref))
+            if hit is not None:
+                return TensorArg(hit)
+    elif isinstance(v, TensorListArg):
+        refs = [r if r is None or r.key in made else placed.get(_placement(r), r) for r in v.refs]
+        if refs != v.refs:
+            return TensorListArg(refs)
+    return v
 
 
 def _refs(v: Any) -> list[TensorRef]:

@@ -13,7 +13,7 @@ from pytest_mystique.ops import Unsupported, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace
 
-from conftest import corpus, extract_ops, read_json, write_json
+from conftest import bundled, corpus, extract_ops, read_json, write_json
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
@@ -45,6 +45,20 @@ def test_outputs_feed_consumers_and_are_released_after_last_use():
     assert set(produced_reads) <= freed
     replay.run()
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
+
+
+def test_saved_activations_are_read_from_the_op_that_wrote_them():
+    # Autograd hands a backward op the ReLU's saved output as a new tensor object (a new id in the
+    # trace, same storage and layout): the replay must bind it to the forward op's output, not
+    # make a permanent seeded copy of every activation.
+    replay = Replay(load_trace(bundled("mlp_train")), "cpu").prepare()
+    backward = [s for s in replay.steps if s.name == "aten::threshold_backward"]
+    assert backward
+    produced = {slot for s in replay.steps for _, out in s.outs for slot in ((out,) if isinstance(out, int) else out)}
+    for step in backward:
+        slots = [slot for _, slot in step.fills]
+        assert all(slot in produced and slot not in replay.permanent for slot in slots), step.node_id
+    replay.run()
 
 
 def test_views_share_storage_with_their_base():
