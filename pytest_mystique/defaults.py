@@ -10,6 +10,11 @@ DEFAULT_BUDGET_S = 20.0
 #: Run-to-run scatter of a trace's level that sampling inside one process cannot remove
 #: (``--mystique-noise``; measured by benchmarks/stat_power.py on 2-core CI machines).
 DEFAULT_NOISE = 0.02
+#: How far a whole sampling session's probe-normalised level moves with the machine's state from
+#: one session to another (hours or days apart) beyond what the probe cancels: one draw per side of
+#: a comparison, which no number of processes averages out (``--mystique-drift``; measured by
+#: benchmarks/stat_power.py on 2-core CI machines).
+DEFAULT_DRIFT = 0.01
 #: A segment lasts about this long (iterations are added until it does).
 SEGMENT_S = 0.5
 #: Most fresh worker processes a new baseline is sampled in (``--mystique-runs``), and the most a

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_RUNS, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BUDGET_S,
+    DEFAULT_DRIFT,
+    DEFAULT_NOISE,
+    DEFAULT_RUNS,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WARMUP,
+)
 from .errors import MystiqueError
 from .trace import sniff, trace_stem
 
@@ -67,6 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"chance of a false alarm per session (default {DEFAULT_ALPHA:g})")  # fmt: skip
     group.addoption("--mystique-noise", type=float, default=None, metavar="FRACTION",
                     help=f"run-to-run noise that sampling cannot remove (default {DEFAULT_NOISE:g})")  # fmt: skip
+    group.addoption("--mystique-drift", type=float, default=None, metavar="FRACTION",
+                    help="session-to-session offset of the machine that neither the probe nor more processes remove "
+                         f"(default {DEFAULT_DRIFT:g})")  # fmt: skip
     group.addoption("--mystique-threads", type=int, default=None, metavar="N",
                     help="CPU threads for the replay (default: OMP_NUM_THREADS, else torch's default)")  # fmt: skip
     group.addoption("--mystique-baseline-dir", default=None, metavar="DIR",
@@ -98,6 +109,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default=None)
     parser.addini("mystique_budget", "sampling seconds per trace", default=None)
     parser.addini("mystique_noise", "run-to-run noise (fraction) that sampling cannot remove", default=None)
+    parser.addini("mystique_drift", "session-to-session offset (fraction) that no sampling removes", default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -129,9 +141,9 @@ def _int_setting(config: pytest.Config, name: str, default: int) -> int:
 def _float_setting(config: pytest.Config, name: str, default: float) -> float:
     value = config.getoption(f"mystique_{name}")
     if value is None:
-        raw = config.getini(f"mystique_{name}") if name in ("budget", "noise") else None
+        raw = config.getini(f"mystique_{name}") if name in ("budget", "noise", "drift") else None
         value = float(raw) if raw not in (None, "") else default
-    if not value > 0 and not (name == "noise" and value == 0):
+    if not value > 0 and not (name in ("noise", "drift") and value == 0):
         raise pytest.UsageError(f"--mystique-{name} must be positive")
     if name == "alpha" and not value < 0.5:
         raise pytest.UsageError("--mystique-alpha must be below 0.5")
@@ -163,6 +175,7 @@ def options_from(config: pytest.Config):
         # each trace is tested at alpha / (number of traces): Benjamini-Hochberg's strictest step
         alpha=_float_setting(config, "alpha", DEFAULT_ALPHA) / max(1, config.stash.get(_count_key, 1)),
         process_noise=_float_setting(config, "noise", DEFAULT_NOISE),
+        drift=_float_setting(config, "drift", DEFAULT_DRIFT),
         threads=config.getoption("mystique_threads"),
         max_memory=parse_size(config.getoption("mystique_max_memory")),
         **({"max_trace_bytes": parse_size(config.getoption("mystique_max_trace_size"))}

@@ -21,7 +21,15 @@ from pathlib import Path
 
 from .baseline import BaselineExists, BaselineStore, git_commit, make_record
 from .collectives import Comms, has_collectives, local_world, topology
-from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BUDGET_S,
+    DEFAULT_DRIFT,
+    DEFAULT_ITERS,
+    DEFAULT_NOISE,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WARMUP,
+)
 from .distributed import SHARED_CORES_NOISE, DistributedReplay, resolve_job
 from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
@@ -47,6 +55,7 @@ class Options:
     budget_s: float = DEFAULT_BUDGET_S
     alpha: float = DEFAULT_ALPHA  # for this trace (the plugin divides the session's among its traces)
     process_noise: float = DEFAULT_NOISE
+    drift: float = DEFAULT_DRIFT  # session offset between the baseline's session and this one
     runs: int = BASELINE_RUNS  # most fresh processes a trace is sampled in (1: this process only)
 
 
@@ -242,7 +251,8 @@ def _sample(replay, options: Options, baseline, tolerance: float, startup_s: flo
                                   max_memory=options.max_memory, max_trace_bytes=options.max_trace_bytes,
                                   warmup=options.warmup)  # fmt: skip
     return sample(replay, budget_s=options.budget_s, tolerance=tolerance, alpha=options.alpha,
-                  process_noise=options.process_noise, threads=options.threads, warmup=options.warmup,
+                  process_noise=options.process_noise, drift=options.drift, threads=options.threads,
+                  warmup=options.warmup,
                   fresh_run=fresh, runs=options.runs, startup_s=startup_s,
                   **({"segment_iters": options.iters} if options.iters and baseline is None else {}), **kw)  # fmt: skip
 
@@ -251,6 +261,7 @@ def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance:
     calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
     return compare_runs(judged_runs(baseline.segments, calibrated), judged_runs(sampled.segments, calibrated),
                         tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
+                        drift=options.drift,
                         calibrated=calibrated, baseline_median_s=baseline.median_s,
                         current_median_s=sampled.median_s)  # fmt: skip
 

@@ -34,6 +34,7 @@ from . import calibrate
 from .defaults import (
     DEFAULT_ALPHA,
     DEFAULT_BUDGET_S,
+    DEFAULT_DRIFT,
     DEFAULT_NOISE,
     DEFAULT_RUNS,
     DEFAULT_TOLERANCE,
@@ -138,7 +139,8 @@ def judged_runs(segments: list[Segment], calibrated: bool) -> list[list[float]]:
 
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
            baseline_signature: str | None = None, segment_iters: int | None = None, tolerance: float = DEFAULT_TOLERANCE,
-           alpha: float = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE, threads: int | None = None,
+           alpha: float = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT,
+           threads: int | None = None,
            warmup: int = DEFAULT_WARMUP, comparison_extra=None, fresh_run=None, runs: int = BASELINE_RUNS,
            startup_s: float = 0.0) -> Sampled:  # fmt: skip
     """Prepare, warm up and time ``replay`` in runs of segments, stopping at a verdict against
@@ -213,7 +215,8 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             if baseline is not None and judged and (final or judged in points):
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
                 cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
-                                   tolerance=tolerance, alpha=alpha_look, process_noise=process_noise, final=final,
+                                   tolerance=tolerance, alpha=alpha_look, process_noise=process_noise, drift=drift,
+                                   final=final,
                                    **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final
                     out.looks.pop()

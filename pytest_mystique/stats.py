@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .defaults import DEFAULT_ALPHA, DEFAULT_NOISE, DEFAULT_TOLERANCE
+from .defaults import DEFAULT_ALPHA, DEFAULT_DRIFT, DEFAULT_NOISE, DEFAULT_TOLERANCE
 from .units import fmt_seconds as _fmt_s
 
 #: The quantile of a segment's iteration times that stands for the segment.
@@ -78,6 +78,7 @@ class Comparison:
     raw_ratio: float | None = None  # median(current) / median(baseline), uncalibrated
     runs_baseline: int = 1  # processes each side was sampled in
     runs_current: int = 1
+    drift: float = 0.0  # the session offset counted on each side (see welch_runs)
 
     @property
     def change(self) -> float:
@@ -135,13 +136,19 @@ def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
 
-def welch_runs(base_runs, cur_runs, process_noise: float) -> tuple[float, float, float]:
+def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) -> tuple[float, float, float]:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
-    and the degrees of freedom (Welch-Satterthwaite, the process-noise term counting with the
-    degrees of freedom it was estimated from: :data:`PRIOR_DF` for the prior, plus the runs')."""
+    and the degrees of freedom (Welch-Satterthwaite, the noise terms counting with the degrees of
+    freedom they were estimated from: :data:`PRIOR_DF` for the priors, plus the runs').
+
+    ``drift`` is the *session offset*: how far the machine's state moves a whole sampling session
+    (all its processes alike) between the baseline's day and today, beyond what the probe
+    cancels. It is one draw per side, so no number of processes averages it out: each side counts
+    ``log1p(drift)^2`` whatever its number of runs."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
-    level, process, sampling, denom = [], 0.0, 0.0, 0.0
+    level, sampling, denom = [], 0.0, 0.0
+    process = 2 * math.log1p(drift) ** 2
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
@@ -157,16 +164,17 @@ def welch_runs(base_runs, cur_runs, process_noise: float) -> tuple[float, float,
 
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                 process_noise: float = DEFAULT_NOISE, final: bool = True, **extra) -> Comparison:  # fmt: skip
+                 process_noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT, final: bool = True,
+                 **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
     module's docstring); ``extra`` fills the descriptive fields of :class:`Comparison`."""
     base_runs, cur_runs = _arrays(base_runs), _arrays(cur_runs)
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df = welch_runs(base_runs, cur_runs, process_noise)
+    d, se, df = welch_runs(base_runs, cur_runs, process_noise, drift)
     return _verdict(d, se, df, tolerance, alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
-                    runs_baseline=len(base_runs), runs_current=len(cur_runs), **extra)  # fmt: skip
+                    runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, **extra)  # fmt: skip
 
 
 def compare_levels(base_levels, cur_levels, **kw) -> Comparison:
