@@ -37,7 +37,7 @@ from .measure import Measurement, measure, per_op_medians, thread_count, torch_t
 from .replay import Replay, resolve_device
 from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, sample
 from .sidecar import load_sidecar
-from .stats import compare_runs
+from .stats import compare_runs, session_drift
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
 from .worker import fresh_run
 
@@ -173,16 +173,20 @@ def with_original_timing(summary: dict, trace_path) -> dict:
 def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,
                tolerance: float = DEFAULT_TOLERANCE, update: bool = False, rootdir=None,
                turn=contextlib.nullcontext, ranks: dict | None = None,
-               name: str | None = None) -> tuple[ReplayRun, dict]:  # fmt: skip
+               name: str | None = None, earlier=None) -> tuple[ReplayRun, dict]:  # fmt: skip
     """Replay ``path`` and sample it until a verdict against its stored baseline (recording a
     baseline when there is none, or when ``update``). Returns the run and its result.
 
     ``turn()`` is held while timing (:func:`.parallel.cpu_turn`): loading and preparing happen
     before, so parallel workers overlap them. ``options.timeout_s`` bounds each part on its own.
-    A multi-rank replay's processes are ended before this returns, whatever happened."""
+    A multi-rank replay's processes are ended before this returns, whatever happened.
+    ``earlier(hardware_key, baseline_median_s)``, when given, returns this trace's earlier
+    sessions against that baseline from the history, as (log ratio, own variance) pairs, oldest
+    first: the session drift is estimated from them (:func:`.stats.session_drift`)."""
     opened: list = []
     try:
-        return _check_file(path, options, store, baseline_name, tolerance, update, rootdir, turn, ranks, name, opened)
+        return _check_file(path, options, store, baseline_name, tolerance, update, rootdir, turn, ranks, name, opened,
+                           earlier)  # fmt: skip
     finally:
         for replay in opened:
             if isinstance(replay, DistributedReplay):
@@ -190,7 +194,8 @@ def check_file(path, options: Options, store: BaselineStore, baseline_name: str,
 
 
 def _check_file(path, options: Options, store: BaselineStore, baseline_name: str, tolerance: float, update: bool,
-                rootdir, turn, ranks: dict | None, name: str | None, opened: list) -> tuple[ReplayRun, dict]:  # fmt: skip
+                rootdir, turn, ranks: dict | None, name: str | None, opened: list,
+                earlier=None) -> tuple[ReplayRun, dict]:  # fmt: skip
     threads = thread_count(options.threads)
     with deadline(options.timeout_s, path):
         replay, load_s = prepare_file(path, options, ranks=ranks, name=name)
@@ -200,6 +205,14 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         env = fingerprint(replay.device, threads)
         key = hardware_key(env)
         baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
+        drift_note = None
+        if baseline is not None and earlier is not None:
+            drift, used = session_drift(earlier(key, baseline.median_s), options.drift)
+            if drift > options.drift:
+                drift_note = (f"this machine's session-to-session drift for this trace is {drift:.1%} (from its last "
+                              f"{used} sessions in the history; --mystique-drift {options.drift:.1%}): intervals are "
+                              f"wider")  # fmt: skip
+                options = dataclasses.replace(options, drift=drift)
         t0 = time.perf_counter()
         with torch_threads(threads):
             replay.prepare()
@@ -208,6 +221,8 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         began = time.time()
         sampled = _sample(replay, options, baseline, tolerance, startup_s=load_s + setup_s)
         sampled.setup_s = setup_s
+        if drift_note:
+            sampled.notes.append(drift_note)
         per_op = _per_op(replay, sampled)  # timed too: inside the turn
         timed = [began, time.time()]
         run = ReplayRun(replay, sampled, load_s)

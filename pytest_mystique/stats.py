@@ -79,6 +79,7 @@ class Comparison:
     runs_baseline: int = 1  # processes each side was sampled in
     runs_current: int = 1
     drift: float = 0.0  # the session offset counted on each side (see welch_runs)
+    current_var: float = math.nan  # variance of this session's level from its own runs (log scale)
 
     @property
     def change(self) -> float:
@@ -136,7 +137,7 @@ def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
 
-def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) -> tuple[float, float, float]:
+def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) -> tuple[float, float, float, float]:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
     and the degrees of freedom (Welch-Satterthwaite, the noise terms counting with the degrees of
     freedom they were estimated from: :data:`PRIOR_DF` for the priors, plus the runs').
@@ -144,23 +145,27 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) ->
     ``drift`` is the *session offset*: how far the machine's state moves a whole sampling session
     (all its processes alike) between the baseline's day and today, beyond what the probe
     cancels. It is one draw per side, so no number of processes averages it out: each side counts
-    ``log1p(drift)^2`` whatever its number of runs."""
+    ``log1p(drift)^2`` whatever its number of runs. The last value returned is the current side's
+    own variance (its processes and sampling), which :func:`session_drift` needs."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
     level, sampling, denom = [], 0.0, 0.0
     process = 2 * math.log1p(drift) ** 2
+    own = 0.0  # the current side's variance without the session term
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
         process += sp2 / k
+        own = sp2 / k
         for r in runs:
             v = _sampling_var(r) / k**2
             sampling += v
+            own += v
             denom += v**2 / (len(r) - 1) if len(r) > 1 else 0.0
     denom += process**2 / (PRIOR_DF + sum(len(runs) - 1 for runs in sides if len(runs) > 1))
     total = process + sampling
     df = total**2 / denom if denom > 0 else math.inf
-    return level[1] - level[0], math.sqrt(total), max(df, 1.0)
+    return level[1] - level[0], math.sqrt(total), max(df, 1.0), own
 
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
@@ -172,9 +177,39 @@ def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, a
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df = welch_runs(base_runs, cur_runs, process_noise, drift)
+    d, se, df, own = welch_runs(base_runs, cur_runs, process_noise, drift)
     return _verdict(d, se, df, tolerance, alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
-                    runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, **extra)  # fmt: skip
+                    runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=own,
+                    **extra)  # fmt: skip
+
+
+#: Earlier sessions at most that :func:`session_drift` looks at (the newest).
+DRIFT_SESSIONS = 30
+
+
+def session_drift(history: list[tuple[float, float]], prior: float) -> tuple[float, int]:
+    """The session offset for a trace, from its own earlier sessions against the same baseline.
+
+    ``history``: (log ratio to the baseline, that session's own variance), oldest first. Between
+    sessions, a trace's log ratio moves by its session offset plus its own sampling; so the
+    scatter of successive sessions, less what their own variances explain, is the offset's
+    variance on this machine. Successive differences and their median make the estimate robust
+    to a real change in the series (a regression, an upgrade) and to the odd wild session. It is
+    pooled with ``prior`` (:data:`PRIOR_DF` degrees of freedom against one per difference) and
+    never taken below it: a machine that drifts more than the project measured widens its own
+    intervals, none narrows them. Returns the drift (as a fraction) and the sessions used."""
+    rows = [(r, v) for r, v in history[-DRIFT_SESSIONS:] if math.isfinite(r) and math.isfinite(v)]
+    prior2 = math.log1p(prior) ** 2
+    if len(rows) < 3:
+        return prior, 0
+    diffs = np.abs(np.diff([r for r, _ in rows]))
+    # |difference| of two normal draws of variance s2 each: median = 0.6745 * sqrt(2 * s2)
+    s2 = (float(np.median(diffs)) / 0.6745) ** 2 / 2
+    own = float(np.median([v for _, v in rows]))
+    est = max(0.0, s2 - own)
+    n = len(diffs)
+    pooled = max(prior2, (PRIOR_DF * prior2 + n * est) / (PRIOR_DF + n))
+    return math.expm1(math.sqrt(pooled)), len(rows)
 
 
 def compare_levels(base_levels, cur_levels, **kw) -> Comparison:

@@ -15,6 +15,7 @@ from pytest_mystique.stats import (
     compare_runs,
     process_variance,
     segment_level,
+    session_drift,
 )
 
 
@@ -161,3 +162,22 @@ def test_runs_keep_false_alarms_rare_when_sessions_drift(offset_sd):
     assert blind.count("slower") + blind.count("faster") > aa.count("slower") + aa.count("faster")
     slow = [compare_runs(side(0, 14), side(math.log(1.10), 5), **kw).verdict for _ in range(200)]
     assert slow.count("slower") >= 190  # >= 95%
+
+
+def test_session_drift_is_learnt_from_the_history_never_below_the_prior():
+    rng = np.random.default_rng(10)
+    own = math.log1p(0.005) ** 2
+
+    def series(sd, n=30, step_at=None):
+        r = sd * rng.standard_normal(n)
+        if step_at is not None:
+            r[step_at:] += math.log(1.2)  # a real regression halfway through the series
+        return [(float(x), own) for x in r]
+
+    assert session_drift(series(0.04)[:2], 0.01) == (0.01, 0)  # too few sessions: the prior
+    drift, used = session_drift(series(0.04), 0.01)
+    assert used == 30 and 0.025 < drift < 0.055  # a drifting machine: about its 4%
+    assert session_drift(series(0.002), 0.01)[0] == pytest.approx(0.01)  # a quiet one: never below the prior
+    assert session_drift(series(0.002, step_at=15), 0.01)[0] < 0.015  # one real change is not drift
+    noisy_own = [(r, math.log1p(0.04) ** 2) for r, _ in series(0.04)]
+    assert session_drift(noisy_own, 0.01)[0] < 0.025  # scatter the sessions' own variance explains

@@ -109,6 +109,41 @@ def test_baseline_is_sampled_in_fresh_processes(pytester):
     assert [look["runs"] for look in info["looks"]] == list(range(1, cmp["runs_current"] + 1))
 
 
+def test_session_drift_from_the_history_widens_the_interval(pytester):
+    import json
+    import math
+
+    from pytest_mystique.history import HistoryStore
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=first.json").assert_outcomes(passed=1)
+    first = json.loads((pytester.path / "first.json").read_text())["benchmarks"][0]["extra_info"]
+    assert first["comparison"]["drift"] == pytest.approx(0.01)  # the default: the history has one session
+    db = pytester.path / ".mystique" / "baselines" / "history.sqlite"
+    store = HistoryStore(db)
+    rows = store.results("vit")
+    last = json.loads(rows[-1]["details"])
+    assert len(rows) == 2 and last["comparison"]["current_var"] > 0
+    # earlier sessions of this machine that moved by 8% from one to the next
+    for i in range(12):
+        cmp = dict(last["comparison"], ratio=math.exp(0.08 * (-1) ** i))
+        store.record(f"earlier-{i}", {"trace": "vit", "file": rows[-1]["file"], "status": "same",
+                                      "hardware_key": last["hardware_key"], "comparison": cmp})
+    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
+    cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert cmp["drift"] > 0.04
+    assert math.log(cmp["ci_high"] / cmp["ratio"]) > 2 * math.log1p(0.04)
+    result.stdout.fnmatch_lines(["*session-to-session drift for this trace is *% (from its last 1? sessions*"])
+    # another hardware key's or another baseline's sessions are not this one's evidence
+    assert pytester.runpytest("--mystique", "traces", *FAST, "--mystique-update").ret == 0
+    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=new.json")
+    cmp = json.loads((pytester.path / "new.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert cmp["drift"] == pytest.approx(0.01)
+
+
 def test_one_run_stays_in_this_process(pytester):
     import yaml
 
