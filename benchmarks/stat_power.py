@@ -6,7 +6,9 @@ Records one baseline per bundled trace, then runs fresh pytest sessions on:
     named like the originals so that they are judged against the originals' baselines.
 The true slowdown of each injected copy is measured separately, by alternating original and
 injected replays in one process (which cancels the machine's drift).
-Each run's recorded samples are also judged by pytest-benchmark's ``--benchmark-compare-fail=mean:5%``
+As in CI, every session reads and appends the history database beside the baselines, so a
+trace's session drift is learnt from its earlier sessions (the table's last column: the median
+drift the verdicts used). Each run's recorded samples are also judged by pytest-benchmark's ``--benchmark-compare-fail=mean:5%``
 rule and by asv's rule (ratio of medians > 1.1 and Mann-Whitney U p < 0.002), side by side.
 
     python benchmarks/stat_power.py --aa-runs 100 --inj-runs 40
@@ -106,8 +108,8 @@ def pick(cost: dict[int, float], share: float) -> set[int]:
 def session(cond: Path, bl: Path, extra: list[str], out_json: Path, trace: str | None = None) -> tuple[list[dict], float]:
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(cond), "--mystique",
-           str(cond / "traces" / (trace or "")), "--mystique-baseline-dir", str(bl), "--mystique-history", "off",
-           "--mystique-json", str(out_json), "--mystique-threads", "1", *extra]  # fmt: skip
+           str(cond / "traces" / (trace or "")), "--mystique-baseline-dir", str(bl), "--mystique-json", str(out_json),
+           "--mystique-threads", "1", *extra]  # fmt: skip
     subprocess.run(cmd, cwd=cond, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     data = json.loads(out_json.read_text())
     return [b["extra_info"] | {"name": b["name"], "data": b["stats"]["data"]} for b in data["benchmarks"]], \
@@ -211,17 +213,19 @@ def main() -> None:
             "asv": sum(a for _, a in pb_asv) / len(pb_asv),
             "median_sampling_s": statistics.median(r.get("sampling_s") or 0 for r in runs),
             "median_session_s": statistics.median(times),
+            "median_drift": statistics.median(r["comparison"].get("drift", math.nan) for r in runs if r.get("comparison")),
             "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
                              for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
         })  # fmt: skip
     print()
     head = ["condition", "runs", "mystique slower", "unsure", "same", "faster", "pb mean:5%", "asv 1.1+MWU",
-            "median s to verdict", "session s"]  # fmt: skip
+            "median s to verdict", "session s", "drift used"]  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([r["condition"], str(r["runs"]), f"{r['slower']:.1%}", f"{r['unsure']:.1%}", f"{r['same']:.1%}",
                           f"{r['faster']:.1%}", f"{r['pb_mean5']:.1%}", f"{r['asv']:.1%}",
-                          f"{r['median_sampling_s']:.1f}", f"{r['median_session_s']:.0f}"]))  # fmt: skip
+                          f"{r['median_sampling_s']:.1f}", f"{r['median_session_s']:.0f}",
+                          f"{r['median_drift']:.1%}"]))  # fmt: skip
     for r in rows:
         if r["true"] != "none":
             print(f"true slowdown ({r['condition']}, interleaved in one process): {r['true']}")
