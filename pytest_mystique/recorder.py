@@ -42,6 +42,19 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _all_agree(flag: bool) -> bool:
+    """``flag`` where every rank of an initialised torch.distributed job says so (a collective:
+    every rank must call it at the same point); ``flag`` itself in a single process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
 @contextmanager
 def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] | None = None):
     """Record an execution trace of the ``with`` block into ``path``."""
@@ -87,10 +100,13 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
     """Time ``step()`` over ``runs`` calls, then record one more call as the trace at ``path``.
 
     Warm-up lasts ``warmup`` calls and at least ``min_warmup_s`` seconds: the first calls of a
-    fresh model pay for cold caches and kernel selection, and would bias the original timing."""
+    fresh model pay for cold caches and kernel selection, and would bias the original timing. In a
+    distributed job the ranks agree after each call whether to go on, so that every rank makes
+    the same number of calls (a step holds collectives: one extra call on one rank would pair its
+    collectives with the next phase's on the others, and the job would fail or hang)."""
     t0 = time.perf_counter()
     done = 0
-    while done < warmup or (done < 200 and time.perf_counter() - t0 < min_warmup_s):
+    while _all_agree(done < warmup or (done < 200 and time.perf_counter() - t0 < min_warmup_s)):
         step()
         done += 1
     samples = []
