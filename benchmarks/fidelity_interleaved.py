@@ -4,8 +4,8 @@ On a shared host the machine's speed drifts by tens of percent over minutes, so 
 now and an original timed at capture time differ by the drift as much as by the replay's error.
 For the bundled traces the original step can be rebuilt (scripts/make_traces.py), and with
 ``transformers`` installed so can small models of the kinds the corpus holds, built from a config
-(no weights downloaded): an encoder (BERT), decoders (GPT-2, Llama with grouped-query attention),
-an encoder-decoder (T5), training and inference. Each is captured with the capture helper, then
+(no weights downloaded): encoders (BERT, DistilBERT), decoders (GPT-2, Llama with grouped-query
+attention), an encoder-decoder (T5), a vision transformer (ViT), training and inference. Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
@@ -43,7 +43,32 @@ def _hf(kind: str, train: bool):
         import transformers as tf
 
         vocab, seq, batch = 4000, 64, 4
-        if kind == "bert":
+        if kind == "vit":  # a vision transformer: patch convolution, then an encoder
+            model = tf.ViTForImageClassification(tf.ViTConfig(image_size=96, patch_size=16, hidden_size=192,
+                                                              num_hidden_layers=2, num_attention_heads=3,
+                                                              intermediate_size=768, num_labels=10))  # fmt: skip
+            pixels = torch.randn(8, 3, 96, 96)
+            labels = torch.randint(0, 10, (8,))
+            if not train:
+                model.eval()
+
+                def infer():
+                    with torch.no_grad():
+                        model(pixel_values=pixels)
+
+                return infer, None
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+            def vit_step():
+                opt.zero_grad()
+                model(pixel_values=pixels, labels=labels).loss.backward()
+                opt.step()
+
+            return vit_step, None
+        if kind == "distilbert":
+            model = tf.DistilBertForMaskedLM(tf.DistilBertConfig(vocab_size=vocab, dim=256, hidden_dim=1024, n_layers=2,
+                                                                 n_heads=4))  # fmt: skip
+        elif kind == "bert":
             model = tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=128, intermediate_size=512,
                                                      num_hidden_layers=2, num_attention_heads=4))  # fmt: skip
         elif kind == "gpt2":
@@ -68,7 +93,9 @@ def _hf(kind: str, train: bool):
                     model(**{k: v for k, v in kw.items() if k != "labels" or kind == "t5"})
 
             return infer, None
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # SGD with momentum for DistilBERT (an optimizer of another kind: a loop of in-place updates)
+        opt = (torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9) if kind == "distilbert"
+               else torch.optim.AdamW(model.parameters(), lr=1e-4))  # fmt: skip
 
         def step():
             opt.zero_grad()
@@ -81,8 +108,8 @@ def _hf(kind: str, train: bool):
 
 
 HF_MODELS = {f"hf_{k}_{'train' if t else 'infer'}": _hf(k, t)
-             for k, t in (("bert", True), ("bert", False), ("gpt2", True), ("llama", True), ("llama", False),
-                          ("t5", True))}  # fmt: skip
+             for k, t in (("bert", True), ("bert", False), ("distilbert", True), ("gpt2", True), ("llama", True),
+                          ("llama", False), ("t5", True), ("vit", True), ("vit", False))}  # fmt: skip
 
 
 def models() -> dict:

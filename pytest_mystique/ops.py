@@ -127,6 +127,35 @@ def enum_from_code(kind: str, code: int):
     return table[code]
 
 
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """What the replayer needs of one schema argument, read once per schema (reading a type's
+    name from torch costs tens of microseconds, and a large trace has thousands of calls of a few
+    dozen schemas)."""
+
+    name: str
+    type: str  # base_type: Optional stripped
+    optional: bool
+    has_default: bool
+    kwarg_only: bool
+
+    @classmethod
+    def of(cls, arg) -> ArgSpec:
+        return cls(arg.name, base_type(arg.real_type), is_optional(arg.real_type), arg.has_default_value(),
+                   arg.kwarg_only)  # fmt: skip
+
+
+_specs: dict = {}
+
+
+def arg_specs(overload) -> tuple[ArgSpec, ...]:
+    """The :class:`ArgSpec` of each argument of a resolved ``OpOverload``, cached per overload."""
+    specs = _specs.get(overload)
+    if specs is None:
+        specs = _specs[overload] = tuple(ArgSpec.of(a) for a in overload._schema.arguments)
+    return specs
+
+
 def base_type(arg_type) -> str:
     """The schema type of an argument with Optional stripped, as a string: ``Tensor``,
     ``List[Tensor]``, ``ScalarType``, ``int``..."""

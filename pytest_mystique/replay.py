@@ -30,7 +30,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .graph import select_ops
-from .ops import Unsupported, base_type, enum_from_code, is_optional, parse_op_name, resolve
+from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
@@ -186,7 +186,7 @@ class Replay:
         if parse_op_name(node.op_schema).namespace == "c10d":
             return self._plan_collective(node)
         overload = resolve(node.op_schema)
-        schema_args = overload._schema.arguments
+        schema_args = arg_specs(overload)
         if len(node.inputs) > len(schema_args):
             raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
         values, kwnames = [], []
@@ -212,7 +212,7 @@ class Replay:
             if kind == "skip":
                 values.append(None)
             elif kind == "value":
-                values.append(self._convert(arg, val))
+                values.append(self._convert(ArgSpec.of(arg), val))
             elif kind == "tensor":
                 refs = tensor_refs(kind, val)
                 values.append(TensorArg(refs[0]) if refs[0] is not None else None)
@@ -220,11 +220,11 @@ class Replay:
                 values.append(TensorListArg(tensor_refs(kind, val)))
         return PlannedOp(node, call, values, (), collective=True)
 
-    def _convert(self, arg, val) -> Any:
+    def _convert(self, arg: ArgSpec, val) -> Any:
         """A recorded value as the schema argument ``arg`` wants it."""
-        t = base_type(arg.real_type)
+        t = arg.type
         if isinstance(val, Scalar) and (val.type == "None" or val.value in (None, "<None>")):
-            if not is_optional(arg.real_type) and not arg.has_default_value():
+            if not arg.optional and not arg.has_default:
                 raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
             return None
         if t == "Tensor":
