@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import sqlite3
 from contextlib import closing
@@ -145,6 +146,24 @@ def result_row(run_id: int, result: dict, now: str) -> tuple:
             cmp.get("ratio"), cmp.get("ci_low"), cmp.get("ci_high"), cmp.get("p_slower"),
             result.get("ops_total"), result.get("ops_replayed"), json.dumps(per_op) if per_op else None, now,
             result.get("level"), json.dumps(details, default=str))  # fmt: skip
+
+
+def earlier_comparisons(rows: list[dict], file: str, hardware_key: str,
+                        baseline_median_s: float) -> list[tuple[float, float]]:  # fmt: skip
+    """A trace's comparisons with one baseline (known by its median) on one hardware, among its
+    history ``rows`` (oldest first): (log ratio, that session's own variance) each, the evidence
+    :func:`.stats.session_drift` reads. Rows this version cannot read are not evidence."""
+    out = []
+    for row in rows:
+        try:
+            details = json.loads(row.get("details") or "{}")
+            cmp = details.get("comparison") or {}
+            if (row.get("file") == file and details.get("hardware_key") == hardware_key
+                    and cmp.get("baseline_median_s") == baseline_median_s and cmp.get("ratio", 0) > 0):  # fmt: skip
+                out.append((math.log(cmp["ratio"]), float(cmp.get("current_var", math.nan))))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return out
 
 
 def results_query(trace: str | None, mark: str, prefix: str = "") -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
-import math
 import os
 import re
 import uuid
@@ -209,30 +208,20 @@ def history_path(config: pytest.Config) -> Path | str | None:
 
 def _earlier_sessions(config: pytest.Config, trace: str, file: str, hardware_key: str,
                       baseline_median_s: float) -> list[tuple[float, float]]:  # fmt: skip
-    """This trace's earlier comparisons with the same baseline on this hardware, from the history:
-    (log ratio, that session's own variance), oldest first. A history that cannot be read gives
-    none (writing to it reports the problem)."""
+    """This trace's earlier comparisons with the same baseline on this hardware, from the history
+    (:func:`.history.earlier_comparisons`). A history that cannot be read gives none (writing to
+    it reports the problem)."""
     path = history_path(config)
     if path is None or (not isinstance(path, str) and not Path(path).exists()):
         return []
-    from .history import open_store
+    from .history import earlier_comparisons, open_store
     from .stats import DRIFT_SESSIONS
 
     try:
         rows = open_store(path, timeout_s=5).results(trace, limit=4 * DRIFT_SESSIONS)
     except MystiqueError:
         return []
-    out = []
-    for row in rows:
-        try:
-            details = json.loads(row.get("details") or "{}")
-            cmp = details.get("comparison") or {}
-            if (row.get("file") == file and details.get("hardware_key") == hardware_key
-                    and cmp.get("baseline_median_s") == baseline_median_s and cmp.get("ratio", 0) > 0):  # fmt: skip
-                out.append((math.log(cmp["ratio"]), float(cmp.get("current_var", math.nan))))
-        except (ValueError, TypeError, AttributeError):
-            continue  # a row this version cannot read is not evidence
-    return out
+    return earlier_comparisons(rows, file, hardware_key, baseline_median_s)
 
 
 def _record_history(config: pytest.Config, result: dict) -> None:
