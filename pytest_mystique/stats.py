@@ -151,17 +151,16 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) ->
     sp2 = process_variance(sides, process_noise)
     level, sampling, denom = [], 0.0, 0.0
     process = 2 * math.log1p(drift) ** 2
-    own = 0.0  # the current side's variance without the session term
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
         process += sp2 / k
-        own = sp2 / k
         for r in runs:
             v = _sampling_var(r) / k**2
             sampling += v
-            own += v
             denom += v**2 / (len(r) - 1) if len(r) > 1 else 0.0
+    cur = sides[1]  # its own variance, without the session term
+    own = (sp2 * len(cur) + sum(_sampling_var(r) for r in cur)) / len(cur) ** 2
     denom += process**2 / (PRIOR_DF + sum(len(runs) - 1 for runs in sides if len(runs) > 1))
     total = process + sampling
     df = total**2 / denom if denom > 0 else math.inf
