@@ -62,7 +62,7 @@ def main() -> int:
         m = measure(replay, iters=args.slow_iters, warmup=1, threads=args.threads, min_warmup_s=0.0)
         multi = isinstance(replay, DistributedReplay)
         e = {"name": f"{path.name} ({replay.world_size} ranks)" if multi else trace_stem(path), "replay": replay,
-             "load_s": load_s, "setup_s": m.setup_s, "probe_s": replay.probe_s,
+             "load_s": load_s, "setup_s": m.setup_s, "probe_s": replay.probe_s, "free_s": replay.free_s,
              "samples": [] if orig else m.samples_s, "orig": orig,
              "peak": 0 if multi else replay_peak_bytes(replay), "tpeak": 0 if multi else trace_peak_bytes(replay.trace)}  # fmt: skip
         if multi:
@@ -85,7 +85,7 @@ def main() -> int:
                 e["replay"].run()  # re-warm after the other traces ran
                 e["samples"] += time_iterations(e["replay"].run, torch.device("cpu"), args.iters,
                                                 between=e["replay"].reset_state)  # fmt: skip
-    head = ["trace", "sel", "repl", "subst", "skip", "load s", "build s", "probe s", "peak MiB", "trace MiB",
+    head = ["trace", "sel", "repl", "subst", "skip", "load s", "build s", "probe s", "free s", "peak MiB", "trace MiB",
             "mem x", "replay ms", "orig ms", "ratio", "min ms", "orig min", "min ratio"]  # fmt: skip
     rows, errors, min_errors, sel_total, rep_total = [], [], [], 0, 0
     for e in entries:
@@ -101,8 +101,8 @@ def main() -> int:
         sel_total += total
         rep_total += replayed
         rows.append([
-            e["name"], total, replayed, subst, skipped, f"{e['load_s']:.2f}", f"{e['setup_s'] - e['probe_s']:.2f}",
-            f"{e['probe_s']:.2f}", mib(e["peak"]) if e["peak"] else "-", mib(e["tpeak"]) if e["tpeak"] else "-",
+            e["name"], total, replayed, subst, skipped, f"{e['load_s']:.2f}", f"{e['setup_s'] - e['probe_s'] - e['free_s']:.2f}",
+            f"{e['probe_s']:.2f}", f"{e['free_s']:.2f}", mib(e["peak"]) if e["peak"] else "-", mib(e["tpeak"]) if e["tpeak"] else "-",
             f"{e['peak'] / e['tpeak']:.2f}" if e["tpeak"] else "-",
             f"{med * 1e3:.2f}", f"{o['original_median_s'] * 1e3:.2f}" if o else "-", f"{ratio:.3f}" if ratio else "-",
             f"{mn * 1e3:.2f}", f"{o['original_min_s'] * 1e3:.2f}" if o and o.get("original_min_s") else "-",

@@ -122,6 +122,7 @@ class DistributedReplay:
         self.per_rank: list[dict] = []
         self.rank_samples: list[list[float]] = [[] for _ in range(world_size)]
         self.probe_s = 0.0
+        self.free_s = 0.0
         self.env: list = []  # what runner.release() clears on a single replay
         self.steps: list = []
         self.prepared = False
@@ -163,6 +164,7 @@ class DistributedReplay:
                 rep.substitutions[(op, alt)] += n
             rep.notes.update(Counter(info["notes"]))
             self.probe_s = max(self.probe_s, info["probe_s"])
+            self.free_s = max(self.free_s, info.get("free_s", 0.0))
         self.prepared = True
         return self
 
@@ -288,7 +290,7 @@ def rank_main(spec: dict, conn) -> None:
             "file": spec["file"], "ops_total": rep.ops_total, "ops_replayed": rep.ops_replayed,
             "ops_skipped": rep.ops_skipped, "skipped": [(op, why, n) for (op, why), n in rep.skipped.items()],
             "substitutions": [(op, alt, n) for (op, alt), n in rep.substitutions.items()],
-            "notes": dict(rep.notes), "probe_s": replay.probe_s, "load_s": load_s, "setup_s": setup_s,
+            "notes": dict(rep.notes), "probe_s": replay.probe_s, "free_s": replay.free_s, "load_s": load_s, "setup_s": setup_s,
             "collectives": sum(1 for s in replay.steps if s.op.startswith("c10d::")),
         }))  # fmt: skip
         cuda = device.type == "cuda"

@@ -156,6 +156,31 @@ def arg_specs(overload) -> tuple[ArgSpec, ...]:
     return specs
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaFacts:
+    """What the build needs of a schema besides its arguments, read once per overload."""
+
+    qualname: str  # namespace::name.overload
+    returns: int
+    writes: tuple[bool, ...]  # per argument: the op writes it in place (its alias annotation says so)
+
+
+_facts: dict = {}
+
+
+def schema_facts(overload) -> SchemaFacts:
+    """The :class:`SchemaFacts` of a resolved ``OpOverload`` (cached), or of any object with a
+    ``_schema`` (a collective's call: not cached, there is one per node)."""
+    facts = _facts.get(overload) if isinstance(overload, torch._ops.OpOverload) else None
+    if facts is None:
+        schema = overload._schema
+        facts = SchemaFacts(f"{schema.name}.{schema.overload_name or 'default'}", len(schema.returns),
+                            tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))  # fmt: skip
+        if isinstance(overload, torch._ops.OpOverload):
+            _facts[overload] = facts
+    return facts
+
+
 def base_type(arg_type) -> str:
     """The schema type of an argument with Optional stripped, as a string: ``Tensor``,
     ``List[Tensor]``, ``ScalarType``, ``int``..."""

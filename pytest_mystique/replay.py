@@ -30,7 +30,8 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .graph import select_ops
-from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve
+from .measure import gc_paused
+from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
@@ -136,6 +137,7 @@ class Replay:
         self.permanent: set[int] = set()
         self.prepared = False
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
+        self.free_s = 0.0  # time spent freeing the ops' outputs during preparation (the allocator's work)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
 
     # ---------------------------------------------------------------- plan
@@ -337,8 +339,10 @@ class Replay:
 
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
-        if hit is not None and hit[0] not in self.permanent:
-            self.env[hit[0]] = None
+        if hit is not None and hit[0] not in self.permanent and self.env[hit[0]] is not None:
+            t0 = time.perf_counter()
+            self.env[hit[0]] = None  # the allocator's work: an mmapped output is unmapped here
+            self.free_s += time.perf_counter() - t0
 
     def _build_step(self, p: PlannedOp) -> None:
         args, fills, list_fills = [], [], []
@@ -358,8 +362,8 @@ class Replay:
             return
         npos = len(args) - len(p.kwnames)
         fn = p.overload._op
-        schema = p.overload._schema
-        qualname = f"{schema.name}.{schema.overload_name or 'default'}"
+        facts = schema_facts(p.overload)
+        qualname = facts.qualname
         step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id,
                     op=qualname)  # fmt: skip
         env = self.env
@@ -384,8 +388,7 @@ class Replay:
             self.report.skipped[(p.node.name, _reason(e))] += 1
             return
         self.probe_s += time.perf_counter() - t0
-        n_returns = len(p.overload._schema.returns)
-        step.single = n_returns <= 1
+        step.single = facts.returns <= 1
         results = (result,) if step.single else tuple(result)
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         for i, out in enumerate(p.node.outputs[: len(results)]):
@@ -399,13 +402,15 @@ class Replay:
                     env[s] = value
         self.steps.append(step)
         self.report.ops_replayed += 1
-        schema_args = p.overload._schema.arguments
+        writes = facts.writes
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
-            alias = schema_args[pos].alias_info if pos < len(schema_args) else None
-            if slot in self.permanent and (p.collective or (alias is not None and alias.is_write)):
+            if slot in self.permanent and (p.collective or (pos < len(writes) and writes[pos])):
                 self._mutated.add(slot)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
+        t0 = time.perf_counter()
+        del call, result, results  # frees the outputs that no later op reads
+        self.free_s += time.perf_counter() - t0
 
     def _bind(self, out: Any, value: Any, in_storages: set[int]) -> int | tuple[int, ...] | None:
         """Give a slot to each recorded output tensor that the replay returned with the same
@@ -460,6 +465,14 @@ class Replay:
     def prepare(self) -> Replay:
         if self.prepared:
             return self
+        # The trace's nodes are hundreds of thousands of Python objects: with the cyclic collector
+        # on, each of its passes walks them all (a quarter of a large trace's build time).
+        with gc_paused():
+            self._prepare()
+        self.prepared = True
+        return self
+
+    def _prepare(self) -> None:
         planned = self._plan()
         grad_was = torch.is_grad_enabled()
         # Outputs are released during the build too, after their last consumer: the build calls
@@ -484,11 +497,11 @@ class Replay:
         finally:
             torch.set_grad_enabled(grad_was)
         self._liveness()
+        t0 = time.perf_counter()
         for i in range(len(self.env)):
             if i not in self.permanent:
                 self.env[i] = None
-        self.prepared = True
-        return self
+        self.free_s += time.perf_counter() - t0
 
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:

@@ -83,6 +83,7 @@ class ReplayRun:
             "load_s": self.load_s,
             "setup_s": m.setup_s,
             "probe_s": self.replay.probe_s,
+            "free_s": self.replay.free_s,
             "warmup": m.warmup,
             "timer": "cuda events" if m.device.startswith("cuda") else "perf_counter_ns",
             "samples_s": m.samples_s,

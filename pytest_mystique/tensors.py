@@ -297,7 +297,9 @@ class TensorFactory:
             self._generator.manual_seed(self.seed)
         rng = self.ranges.get(ref, IntRange(0, 2))
         with torch.no_grad():
-            if n > TILE and t.is_contiguous() and rng.kind == "uniform":
+            if t.is_contiguous() and n <= TILE and (t.dtype.is_floating_point or t.dtype.is_complex):
+                t.uniform_(*self._float_range(ref), generator=self._generator)  # in place: the same draws
+            elif n > TILE and t.is_contiguous() and rng.kind == "uniform":
                 block = self._sample(t.dtype, ref, rng, TILE)
                 flat = t.view(-1)
                 for start in range(0, n, TILE):
@@ -306,14 +308,15 @@ class TensorFactory:
             else:
                 t.copy_(self._sample(t.dtype, ref, rng, n).view(t.shape))
 
+    def _float_range(self, ref: TensorRef) -> tuple[float, float]:
+        return self.float_bounds.get(ref, (0.5, 1.0) if not ref.shape else (-1.0, 1.0))
+
     def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int) -> torch.Tensor:
         g, dev = self._generator, self.device
         if dtype == torch.bool:
             return torch.rand(n, generator=g, device=dev) < 0.5
         if dtype.is_floating_point or dtype.is_complex:
-            default = (0.5, 1.0) if not ref.shape else (-1.0, 1.0)
-            lo, hi = self.float_bounds.get(ref, default)
-            return torch.empty(n, dtype=dtype, device=dev).uniform_(lo, hi, generator=g)
+            return torch.empty(n, dtype=dtype, device=dev).uniform_(*self._float_range(ref), generator=g)
         if rng.kind == "offsets":
             # Monotone offsets into a bag of indices: 0, then sorted cut points.
             cuts = torch.sort(torch.randint(0, max(rng.high, 1), (n,), generator=g, device=dev)).values
