@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
-from .stats import compare_paired, segment_level
+from .stats import Spending, compare_paired, segment_level
 from .worker import Worker
 
 MAX_ROUNDS = 60
@@ -49,6 +49,7 @@ def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFA
     medians: list[list[float]] = [[], []]
     start = time.perf_counter()
     cmp = None
+    spending = Spending(alpha)
     for k in points:
         while len(levels[0]) < k:
             order = [0, 1]
@@ -64,7 +65,8 @@ def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFA
         final = k == points[-1] or spent * 1.5 > budget_s
         diffs = [b - a for a, b in zip(*levels)]
         settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < math.log1p(process_noise) / 2
-        cmp = compare_paired(diffs, tolerance=tolerance, alpha=alpha / len(points), final=final or settled,
+        cmp = compare_paired(diffs, tolerance=tolerance, alpha=spending.at(k / points[-1], final or settled),
+                             final=final or settled,
                              process_noise=process_noise, calibrated=False,
                              baseline_median_s=_median(medians[0]), current_median_s=_median(medians[1]))  # fmt: skip
         if cmp.verdict != "undecided":

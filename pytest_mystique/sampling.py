@@ -8,9 +8,10 @@ their start-up cost (:func:`fresh_segments`), and only theirs are judged (:func:
 A new baseline is recorded in as many runs as :data:`BASELINE_BUDGET_FACTOR` times the budget
 allows, at most ``runs``: it is recorded once, and its error weighs in every later comparison.
 A comparison looks at the data after 1, 2, 4, ... fresh runs and after the last the budget allows
-(:func:`look_points`), adding runs while undecided. Each look spends an equal share of the
-significance level (Bonferroni over the looks), so stopping as soon as the interval is clear does
-not raise the false-alarm rate. Without fresh processes (``runs`` 1, a multi-rank job, or a budget
+(:func:`look_points`), adding runs while undecided. The significance level is spent across the
+looks O'Brien-Fleming style (:class:`.stats.Spending`): early looks stop only on a glaring
+change, the last one tests at nearly the whole level, and stopping as soon as the interval is
+clear does not raise the false-alarm rate. Without fresh processes (``runs`` 1, a multi-rank job, or a budget
 too small for two), this process's run is the only one: segments until its sampling error is
 below half the process noise or the budget is spent.
 
@@ -43,7 +44,7 @@ from .defaults import (
 )
 from .errors import MystiqueError
 from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_replay, torch_threads
-from .stats import Comparison, compare_runs, segment_level
+from .stats import Comparison, Spending, compare_runs, segment_level
 
 FIRST_LOOK = 4
 #: Segments this process samples to plan the fresh processes' runs (its own run is not judged then).
@@ -206,7 +207,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             alone()
         most = most if fresh else 1
         points = look_points(most, first=1)
-        alpha_look = alpha / len(points)
+        spending = Spending(alpha)  # O'Brien-Fleming: most of alpha is left for the last look
         judged = 0 if fresh else 1  # runs sampled so far that the verdict uses
         while True:
             spent = time.perf_counter() - start
@@ -215,7 +216,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             if baseline is not None and judged and (final or judged in points):
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
                 cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
-                                   tolerance=tolerance, alpha=alpha_look, process_noise=process_noise, drift=drift,
+                                   tolerance=tolerance, alpha=spending.at(judged / most, final), process_noise=process_noise, drift=drift,
                                    final=final,
                                    **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final

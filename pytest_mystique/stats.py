@@ -30,15 +30,17 @@ Verdicts, for a tolerance ``tol`` and a significance level ``alpha``:
   and failing only under ``--mystique-strict``.
 
 The interval's level is ``1 - 2 * alpha``; :mod:`.sampling` passes ``alpha`` already divided among
-its looks at the data and among the session's traces, so that the chance of any false alarm stays
-below the level the user asked for.
+the session's traces and spent across its looks at the data (:class:`Spending`), so that the
+chance of any false alarm stays below the level the user asked for.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -167,19 +169,107 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) ->
     return level[1] - level[0], math.sqrt(total), max(df, 1.0), own
 
 
-def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                 process_noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT, final: bool = True,
-                 **extra) -> Comparison:  # fmt: skip
+def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
+                 alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
+                 drift: float = DEFAULT_DRIFT, final: bool = True, **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
-    module's docstring); ``extra`` fills the descriptive fields of :class:`Comparison`."""
+    module's docstring); ``alpha``: the one-sided level, or a function of the estimate's standard
+    error that gives it (a look of a sequential test, :meth:`Spending.level`); ``extra`` fills the
+    descriptive fields of :class:`Comparison`."""
     base_runs, cur_runs = _arrays(base_runs), _arrays(cur_runs)
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
     d, se, df, own = welch_runs(base_runs, cur_runs, process_noise, drift)
-    return _verdict(d, se, df, tolerance, alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
+    return _verdict(d, se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
                     runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=own,
                     **extra)  # fmt: skip
+
+
+def obf_spent(t: float, alpha: float) -> float:
+    """The share of a one-sided significance level ``alpha`` that the looks up to information
+    fraction ``t`` may spend: Lan and DeMets' (1983) spending function of O'Brien-Fleming type,
+    ``2 * (1 - Phi(z_{1 - alpha/2} / sqrt(t)))``. Next to nothing is spent early (a look at a
+    quarter of the data tests at about 1e-7 for alpha 0.01) and nearly all of ``alpha`` is left
+    for the last look, which Bonferroni's equal shares would test at ``alpha / looks``."""
+    if t >= 1:
+        return alpha
+    if t <= 0:
+        return 0.0
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    return min(alpha, 2 * NormalDist().cdf(-z / math.sqrt(t)))
+
+
+class Spending:
+    """The significance levels of successive looks at accumulating data, such that the chance of
+    any false alarm over all looks is ``alpha`` (one-sided): a group-sequential design with the
+    spending function :func:`obf_spent`.
+
+    Each look gives its information fraction ``t`` (the share of the planned runs it has) and the
+    standard error of its estimate. The estimates of successive looks are strongly correlated: a
+    later one reuses the earlier data and the baseline's side and the session offsets do not
+    shrink at all. So the boundaries are computed exactly for that correlation, by the recursive
+    numerical integration of Armitage, McPherson and Rowe (1969): the score ``d / se^2`` moves
+    like a random walk in the information ``1 / se^2``, and the density of the walks that no look
+    has stopped is carried on a grid from one look to the next. Each look's boundary is set so that
+    the walks it stops carry exactly the share of ``alpha`` that the spending function adds by its
+    ``t``; a look that is the last, whenever it comes (the budget is spent), spends all that is
+    left. With a Bonferroni split instead, four looks would test each at ``alpha / 4``; here the
+    last look tests at nearly ``alpha`` itself. :meth:`level` returns the look's nominal one-sided
+    level, which the t interval of :func:`_verdict` uses."""
+
+    GRID = 501  # the levels converge from below (conservative): 1.3% short of the limit at 501
+
+    def __init__(self, alpha: float):
+        self.alpha = alpha
+        self.spent = 0.0
+        self._info = 0.0
+        self._grid: np.ndarray | None = None  # scores of the walks not stopped yet ...
+        self._mass: np.ndarray | None = None  # ... and their probability (one grid cell each)
+
+    def at(self, t: float, final: bool = False) -> Callable[[float], float]:
+        """The level of a look at ``t`` as a function of its standard error (for ``compare_*``'s
+        ``alpha``)."""
+        return lambda se: self.level(t, se, final)
+
+    def level(self, t: float, se: float, final: bool = False) -> float:
+        from scipy.optimize import brentq
+        from scipy.special import ndtr
+
+        target = self.alpha if final else obf_spent(t, self.alpha)
+        step = max(target - self.spent, 1e-15)
+        self.spent = max(self.spent, target)
+        if not se > 0 or not math.isfinite(se):
+            return step
+        info = 1.0 / se**2
+        if self._grid is None:  # the first look: the score is N(0, info)
+            bound = NormalDist().inv_cdf(1 - step) * math.sqrt(info)
+            self._carry(np.zeros(1), np.ones(1), info, bound)
+            return step
+        # information that hardly grows (the baseline's error dominates) is floored: a look taken
+        # as a little more independent of the last than it is gets a slightly stricter boundary
+        d_info = max(info - self._info, 1e-3 * self._info)
+        sd = math.sqrt(d_info)
+        s, mass = self._grid, self._mass
+
+        def stopped(b: float) -> float:  # probability that a walk not stopped yet crosses b now
+            return float(np.sum(mass * ndtr((s - b) / sd)))
+
+        lo, hi = s[0] - 40 * sd, s[-1] + 40 * sd
+        bound = brentq(lambda b: stopped(b) - step, lo, hi, xtol=1e-9 * sd) if stopped(lo) > step else lo
+        info = self._info + d_info
+        if not final:  # no look after the last
+            self._carry(s, mass, d_info, bound, info)
+        return float(ndtr(-bound / math.sqrt(info)))
+
+    def _carry(self, s: np.ndarray, mass: np.ndarray, d_info: float, bound: float, info: float | None = None) -> None:
+        """The walks not stopped by ``bound`` after an increment of ``d_info``, on a new grid."""
+        info = d_info if info is None else info
+        sd = math.sqrt(d_info)
+        grid = np.linspace(min(bound - sd, -10 * math.sqrt(info)), bound, self.GRID)
+        h = grid[1] - grid[0]
+        dens = np.exp(-0.5 * ((grid[:, None] - s[None, :]) / sd) ** 2) @ mass / (sd * math.sqrt(2 * math.pi))
+        self._grid, self._mass, self._info = grid, dens * h, info
 
 
 #: Earlier sessions at most that :func:`session_drift` looks at (the newest).
@@ -216,8 +306,9 @@ def compare_levels(base_levels, cur_levels, **kw) -> Comparison:
     return compare_runs([list(base_levels)], [list(cur_levels)], **kw)
 
 
-def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                   process_noise: float = DEFAULT_NOISE, final: bool = True, **extra) -> Comparison:  # fmt: skip
+def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
+                   alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
+                   final: bool = True, **extra) -> Comparison:  # fmt: skip
     """Verdict on paired level differences (B - A, one per round of an interleaved A/B run): a
     t interval on their mean. Drift of the machine cancels within each pair; what stays is each
     worker process's own offset, counted as ``process_noise`` on both sides as in
@@ -228,7 +319,8 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE, alpha: 
     v = float(x.var(ddof=1)) / len(x)
     noise = 2 * math.log1p(process_noise) ** 2
     df = (v + noise) ** 2 / (v**2 / (len(x) - 1)) if v > 0 else math.inf
-    return _verdict(float(x.mean()), math.sqrt(v + noise), df, tolerance, alpha, final, n_baseline=len(x),
+    se = math.sqrt(v + noise)
+    return _verdict(float(x.mean()), se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=len(x),
                     n_current=len(x), process_noise=process_noise, **extra)  # fmt: skip
 
 

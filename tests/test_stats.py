@@ -1,6 +1,7 @@
 """The statistics: segment levels, the verdict rules, paired comparisons and the FDR adjustment."""
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -8,11 +9,13 @@ import pytest
 from pytest_mystique.defaults import DEFAULT_DRIFT
 from pytest_mystique.sampling import look_points
 from pytest_mystique.stats import (
+    Spending,
     benjamini_hochberg,
     compare,
     compare_levels,
     compare_paired,
     compare_runs,
+    obf_spent,
     process_variance,
     segment_level,
     session_drift,
@@ -140,28 +143,66 @@ def test_process_variance_is_pulled_up_by_scatter_between_runs_never_down():
     assert process_variance([[levels(0, 6, rng)]], 0.015) == prior  # one run tells nothing about processes
 
 
+def sequential(base, cur, looks=(1, 2, 4, 5), **kw):
+    """The verdict of the sampler's looks at ``cur``'s first 1, 2, 4 and 5 runs (alpha 0.01 spent
+    across them), stopping at the first that decides."""
+    spending = Spending(0.01)
+    for k in looks:
+        cmp = compare_runs(base, cur[:k], alpha=spending.at(k / looks[-1], k == looks[-1]), final=k == looks[-1], **kw)
+        if cmp.verdict != "undecided":
+            return cmp.verdict
+
+
 @pytest.mark.parametrize("offset_sd", [0.015, 0.02])
 def test_runs_keep_false_alarms_rare_when_sessions_drift(offset_sd):
     """Simulated with the noise measured on the 2-core CI host: each process has an offset of its
     own (1.5-2% sd), and each session (the baseline's, today's) one more, shared by all its
     processes (the drift DEFAULT_DRIFT stands for). A 14-run baseline against 5 fresh runs of 2
-    segments each, as the default budget allows, tested at alpha 0.01 split over 4 looks (the
-    last look here). Without the session term the model takes the many processes for precision
-    and raises false alarms; with it they stay at 1% or below, and +10% is still caught."""
+    segments each, as the default budget allows, looked at after 1, 2, 4 and 5 runs. Without the
+    session term the model takes the many processes for precision and raises false alarms; with
+    it they stay at 1% or below, and +10% is still caught."""
     rng = np.random.default_rng(9)
-    kw = {"process_noise": 0.02, "alpha": 0.01 / 4}
+    kw = {"process_noise": 0.02}
 
     def side(level, n_runs):
         session = DEFAULT_DRIFT * rng.standard_normal()
         return runs(level + session, n_runs, rng, offset_sd, segments=2, sd=0.015)
 
     pairs = [(side(0, 14), side(0, 5)) for _ in range(500)]
-    aa = [compare_runs(b, c, **kw).verdict for b, c in pairs]
+    aa = [sequential(b, c, **kw) for b, c in pairs]
     assert aa.count("slower") <= 5  # <= 1%
-    blind = [compare_runs(b, c, drift=0.0, **kw).verdict for b, c in pairs]
+    blind = [sequential(b, c, drift=0.0, **kw) for b, c in pairs]
     assert blind.count("slower") + blind.count("faster") > aa.count("slower") + aa.count("faster")
-    slow = [compare_runs(side(0, 14), side(math.log(1.10), 5), **kw).verdict for _ in range(200)]
+    slow = [sequential(side(0, 14), side(math.log(1.10), 5), **kw) for _ in range(200)]
     assert slow.count("slower") >= 190  # >= 95%
+
+
+def test_sequential_looks_spend_alpha_exactly_and_leave_most_for_the_last():
+    """Looks after 1, 2, 4 and 5 of 5 runs, whose estimate's error is part baseline (which more
+    runs do not shrink) and part the runs': the exact boundaries of Spending keep the chance of
+    a false alarm over all looks at alpha (Monte Carlo on that very correlation), where
+    Bonferroni's alpha / 4 per look wastes most of it; the last look tests near alpha itself,
+    and a real change of 6% is found more often."""
+    assert obf_spent(1.0, 0.01) == 0.01 and obf_spent(0.25, 0.01) < 1e-6 < obf_spent(0.5, 0.01) < obf_spent(0.8, 0.01)
+    looks, base_var, run_var = (1, 2, 4, 5), 0.02**2, 0.03**2
+    se = [math.sqrt(base_var + run_var / k) for k in looks]
+    spending = Spending(0.01)
+    levels = [spending.level(k / 5, e, final=k == 5) for k, e in zip(looks, se)]
+    assert levels[0] < 1e-7 and 0.009 < levels[-1] <= 0.01
+    rng = np.random.default_rng(4)
+    n = 200_000
+    base = math.sqrt(base_var) * rng.standard_normal(n)
+    cum = (math.sqrt(run_var) * rng.standard_normal((n, 5))).cumsum(axis=1)
+
+    def alarms(change, per_look):
+        hit = np.zeros(n, dtype=bool)
+        for k, e, level in zip(looks, se, per_look):
+            hit |= (cum[:, k - 1] / k + change - base) / e > NormalDist().inv_cdf(1 - level)
+        return hit.mean()
+
+    exact, bonferroni = alarms(0.0, levels), alarms(0.0, [0.01 / 4] * 4)
+    assert 0.009 < exact < 0.011 and bonferroni < 0.007
+    assert alarms(0.06, levels) > alarms(0.06, [0.01 / 4] * 4) + 0.08
 
 
 def test_session_drift_is_learnt_from_the_history_never_below_the_prior():
