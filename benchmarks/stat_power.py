@@ -1,6 +1,8 @@
 """False alarms and detection power of the verdicts, through ``pytest --mystique`` itself.
 
-Records one baseline per bundled trace, then runs fresh pytest sessions on:
+Records a baseline per bundled trace (``--baselines`` of them in turn, each condition's runs split
+among them: a false alarm depends on where the baseline fell, so a few baselines measure it better
+than one), then runs fresh pytest sessions on:
   * A/A: the same traces (every trace replayed in a fresh process, same environment);
   * +k%: copies of the traces in which a share of the operators runs twice (pytest_mystique.inject),
     named like the originals so that they are judged against the originals' baselines.
@@ -159,6 +161,9 @@ def main() -> None:
     ap.add_argument("--inj-runs", type=int, default=40, help="runs per injected slowdown")
     ap.add_argument("--targets", default="0.05,0.10", help="slowdowns to inject (ops run twice)")
     ap.add_argument("--budget", type=float, default=None)
+    ap.add_argument("--baselines", type=int, default=4,
+                    help="baselines recorded per trace, one after another: each condition's runs are split among "
+                         "them, so false alarms are measured over where baselines fall, not one draw per trace")  # fmt: skip
     ap.add_argument("--keep", default=None, help="keep the work directory here (injected traces built there are reused)")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="stat_power."))
@@ -183,24 +188,35 @@ def main() -> None:
             made[name] = write_condition(work, f"c{i}", target)
     built.write_text(json.dumps({name: truth for name, (_, truth) in made.items()}))
     dirs = {name: d for name, (d, _) in made.items()}
-    print("recording baselines ...", flush=True)
     shutil.rmtree(bl, ignore_errors=True)
-    session(dirs["A/A"], bl, extra, work / "record.json")
-    base = baseline_samples(bl)
+    names = sorted(p.name for p in (ROOT / "traces").glob("*.json.gz"))
+    got: dict[str, tuple[list, list]] = {name: ([], []) for name, _, _ in conds}
+    for epoch in range(args.baselines):
+        # A new baseline per trace, in a session of its own; the history stays (its drift estimate
+        # only reads comparisons against the baseline in force). Each condition then runs its share.
+        print(f"recording baselines ({epoch + 1}/{args.baselines}) ...", flush=True)
+        for f in bl.rglob("*.yaml"):
+            f.unlink()
+        session(dirs["A/A"], bl, extra, work / f"record-{epoch}.json")
+        base = baseline_samples(bl)
+        for name, _, n in conds:
+            runs, times = got[name]
+            for k in range(n * epoch // args.baselines, n * (epoch + 1) // args.baselines):
+                trace = names[k % len(names)]
+                res, secs = session(dirs[name], bl, extra, work / f"{name[:3]}-{k}.json".replace("/", ""), trace)
+                for r in res:  # the other rules judge against the same baseline's samples
+                    r["baseline_data"], r["epoch"] = base.get(r["name"]), epoch
+                runs += res
+                times.append(secs)
+                print(f"  {name}: run {k + 1}/{n} {trace}: {res[0]['status'] if res else 'error'} ({secs:.0f} s)",
+                      flush=True)  # fmt: skip
     rows = []
-    for name, _, n in conds:
+    for name, _, _n in conds:
         truth = made[name][1]
-        runs, times = [], []
-        names = sorted(p.name for p in (ROOT / "traces").glob("*.json.gz"))
-        for k in range(n):
-            trace = names[k % len(names)]
-            res, secs = session(dirs[name], bl, extra, work / f"{name[:3]}-{k}.json".replace("/", ""), trace)
-            runs += res
-            times.append(secs)
-            print(f"  {name}: run {k + 1}/{n} {trace}: {res[0]['status'] if res else 'error'} ({secs:.0f} s)", flush=True)
+        runs, times = got[name]
         verdicts = [r["status"] for r in runs]
         n_runs = len(runs)
-        pb_asv = [other_rules(base[r["name"]], r["data"]) for r in runs if r["name"] in base]
+        pb_asv = [other_rules(r["baseline_data"], r["data"]) for r in runs if r.get("baseline_data")]
         rows.append({
             "condition": name,
             "true": ", ".join(f"{k} {v:+.1%}" for k, v in truth.items()) or "none",
@@ -213,6 +229,7 @@ def main() -> None:
             "asv": sum(a for _, a in pb_asv) / len(pb_asv),
             "median_sampling_s": statistics.median(r.get("sampling_s") or 0 for r in runs),
             "median_session_s": statistics.median(times),
+            "per_baseline": [sum(r["status"] == "slower" for r in runs if r.get("epoch") == e) for e in range(args.baselines)],
             "median_drift": statistics.median(r["comparison"].get("drift", math.nan) for r in runs if r.get("comparison")),
             "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
                              for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
@@ -230,6 +247,8 @@ def main() -> None:
         if r["true"] != "none":
             print(f"true slowdown ({r['condition']}, interleaved in one process): {r['true']}")
     print("A/A rows: 'slower' is the false-alarm rate; injected rows: 'slower' is the detection rate.")
+    for r in rows:
+        print(f"'slower' verdicts per baseline ({r['condition']}): {r['per_baseline']}")
     for r in rows:
         sds = ", ".join(f"{k} {v:.2%}" for k, v in sorted(r["sd_log_ratio"].items()))
         print(f"run-to-run sd of the log ratio ({r['condition']}): {sds}")
