@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
-from pytest_mystique.measure import measure, time_iterations  # noqa: E402
+from pytest_mystique.measure import allocator_regime, measure, time_iterations  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.runner import Options, prepare_file  # noqa: E402
-from pytest_mystique.sidecar import load_sidecar  # noqa: E402
+from pytest_mystique.sidecar import load_sidecar, unlike  # noqa: E402
 from pytest_mystique.trace import trace_stem  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -67,6 +67,8 @@ def main() -> int:
              "peak": 0 if multi else replay_peak_bytes(replay), "tpeak": 0 if multi else trace_peak_bytes(replay.trace)}  # fmt: skip
         if multi:
             replay.close()
+        for note in unlike(orig, threads=args.threads, allocator=allocator_regime()) if orig else ():
+            print(f"# {e['name']}: unlike the original: {note}", file=sys.stderr)
         rep = replay.report
         e["counts"] = (rep.ops_total, rep.ops_replayed, sum(rep.substitutions.values()), rep.ops_skipped)
         for (op, why), n in rep.skipped.most_common():

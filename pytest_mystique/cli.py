@@ -46,6 +46,8 @@ def _replay(args: argparse.Namespace) -> int:
           f"(min {fmt_seconds(min(summary['samples_s']))})")  # fmt: skip
     if "fidelity_ratio" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])}: ratio {summary['fidelity_ratio']:.3f}")
+        for note in summary.get("fidelity_unlike", ()):
+            print(f"    unlike: {note}")
     elif "original_median_s" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])} at {summary['original_threads']} threads: "
               f"replay at {summary['threads']} threads is not comparable (use --threads)")  # fmt: skip

@@ -60,6 +60,19 @@ def steady_allocator() -> bool:
     return _STEADY
 
 
+def allocator_regime() -> str:
+    """How this process's C heap serves large allocations, for a sidecar or a report: ``steady``
+    (:func:`steady_allocator` applied), ``tuned`` (glibc's thresholds set from the environment),
+    ``glibc-default`` (the dynamic threshold), or ``other`` (not glibc)."""
+    if _STEADY:
+        return "steady"
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return "tuned"
+    import platform
+
+    return "glibc-default" if platform.libc_ver()[0] == "glibc" else "other"
+
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 _STEADY: bool | None = None
 

@@ -387,6 +387,7 @@ class TraceItem(pytest.Item):
             )
             if result.get("fidelity_ratio"):
                 head += f", {result['fidelity_ratio']:.2f}x the original step"
+                head += "".join(f" ({note})" for note in result.get("fidelity_unlike", ()))
             lines.insert(0, head)
         if lines:
             self.add_report_section("call", "mystique", "\n".join(lines))

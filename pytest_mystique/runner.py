@@ -33,10 +33,10 @@ from .defaults import (
 from .distributed import SHARED_CORES_NOISE, DistributedReplay, resolve_job
 from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
-from .measure import Measurement, measure, per_op_medians, thread_count, torch_threads
+from .measure import Measurement, allocator_regime, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
 from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, sample
-from .sidecar import load_sidecar
+from .sidecar import load_sidecar, unlike
 from .stats import compare_runs, session_drift
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
 from .worker import fresh_run
@@ -168,6 +168,9 @@ def with_original_timing(summary: dict, trace_path) -> dict:
         summary["original_threads"] = side.get("threads")
         if side.get("threads") in (None, summary.get("threads")):
             summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
+        unlike_notes = unlike(side, threads=summary.get("threads"), allocator=allocator_regime())
+        if unlike_notes:
+            summary["fidelity_unlike"] = unlike_notes
     return summary
 
 

@@ -37,10 +37,16 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",
                   threads: int | None = None, extra: dict | None = None) -> Path:  # fmt: skip
-    """Write the corpus-format sidecar (``original_median_s``, samples, versions) atomically."""
+    """Write the corpus-format sidecar (``original_median_s``, samples, versions) atomically, with
+    what the original's time depends on besides the trace: the CPU model, Python, and the C heap's
+    regime (:func:`.measure.allocator_regime`; on CPU it alone can move a step by 30%)."""
+    import platform
+
     import torch
 
     from .baseline import atomic_write
+    from .environment import cpu_model
+    from .measure import allocator_regime
 
     path = sidecar_path(trace_path)
     name = path.name[: -len(".meta.json")]
@@ -52,8 +58,28 @@ def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what
         "torch": str(torch.__version__),
         "threads": threads if threads is not None else torch.get_num_threads(),
         "device": device,
+        "cpu_model": cpu_model(),
+        "python": platform.python_version(),
+        "allocator": allocator_regime(),
         "what": what,
         **(extra or {}),
     }
     atomic_write(path, json.dumps(data, indent=1))
     return path
+
+
+def unlike(side: dict, *, threads: int | None, allocator: str) -> list[str]:
+    """How the original run of a sidecar differs from this replay in what moves a step's time
+    besides the trace (the fidelity ratio compares unlike things then): threads, CPU model,
+    the C heap's regime. Fields the sidecar lacks (older captures, the corpus) are not guessed."""
+    from .environment import cpu_model
+
+    notes = []
+    if side.get("threads") not in (None, threads):
+        notes.append(f"the original ran with {side['threads']} thread(s), the replay with {threads}")
+    if side.get("cpu_model") and side["cpu_model"] != cpu_model():
+        notes.append(f"the original ran on {side['cpu_model']!r}, the replay on {cpu_model()!r}")
+    if side.get("allocator") and side["allocator"] != allocator:
+        notes.append(f"the original ran with the {side['allocator']} C heap, the replay with the {allocator} one "
+                     f"(alone up to 30% on CPU)")  # fmt: skip
+    return notes

@@ -2,11 +2,15 @@
 
 import gzip
 import json
+import platform
 
 import pytest
 import torch
 
 from pytest_mystique import capture, capture_step
+from pytest_mystique.cli import main
+from pytest_mystique.environment import cpu_model
+from pytest_mystique.measure import allocator_regime
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.trace import load_trace
 
@@ -28,7 +32,28 @@ def test_capture_step_writes_gzipped_trace_and_sidecar(tmp_path):
     assert len(side["original_samples_s"]) == 7 and side["original_median_s"] > 0
     assert side["torch"] == str(torch.__version__) and side["what"] == "tiny"
     assert side["threads"] == torch.get_num_threads()
+    # what else moves the original's time: the CPU, Python, and the C heap's regime
+    assert side["cpu_model"] == cpu_model() and side["python"] == platform.python_version()
+    assert side["allocator"] == allocator_regime() and side["allocator"] in ("steady", "tuned", "glibc-default", "other")
     assert load_trace(res.path).schema == data["schema"]
+
+
+def test_replay_says_where_the_original_ran_unlike_it(tmp_path, capsys):
+    """A fidelity ratio against an original that ran on another CPU or with another C heap
+    compares unlike things: the report says so, and says nothing when they match."""
+    res = capture_step(tiny_step(), tmp_path / "t.json.gz", warmup=1, runs=3, min_warmup_s=0)
+    side = load_sidecar(res.path)
+
+    def replay_with(**fields) -> dict:
+        res.sidecar_path.write_text(json.dumps(side | fields))
+        assert main(["replay", str(res.path), "--iters", "3", "--warmup", "1", "--threads", "1", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    out = replay_with(threads=1, cpu_model="Some Other CPU 9000", allocator="glibc-default")
+    assert out["fidelity_ratio"] > 0
+    assert any("'Some Other CPU 9000'" in n for n in out["fidelity_unlike"])
+    assert any("glibc-default C heap, the replay with the steady one" in n for n in out["fidelity_unlike"])
+    assert "fidelity_unlike" not in replay_with(threads=1, cpu_model=cpu_model(), allocator="steady")
 
 
 def test_capture_plain_json(tmp_path):
