@@ -536,8 +536,12 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     # nothing (nothing here is cyclic garbage): pause it while loading. Afterwards the objects
     # would still be walked by the collector's next passes, young and then old (a tenth of a
     # second each for a 14 MB trace): freezing them leaves them out of its passes. A trace holds
-    # no reference cycles, so reference counting frees it all the same once it is dropped.
+    # no reference cycles, so reference counting frees it all the same once it is dropped. The
+    # garbage cycles there are now are collected first, so that none is frozen with it (cheap
+    # after the first load: what an earlier load froze is not walked again).
     was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.collect()
     gc.disable()
     try:
         trace = parse_trace(decode_json(raw, path), path)
