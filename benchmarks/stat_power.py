@@ -112,8 +112,10 @@ def session(cond: Path, bl: Path, extra: list[str], out_json: Path, trace: str |
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(cond), "--mystique",
            str(cond / "traces" / (trace or "")), "--mystique-baseline-dir", str(bl), "--mystique-json", str(out_json),
            "--mystique-threads", "1", *extra]  # fmt: skip
-    subprocess.run(cmd, cwd=cond, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.run(cmd, cwd=cond, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     data = json.loads(out_json.read_text())
+    if not data["benchmarks"]:  # an error: keep what the session said
+        out_json.with_suffix(".log").write_text(proc.stdout + proc.stderr)
     return [b["extra_info"] | {"name": b["name"], "data": b["stats"]["data"]} for b in data["benchmarks"]], \
         time.perf_counter() - t0
 
