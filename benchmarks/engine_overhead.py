@@ -5,7 +5,8 @@ For each trace: one iteration is recorded (every op's concrete arguments and res
   * engine:     Replay.run() (fills argument slots, binds outputs, releases dead tensors)
 are timed twice: with the real ops, and with each op replaced by a stub returning its recorded
 result, which isolates the Python work around the calls. Target: engine - bare <= 2 us per op.
-Also prints load and setup time (target for param_resnet_ddp_1gpu: load + setup build <= 1 s).
+Also prints load and setup time, and the build: setup less the ops' first calls and the freeing of
+their outputs (target for param_resnet_ddp_1gpu: load + build <= 1 s).
 
     python benchmarks/engine_overhead.py [TRACE ...]
 """
@@ -56,7 +57,7 @@ def record(replay: Replay) -> list[tuple]:
 def main() -> int:
     paths = [Path(p) for p in sys.argv[1:]] or [CORPUS / f"{n}.json.gz" for n in DEFAULT]
     torch.set_num_threads(1)
-    print(f"{'trace':<22} {'ops':>5} {'load s':>7} {'setup s':>8} {'bare ms':>8} {'engine ms':>10} "
+    print(f"{'trace':<22} {'ops':>5} {'load s':>7} {'setup s':>8} {'build s':>8} {'bare ms':>8} {'engine ms':>10} "
           f"{'stub bare ms':>12} {'stub engine ms':>14} {'overhead us/op':>15}")  # fmt: skip
     worst = 0.0
     for path in paths:
@@ -68,6 +69,7 @@ def main() -> int:
         with torch.no_grad():
             replay.prepare()
         setup_s = time.perf_counter() - t0
+        build_s = setup_s - replay.probe_s - replay.free_s  # the engine's part: not the ops, not freeing their outputs
         n = len(replay.steps)
         with torch.no_grad():
             replay.run()
@@ -89,7 +91,7 @@ def main() -> int:
                 step.fn = fn
         per_op = (stub_engine - stub_bare) / n * 1e6
         worst = max(worst, per_op)
-        print(f"{trace_stem(path):<22} {n:>5} {load_s:>7.3f} {setup_s:>8.3f} {real_bare * 1e3:>8.2f} "
+        print(f"{trace_stem(path):<22} {n:>5} {load_s:>7.3f} {setup_s:>8.3f} {build_s:>8.3f} {real_bare * 1e3:>8.2f} "
               f"{real_engine * 1e3:>10.2f} {stub_bare * 1e3:>12.3f} {stub_engine * 1e3:>14.3f} {per_op:>15.2f}")  # fmt: skip
     print(f"engine overhead: at most {worst:.2f} us per op over the bare loop (target <= 2 us)")
     return 0
