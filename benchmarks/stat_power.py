@@ -233,9 +233,6 @@ def main() -> None:
             "median_session_s": statistics.median(times),
             "per_baseline": [sum(r["status"] == "slower" for r in runs if r.get("epoch") == e) for e in range(args.baselines)],
             "median_drift": statistics.median(r["comparison"].get("drift", math.nan) for r in runs if r.get("comparison")),
-            "probe_weight": {t: statistics.median(r["comparison"].get("probe_weight", 1.0) for r in runs
-                                                  if r["name"] == t and r.get("comparison"))
-                             for t in {r["name"] for r in runs if r.get("comparison")}},
             "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
                              for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
         })  # fmt: skip
@@ -257,9 +254,6 @@ def main() -> None:
     for r in rows:
         sds = ", ".join(f"{k} {v:.2%}" for k, v in sorted(r["sd_log_ratio"].items()))
         print(f"run-to-run sd of the log ratio ({r['condition']}): {sds}")
-    for r in rows:
-        ws = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["probe_weight"].items()))
-        print(f"median probe weight of the verdicts ({r['condition']}): {ws}")
     (work / "stat_power.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -68,7 +68,7 @@ def test_trace_doing_twice_the_work_fails(pytester, traces):
     result = run(pytester, *NOISY_HOST)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*vit is slower than its baseline: +*% (*% CI [[]+*%, +*%], p=*, probe-normalised*; median * vs baseline *, "
+        "*vit is slower than its baseline: +*% (*% CI [[]+*%, +*%], p=*, probe-normalised; median * vs baseline *, "
         "* vs * segments in * vs * process(es), tolerance 40%)",
         "*operators that added the most time per iteration*",
         "*environment changes: none recorded*",
