@@ -8,9 +8,8 @@ DEFAULT_CONFIDENCE = 0.99
 #: Seconds of timed sampling per trace before the verdict is ``unsure`` (``--mystique-budget``).
 DEFAULT_BUDGET_S = 20.0
 #: Run-to-run scatter of a trace's level that sampling inside one process cannot remove
-#: (``--mystique-noise``; measured on 2-core CI machines: 0.7-1.4% sd between fresh processes with
-#: the probe weighed per trace, 1.1-5% with the replay divided by the whole probe).
-DEFAULT_NOISE = 0.015
+#: (``--mystique-noise``; measured by benchmarks/stat_power.py on 2-core CI machines).
+DEFAULT_NOISE = 0.02
 #: How far a whole sampling session's probe-normalised level moves with the machine's state from
 #: one session to another (hours or days apart) beyond what the probe cancels: one draw per side of
 #: a comparison, which no number of processes averages out (``--mystique-drift``; measured by

@@ -35,7 +35,7 @@ from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, allocator_regime, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
-from .sampling import BASELINE_RUNS, Sampled, comparable, sample, weighed
+from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, sample
 from .sidecar import load_sidecar, unlike
 from .stats import compare_runs, session_drift
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
@@ -278,9 +278,9 @@ def _sample(replay, options: Options, baseline, tolerance: float, startup_s: flo
 
 def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance: float):
     calibrated = comparable(baseline.segments, baseline.probe_signature, sampled.probed)
-    fit = weighed(baseline.segments, sampled.segments, calibrated)
-    return compare_runs(*fit["runs"], tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
-                        drift=options.drift, extra_var=fit["extra_var"], probe_weight=fit["weight"],
+    return compare_runs(judged_runs(baseline.segments, calibrated), judged_runs(sampled.segments, calibrated),
+                        tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
+                        drift=options.drift,
                         calibrated=calibrated, baseline_median_s=baseline.median_s,
                         current_median_s=sampled.median_s)  # fmt: skip
 

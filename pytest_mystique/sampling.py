@@ -44,7 +44,7 @@ from .defaults import (
 )
 from .errors import MystiqueError
 from .measure import MAX_WARMUP_ITERS, MIN_WARMUP_S, steady_allocator, thread_count, time_replay, torch_threads
-from .stats import Comparison, Spending, compare_runs, probe_weight, segment_level
+from .stats import Comparison, Spending, compare_runs, segment_level
 
 FIRST_LOOK = 4
 #: Segments this process samples to plan the fresh processes' runs (its own run is not judged then).
@@ -69,9 +69,8 @@ class Segment:
     probe_s: list[float]  # empty where there is no probe (CUDA)
     run: int = 0  # which process sampled it (0: the plugin's own)
 
-    def level(self, weight: float) -> float:
-        """The segment's level with ``weight`` of the probe taken out (a bool: all of it or none)."""
-        return segment_level(self.samples_s, self.probe_s if weight else None, float(weight))
+    def level(self, calibrated: bool) -> float:
+        return segment_level(self.samples_s, self.probe_s if calibrated else None)
 
 
 @dataclass
@@ -126,41 +125,17 @@ def fresh_segments(level_var: float, process_noise: float, start_s: float, segme
     return max(FRESH_SEGMENTS, min(most, round(m)))
 
 
-def judged_runs(segments: list[Segment], weight: float) -> list[list[float]]:
+def judged_runs(segments: list[Segment], calibrated: bool) -> list[list[float]]:
     """Segment levels grouped by the run (process) that sampled them, for the verdict: the fresh
     processes' runs where there are any (this process's run only planned them: its state depends
     on what the session did before, and its kind of process differs from theirs), else this
-    process's run. ``weight``: the share of the probe taken out of each level (:func:`weighed`)."""
-    return [[s.level(weight) for s in run] for run in _judged(segments)]
-
-
-def _judged(segments: list[Segment]) -> list[list[Segment]]:
-    runs: dict[int, list[Segment]] = {}
+    process's run."""
+    runs: dict[int, list[float]] = {}
     for s in segments:
-        runs.setdefault(s.run, []).append(s)
+        runs.setdefault(s.run, []).append(s.level(calibrated))
     if len(runs) > 1:
         runs.pop(0, None)
     return list(runs.values())
-
-
-def weighed(baseline: list[Segment], current: list[Segment], calibrated: bool) -> dict:
-    """The probe weight for comparing ``current`` with ``baseline`` (:func:`.stats.probe_weight`,
-    fitted on both sides' judged runs, or their segments where a side has one run), with the
-    variance its estimate adds to the difference of the sides' levels: ``compare_runs`` keywords
-    and the sides' levels, ready for :func:`.stats.compare_runs`. Not calibrated: weight 0."""
-    sides = [_judged(baseline), _judged(current)]
-    if not calibrated:
-        return {"weight": 0.0, "extra_var": 0.0, "runs": [judged_runs(x, 0.0) for x in (baseline, current)]}
-
-    pts, probe_means = [], []
-    for runs in sides:
-        per_run = [[(segment_level(g.samples_s), segment_level(g.probe_s)) for g in run] for run in runs]
-        means = [tuple(statistics.fmean(c) for c in zip(*r)) for r in per_run]
-        pts.append(means if len(means) > 1 else [p for r in per_run for p in r])
-        probe_means.append(statistics.fmean([m[1] for m in means]))
-    w, var_w = probe_weight(pts)
-    extra = var_w * (probe_means[1] - probe_means[0]) ** 2
-    return {"weight": w, "extra_var": extra, "runs": [[[g.level(w) for g in run] for run in runs] for runs in sides]}
 
 
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
@@ -240,10 +215,10 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
             final = judged >= most or (judged > 0 and spent + run_cost > budget_s)
             if baseline is not None and judged and (final or judged in points):
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
-                fit = weighed(baseline, out.segments, calibrated)
-                cmp = compare_runs(*fit["runs"], tolerance=tolerance, alpha=spending.at(judged / most, final),
-                                   process_noise=process_noise, drift=drift, final=final, extra_var=fit["extra_var"],
-                                   probe_weight=fit["weight"], **extra)  # fmt: skip
+                cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
+                                   tolerance=tolerance, alpha=spending.at(judged / most, final), process_noise=process_noise, drift=drift,
+                                   final=final,
+                                   **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final
                     out.looks.pop()
                 out.looks.append({"runs": judged, "segments": len(out.segments), "seconds": round(spent, 3),

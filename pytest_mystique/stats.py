@@ -53,73 +53,12 @@ QUANTILE = 0.1
 VERDICTS = ("same", "slower", "faster", "unsure")
 
 
-def segment_level(samples_s, probe_s=None, weight: float = 1.0) -> float:
-    """log of the segment's low quantile, less ``weight`` times the probe's log low quantile when
-    there is a probe (``weight`` 1: divided by the probe; see :func:`probe_weight`)."""
+def segment_level(samples_s, probe_s=None) -> float:
+    """log of the segment's low quantile, divided by the probe's when there is one."""
     level = math.log(float(np.quantile(np.asarray(samples_s, dtype=float), QUANTILE)))
-    if probe_s is not None and len(probe_s) and weight:
-        level -= weight * math.log(float(np.quantile(np.asarray(probe_s, dtype=float), QUANTILE)))
+    if probe_s is not None and len(probe_s):
+        level -= math.log(float(np.quantile(np.asarray(probe_s, dtype=float), QUANTILE)))
     return level
-
-
-#: Fewest pairs of points (within a side) that :func:`probe_weight` fits a weight from; with fewer,
-#: the probe divides the replay's time outright.
-MIN_WEIGHT_PAIRS = 6
-
-
-def probe_weight(sides) -> tuple[float, float]:
-    """How much of the probe's movement the replay follows, fitted on the data of a comparison.
-
-    ``sides``: for each side, its points ``(log replay quantile, log probe quantile)``, one per run
-    (process) where the side has several, else one per segment. Machine states that slow the probe
-    slow a replay by a share of it that depends on the trace (its mix of interpreter, memory and
-    compute work): measured across fresh processes on the CI host, 0.07-0.6 of the probe's change
-    (correlation up to 0.96). Dividing by the whole probe over-corrects, and the over-correction
-    *is* noise: a process whose machine ran fast looks slower. The weight is the slope of the
-    replay on the probe within each side (an analysis of covariance: a change between the sides
-    does not enter it), estimated robustly: each side's probe values are first held within three
-    robust standard deviations of their median (one process whose probe alone was disturbed, +23%
-    in one measured run with its replay unmoved, would otherwise drag the fit), then the slope is
-    the median of the pairwise slopes weighted by the pairs' probe distance (Theil and Sen's
-    estimator with Sen's weights: a pair of nearly equal probe values says little about the slope).
-    It is kept within [0, 1].
-
-    Returns the weight and the variance of its estimate (residual variance over the points' spread
-    of the probe, as for least squares), which :func:`welch_runs` counts in the comparison's
-    standard error. With fewer than :data:`MIN_WEIGHT_PAIRS` pairs the weight is 1 (the probe
-    divides) with no variance."""
-    slopes, weights, groups = [], [], []
-    for pts in sides:
-        g = np.asarray([(y, x) for y, x in pts if math.isfinite(y) and math.isfinite(x)], dtype=float).reshape(-1, 2)
-        if len(g) < 2:
-            continue
-        x = g[:, 1]
-        med = float(np.median(x))
-        spread = 3 * 1.4826 * float(np.median(np.abs(x - med)))
-        g[:, 1] = np.clip(x, med - spread, med + spread) if spread > 0 else x
-        groups.append(g)
-        i, j = np.triu_indices(len(g), 1)
-        dx, dy = g[j, 1] - g[i, 1], g[j, 0] - g[i, 0]
-        keep = dx != 0
-        slopes.append(dy[keep] / dx[keep])
-        weights.append(np.abs(dx[keep]))
-    slopes_a = np.concatenate(slopes) if slopes else np.zeros(0)
-    if len(slopes_a) < MIN_WEIGHT_PAIRS:
-        return 1.0, 0.0
-    order = np.argsort(slopes_a)
-    cum = np.cumsum(np.concatenate(weights)[order])
-    w = float(slopes_a[order][np.searchsorted(cum, cum[-1] / 2)])  # the weighted median
-    w = min(1.0, max(0.0, w))
-    resid, sxx = [], 0.0
-    for g in groups:
-        y, x = g[:, 0] - g[:, 0].mean(), g[:, 1] - g[:, 1].mean()
-        resid.append(y - w * x)
-        sxx += float(x @ x)
-    r = np.concatenate(resid)
-    # a robust residual scale (median absolute deviation), for the same reason as the median slope
-    scale2 = (1.4826 * float(np.median(np.abs(r - np.median(r))))) ** 2
-    dof = max(1, len(r) - len(groups) - 1)
-    return w, (scale2 * len(r) / dof) / sxx if sxx > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +76,6 @@ class Comparison:
     n_current: int
     tolerance: float
     calibrated: bool = True  # levels normalised by the machine-speed probe
-    probe_weight: float = 1.0  # the share of the probe's movement taken out (see probe_weight)
     process_noise: float = DEFAULT_NOISE
     raw_ratio: float | None = None  # median(current) / median(baseline), uncalibrated
     runs_baseline: int = 1  # processes each side was sampled in
@@ -161,9 +99,7 @@ class Comparison:
     def describe(self) -> str:
         pct = f"{self.change * 100:+.1f}%"
         ci = f"[{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%]"
-        how = "raw times"
-        if self.calibrated:
-            how = "probe-normalised" if self.probe_weight == 1 else f"probe-normalised, weight {self.probe_weight:.2f}"
+        how = "probe-normalised" if self.calibrated else "raw times"
         return (
             f"{pct} ({self.confidence:.1%} CI {ci}, p={self.p_value:.2g}, {how}; "
             f"median {_fmt_s(self.current_median_s)} vs baseline {_fmt_s(self.baseline_median_s)}, "
@@ -203,8 +139,7 @@ def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
 
-def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
-               extra_var: float = 0.0) -> tuple[float, float, float, float]:  # fmt: skip
+def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) -> tuple[float, float, float, float]:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
     and the degrees of freedom (Welch-Satterthwaite, the noise terms counting with the degrees of
     freedom they were estimated from: :data:`PRIOR_DF` for the priors, plus the runs').
@@ -213,13 +148,11 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
     (all its processes alike) between the baseline's day and today, beyond what the probe
     cancels. It is one draw per side, so no number of processes averages it out: each side counts
     ``log1p(drift)^2`` whatever its number of runs. The last value returned is the current side's
-    own variance (its processes and sampling), which :func:`session_drift` needs. ``extra_var``:
-    a further variance of the difference, counted like the noise terms (the probe weight's
-    estimate, :func:`probe_weight`)."""
+    own variance (its processes and sampling), which :func:`session_drift` needs."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
     level, sampling, denom = [], 0.0, 0.0
-    process = 2 * math.log1p(drift) ** 2 + extra_var
+    process = 2 * math.log1p(drift) ** 2
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
@@ -238,7 +171,7 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
                  alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
-                 drift: float = DEFAULT_DRIFT, final: bool = True, extra_var: float = 0.0, **extra) -> Comparison:  # fmt: skip
+                 drift: float = DEFAULT_DRIFT, final: bool = True, **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
     module's docstring); ``alpha``: the one-sided level, or a function of the estimate's standard
     error that gives it (a look of a sequential test, :meth:`Spending.level`); ``extra`` fills the
@@ -247,7 +180,7 @@ def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df, own = welch_runs(base_runs, cur_runs, process_noise, drift, extra_var)
+    d, se, df, own = welch_runs(base_runs, cur_runs, process_noise, drift)
     return _verdict(d, se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
                     runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=own,
                     **extra)  # fmt: skip

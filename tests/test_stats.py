@@ -16,7 +16,6 @@ from pytest_mystique.stats import (
     compare_paired,
     compare_runs,
     obf_spent,
-    probe_weight,
     process_variance,
     segment_level,
     session_drift,
@@ -223,26 +222,3 @@ def test_session_drift_is_learnt_from_the_history_never_below_the_prior():
     assert session_drift(series(0.002, step_at=15), 0.01)[0] < 0.015  # one real change is not drift
     noisy_own = [(r, math.log1p(0.04) ** 2) for r, _ in series(0.04)]
     assert session_drift(noisy_own, 0.01)[0] < 0.025  # scatter the sessions' own variance explains
-
-
-def test_probe_weight_is_the_within_side_slope_and_ignores_a_disturbed_probe():
-    rng = np.random.default_rng(8)
-    x = rng.normal(0, 0.02, 30)
-    y = 0.5 * x + rng.normal(0, 0.003, 30)
-    base = list(zip(y[:20], x[:20]))
-    cur = list(zip(y[20:] + 0.1, x[20:]))  # a real 10% change between the sides does not enter the slope
-    w, var = probe_weight([base, cur])
-    assert w == pytest.approx(0.5, abs=0.05) and 0 < var < 0.05**2
-    # one process whose probe alone ran 23% slow: a least-squares slope is dragged, the median slope is not
-    hit = [*base, (0.0, math.log(1.23))]
-    ols = np.polyfit([p[1] for p in hit], [p[0] for p in hit], 1)[0]
-    assert ols < 0.3 and probe_weight([hit, cur])[0] == pytest.approx(0.5, abs=0.06)
-    # kept within [0, 1]; too few points: the probe divides outright
-    assert probe_weight([[(2 * a, a) for a in x[:10]]])[0] == 1.0
-    assert probe_weight([[(-a, a) for a in x[:10]]])[0] == 0.0
-    assert probe_weight([base[:3]]) == (1.0, 0.0)
-    # the weight's uncertainty widens the interval in proportion to how far the probe moved
-    levels_b, levels_c = [[0.0, 0.001]] * 6, [[0.0, 0.001]] * 3
-    narrow = compare_runs(levels_b, levels_c, process_noise=0.01, drift=0.0)
-    wide = compare_runs(levels_b, levels_c, process_noise=0.01, drift=0.0, extra_var=0.02**2)
-    assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low

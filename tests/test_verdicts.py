@@ -1,13 +1,10 @@
 """Verdicts through pytest --mystique: unsure and --mystique-strict, budget, the session summary."""
 
-import math
 import shutil
 
-import numpy as np
 import pytest
 
 from pytest_mystique.inject import duplicate_ops
-from pytest_mystique.sampling import _segment
 
 from conftest import corpus, read_json, write_json
 
@@ -212,42 +209,3 @@ def test_fresh_runs_are_judged_without_the_planning_run():
         assert 1 - 2 * 0.01 < cur.comparison.confidence < 1 - 2 * 0.01 / 3
     else:
         assert cur.comparison.confidence > 1 - 2 * 0.01 / 3
-
-
-@pytest.mark.parametrize("follows", [0.0, 1.0])
-def test_probe_weight_follows_what_the_machine_does_to_the_replay(follows):
-    """Fresh runs (stand-ins timing the real replay here) in which the machine's state moves the
-    probe by a factor per run and the replay by ``follows`` of it (on a log scale). The weight is
-    fitted from the data: a current session whose probe ran 15% slower is judged `same` whether the
-    replay followed the probe (dividing by it is right) or not (dividing by it would call the trace
-    15% faster)."""
-    import dataclasses
-
-    from pytest_mystique.replay import Replay
-    from pytest_mystique.sampling import judged_runs, sample
-    from pytest_mystique.stats import compare_runs
-    from pytest_mystique.trace import load_trace
-
-    replay = Replay(load_trace(corpus("vit_infer.json.gz")), "cpu")
-    rng = np.random.default_rng(3)
-    state = {"shift": 1.0}
-
-    def here(*, segments, segment_iters, probe):
-        f = state["shift"] * math.exp(rng.uniform(-0.1, 0.1))  # this process's machine state
-        segs = [_segment(replay, segment_iters, probe=probe) for _ in range(segments)]
-        return [dataclasses.replace(s, samples_s=[x * f**follows for x in s.samples_s],
-                                    probe_s=[p * f for p in s.probe_s]) for s in segs]  # fmt: skip
-
-    base = sample(replay, budget_s=20, segment_iters=10, threads=1, fresh_run=here, runs=8)
-    state["shift"] = 1.15
-    cur = sample(replay, budget_s=20, segment_iters=10, threads=1, fresh_run=here, runs=4, baseline=base.segments,
-                 baseline_signature=base.probe_signature, tolerance=0.08)  # fmt: skip
-    c = cur.comparison
-    assert c.verdict == "same", c
-    # the replay shares some of this process's real state with the probe, so the weight of a replay
-    # that the stand-in does not move is small, not nil
-    assert (c.probe_weight < 0.5) if follows == 0 else (c.probe_weight > 0.75), c
-    assert ("weight" in c.describe()) == (c.probe_weight != 1)
-    divided = compare_runs(judged_runs(base.segments, 1.0), judged_runs(cur.segments, 1.0), tolerance=0.08)
-    if follows == 0:  # dividing by the whole probe calls the unchanged replay faster
-        assert divided.ratio < 0.93 and divided.verdict != "same", divided
