@@ -233,18 +233,20 @@ def main() -> None:
             "median_session_s": statistics.median(times),
             "per_baseline": [sum(r["status"] == "slower" for r in runs if r.get("epoch") == e) for e in range(args.baselines)],
             "median_drift": statistics.median(r["comparison"].get("drift", math.nan) for r in runs if r.get("comparison")),
+            "median_pooled": statistics.median(r["comparison"].get("reference_sessions", 0) for r in runs
+                                               if r.get("comparison")),
             "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
                              for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
         })  # fmt: skip
     print()
     head = ["condition", "runs", "mystique slower", "unsure", "same", "faster", "pb mean:5%", "asv 1.1+MWU",
-            "median s to verdict", "session s", "drift used"]  # fmt: skip
+            "median s to verdict", "session s", "drift used", "sessions pooled"]  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([r["condition"], str(r["runs"]), f"{r['slower']:.1%}", f"{r['unsure']:.1%}", f"{r['same']:.1%}",
                           f"{r['faster']:.1%}", f"{r['pb_mean5']:.1%}", f"{r['asv']:.1%}",
                           f"{r['median_sampling_s']:.1f}", f"{r['median_session_s']:.0f}",
-                          f"{r['median_drift']:.1%}"]))  # fmt: skip
+                          f"{r['median_drift']:.1%}", f"{r['median_pooled']:g}"]))  # fmt: skip
     for r in rows:
         if r["true"] != "none":
             print(f"true slowdown ({r['condition']}, interleaved in one process): {r['true']}")

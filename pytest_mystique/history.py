@@ -151,19 +151,53 @@ def result_row(run_id: int, result: dict, now: str) -> tuple:
 def earlier_comparisons(rows: list[dict], file: str, hardware_key: str,
                         baseline_median_s: float) -> list[tuple[float, float]]:  # fmt: skip
     """A trace's comparisons with one baseline (known by its median) on one hardware, among its
-    history ``rows`` (oldest first): (log ratio, that session's own variance) each, the evidence
-    :func:`.stats.session_drift` reads. Rows this version cannot read are not evidence."""
+    history ``rows`` (oldest first): (log ratio to the baseline, that session's own variance)
+    each, the evidence :func:`.stats.session_drift` reads. Rows this version cannot read are not
+    evidence."""
+    return [(r, v) for r, v, _, _ in _comparisons(rows, file, hardware_key, baseline_median_s)]
+
+
+#: Sessions at most that are pooled with a baseline's as its reference (:func:`reference_sessions`).
+REFERENCE_SESSIONS = 8
+
+
+def reference_sessions(rows: list[dict], file: str, hardware_key: str, baseline_median_s: float,
+                       baseline_environment: dict | None) -> list[tuple[float, float]]:  # fmt: skip
+    """The sessions that stand beside a baseline's own as its reference: the first
+    :data:`REFERENCE_SESSIONS` comparisons with it (oldest first among ``rows``) that ran on the
+    baseline's exact environment (torch, Python, numpy, CUDA, driver, OS: the fingerprint) and
+    found no change (verdict ``same``). They are more draws of the level the baseline measured,
+    each with a session offset of its own, so pooling them averages down the one the baseline
+    session happened to have (:func:`.stats.welch_runs`). Only the first ones count: the reference
+    is then fixed, and a later slow change of an unrecorded kind is not folded into it; a session
+    on another environment (the upgrade under test) never is. As (log ratio to the baseline,
+    that session's own variance)."""
+    if not baseline_environment:
+        return []
     out = []
+    for r, v, row, status in _comparisons(rows, file, hardware_key, baseline_median_s):
+        try:
+            env = json.loads(row.get("environment") or "null")
+        except ValueError:
+            continue
+        if status == "same" and env == baseline_environment:
+            out.append((r, v))
+            if len(out) == REFERENCE_SESSIONS:
+                break
+    return out
+
+
+def _comparisons(rows, file, hardware_key, baseline_median_s):
     for row in rows:
         try:
             details = json.loads(row.get("details") or "{}")
             cmp = details.get("comparison") or {}
             if (row.get("file") == file and details.get("hardware_key") == hardware_key
                     and cmp.get("baseline_median_s") == baseline_median_s and cmp.get("ratio", 0) > 0):  # fmt: skip
-                out.append((math.log(cmp["ratio"]), float(cmp.get("current_var", math.nan))))
+                r = math.log(cmp["ratio"]) + float(cmp.get("reference_shift") or 0.0)
+                yield r, float(cmp.get("current_var", math.nan)), row, row.get("status")
         except (ValueError, TypeError, AttributeError):
             continue
-    return out
 
 
 def results_query(trace: str | None, mark: str, prefix: str = "") -> str:

@@ -206,22 +206,28 @@ def history_path(config: pytest.Config) -> Path | str | None:
     return baseline_dir(config) / "history.sqlite"
 
 
-def _earlier_sessions(config: pytest.Config, trace: str, file: str, hardware_key: str,
-                      baseline_median_s: float) -> list[tuple[float, float]]:  # fmt: skip
-    """This trace's earlier comparisons with the same baseline on this hardware, from the history
-    (:func:`.history.earlier_comparisons`). A history that cannot be read gives none (writing to
-    it reports the problem)."""
+def _earlier_sessions(config: pytest.Config, trace: str, file: str, hardware_key: str, baseline_median_s: float,
+                      baseline_environment: dict | None = None) -> dict[str, list[tuple[float, float]]]:  # fmt: skip
+    """This trace's earlier comparisons with the same baseline on this hardware, from the history:
+    ``drift``, the evidence of its session drift (:func:`.history.earlier_comparisons`), and
+    ``reference``, the sessions pooled with the baseline's (:func:`.history.reference_sessions`).
+    A history that cannot be read gives none (writing to it reports the problem)."""
     path = history_path(config)
     if path is None or (not isinstance(path, str) and not Path(path).exists()):
-        return []
-    from .history import earlier_comparisons, open_store
-    from .stats import DRIFT_SESSIONS
+        return {"drift": [], "reference": []}
+    from .history import earlier_comparisons, open_store, reference_sessions
 
     try:
-        rows = open_store(path, timeout_s=5).results(trace, limit=4 * DRIFT_SESSIONS)
+        rows = open_store(path, timeout_s=5).results(trace, limit=EARLIER_ROWS)
     except MystiqueError:
-        return []
-    return earlier_comparisons(rows, file, hardware_key, baseline_median_s)
+        return {"drift": [], "reference": []}
+    return {"drift": earlier_comparisons(rows, file, hardware_key, baseline_median_s),
+            "reference": reference_sessions(rows, file, hardware_key, baseline_median_s, baseline_environment)}
+
+
+#: History rows of a trace read for its earlier sessions: the drift needs the last 30, the
+#: reference the first few after the baseline was recorded.
+EARLIER_ROWS = 1000
 
 
 def _record_history(config: pytest.Config, result: dict) -> None:

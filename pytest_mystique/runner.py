@@ -184,9 +184,11 @@ def check_file(path, options: Options, store: BaselineStore, baseline_name: str,
     ``turn()`` is held while timing (:func:`.parallel.cpu_turn`): loading and preparing happen
     before, so parallel workers overlap them. ``options.timeout_s`` bounds each part on its own.
     A multi-rank replay's processes are ended before this returns, whatever happened.
-    ``earlier(hardware_key, baseline_median_s)``, when given, returns this trace's earlier
-    sessions against that baseline from the history, as (log ratio, own variance) pairs, oldest
-    first: the session drift is estimated from them (:func:`.stats.session_drift`)."""
+    ``earlier(hardware_key, baseline_median_s, baseline_environment)``, when given, returns this
+    trace's earlier sessions against that baseline from the history, as (log ratio, own variance)
+    pairs, oldest first: under ``drift`` those the session drift is estimated from
+    (:func:`.stats.session_drift`), under ``reference`` those pooled with the baseline's session
+    (:func:`.history.reference_sessions`)."""
     opened: list = []
     try:
         return _check_file(path, options, store, baseline_name, tolerance, update, rootdir, turn, ranks, name, opened,
@@ -209,9 +211,11 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         env = fingerprint(replay.device, threads)
         key = hardware_key(env)
         baseline = None if update else store.load(key, baseline_name)  # a corrupt one raises, untouched
-        drift_note = None
+        drift_note, reference = None, ()
         if baseline is not None and earlier is not None:
-            drift, used = session_drift(earlier(key, baseline.median_s), options.drift)
+            seen = earlier(key, baseline.median_s, baseline.environment)
+            reference = seen["reference"]
+            drift, used = session_drift(seen["drift"], options.drift)
             if drift > options.drift:
                 drift_note = (f"this machine's session-to-session drift for this trace is {drift:.1%} (from its last "
                               f"{used} sessions in the history; --mystique-drift {options.drift:.1%}): intervals are "
@@ -223,7 +227,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         setup_s = time.perf_counter() - t0
     with turn(), deadline(options.timeout_s, path):
         began = time.time()
-        sampled = _sample(replay, options, baseline, tolerance, startup_s=load_s + setup_s)
+        sampled = _sample(replay, options, baseline, tolerance, startup_s=load_s + setup_s, reference=reference)
         sampled.setup_s = setup_s
         if drift_note:
             sampled.notes.append(drift_note)
@@ -258,11 +262,11 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
     return run, result
 
 
-def _sample(replay, options: Options, baseline, tolerance: float, startup_s: float = 0.0) -> Sampled:
+def _sample(replay, options: Options, baseline, tolerance: float, startup_s: float = 0.0, reference=()) -> Sampled:
     kw = {}
     if baseline is not None:
         kw = dict(baseline=baseline.segments, baseline_signature=baseline.probe_signature, segment_iters=options.iters or baseline.segment_iters,
-                  comparison_extra={"baseline_median_s": baseline.median_s})  # fmt: skip
+                  comparison_extra={"baseline_median_s": baseline.median_s}, reference=reference)  # fmt: skip
     fresh = None
     if options.runs > 1 and not isinstance(replay, DistributedReplay):  # a multi-rank job has its own processes
         fresh = functools.partial(fresh_run, replay.trace.path, device=str(replay.device),

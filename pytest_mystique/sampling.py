@@ -143,14 +143,15 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
            alpha: float = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT,
            threads: int | None = None,
            warmup: int = DEFAULT_WARMUP, comparison_extra=None, fresh_run=None, runs: int = BASELINE_RUNS,
-           startup_s: float = 0.0) -> Sampled:  # fmt: skip
+           startup_s: float = 0.0, reference=()) -> Sampled:  # fmt: skip
     """Prepare, warm up and time ``replay`` in runs of segments, stopping at a verdict against
     the ``baseline``'s segments or when ``budget_s`` is spent. ``fresh_run(segments=, segment_iters=,
     probe=)`` samples one more run in a fresh process (None: this process only); ``runs`` is the
     most runs, of a new baseline or of a comparison (the budget may allow fewer);
     ``startup_s``: what loading and preparing the trace took before this call (a fresh process
-    pays it again). Times are normalised by the probe's when both sides have probe times taken
-    with the same :func:`.calibrate.signature`."""
+    pays it again); ``reference``: later sessions pooled with the baseline's
+    (:func:`.stats.welch_runs`). Times are normalised by the probe's when both sides have probe
+    times taken with the same :func:`.calibrate.signature`."""
     n_threads = thread_count(threads)
     steady_allocator()
     cuda = replay.device.type == "cuda"
@@ -217,7 +218,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
                 extra = dict(comparison_extra or {}, calibrated=calibrated, current_median_s=out.median_s)
                 cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
                                    tolerance=tolerance, alpha=spending.at(judged / most, final), process_noise=process_noise, drift=drift,
-                                   final=final,
+                                   final=final, reference=reference if calibrated else (),
                                    **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final
                     out.looks.pop()

@@ -82,10 +82,18 @@ class Comparison:
     runs_current: int = 1
     drift: float = 0.0  # the session offset counted on each side (see welch_runs)
     current_var: float = math.nan  # variance of this session's level from its own runs (log scale)
+    reference_sessions: int = 0  # later sessions pooled with the baseline's (see welch_runs)
+    reference_shift: float = 0.0  # log of the pooled reference's level over the baseline's alone
 
     @property
     def change(self) -> float:
         return self.ratio - 1.0
+
+    @property
+    def baseline_log_ratio(self) -> float:
+        """log of this session's level over the baseline session's alone (the ratio is over the
+        reference the baseline's session was pooled into, when it was)."""
+        return math.log(self.ratio) + self.reference_shift
 
     @property
     def p_value(self) -> float:
@@ -104,8 +112,14 @@ class Comparison:
             f"{pct} ({self.confidence:.1%} CI {ci}, p={self.p_value:.2g}, {how}; "
             f"median {_fmt_s(self.current_median_s)} vs baseline {_fmt_s(self.baseline_median_s)}, "
             f"{self.n_current} vs {self.n_baseline} segments in {self.runs_current} vs {self.runs_baseline} "
-            f"process(es), tolerance {self.tolerance:.0%})"
+            f"process(es){self.pooled()}, tolerance {self.tolerance:.0%})"
         )
+
+    def pooled(self) -> str:
+        if not self.reference_sessions:
+            return ""
+        return (f", baseline pooled with its first {self.reference_sessions} session(s) on the same environment "
+                f"({math.expm1(self.reference_shift) * 100:+.1f}%)")  # fmt: skip
 
 
 #: Weight, in degrees of freedom, of the configured process noise against the scatter observed
@@ -139,7 +153,8 @@ def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
 
-def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) -> tuple[float, float, float, float]:
+def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
+               reference=()) -> tuple[float, float, float, float, tuple[float, int]]:  # fmt: skip
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
     and the degrees of freedom (Welch-Satterthwaite, the noise terms counting with the degrees of
     freedom they were estimated from: :data:`PRIOR_DF` for the priors, plus the runs').
@@ -147,42 +162,64 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0) ->
     ``drift`` is the *session offset*: how far the machine's state moves a whole sampling session
     (all its processes alike) between the baseline's day and today, beyond what the probe
     cancels. It is one draw per side, so no number of processes averages it out: each side counts
-    ``log1p(drift)^2`` whatever its number of runs. The last value returned is the current side's
-    own variance (its processes and sampling), which :func:`session_drift` needs."""
+    ``log1p(drift)^2`` whatever its number of runs. The fourth value returned is the current
+    side's own variance (its processes and sampling), which :func:`session_drift` needs.
+
+    ``reference``: later sessions on the baseline's own environment, as (log ratio to the
+    baseline, that session's own variance). Each is another draw of the same level with a session
+    offset of its own, so the baseline's level is pooled with theirs (inverse-variance weights,
+    each counting ``drift`` too): the baseline side's offset, which otherwise weighs in every
+    comparison until the baseline is re-recorded, averages down with the sessions pooled. The
+    baseline side's terms are scaled by its weight's share of the pool, and the difference is
+    taken from the pooled level; the last value returned is that shift (log) and the number of
+    sessions pooled."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
-    level, sampling, denom = [], 0.0, 0.0
-    process = 2 * math.log1p(drift) ** 2
+    session2 = math.log1p(drift) ** 2
+    level, parts = [], []
     for runs in sides:
         k = len(runs)
         level.append(statistics.fmean(float(r.mean()) for r in runs))
-        process += sp2 / k
-        for r in runs:
-            v = _sampling_var(r) / k**2
-            sampling += v
-            denom += v**2 / (len(r) - 1) if len(r) > 1 else 0.0
+        sampling = [_sampling_var(r) / k**2 for r in runs]
+        parts.append((session2 + sp2 / k, sampling, [len(r) for r in runs]))
+    shift, share = 0.0, 1.0
+    pool = [(r, session2 + v) for r, v in reference if math.isfinite(r) and math.isfinite(v) and session2 + v > 0]
+    base_var = parts[0][0] + sum(parts[0][1])
+    if pool and base_var > 0:
+        total_w = 1.0 / base_var + sum(1.0 / v for _, v in pool)
+        shift = sum(r / v for r, v in pool) / total_w
+        share = (1.0 / base_var) / total_w
+    process, sampling, denom = 0.0, 0.0, 0.0
+    for side, (proc, samp, lengths) in enumerate(parts):
+        f = share if side == 0 else 1.0
+        process += f * proc
+        for v, n in zip(samp, lengths):
+            sampling += f * v
+            denom += (f * v) ** 2 / (n - 1) if n > 1 else 0.0
     cur = sides[1]  # its own variance, without the session term
     own = (sp2 * len(cur) + sum(_sampling_var(r) for r in cur)) / len(cur) ** 2
     denom += process**2 / (PRIOR_DF + sum(len(runs) - 1 for runs in sides if len(runs) > 1))
     total = process + sampling
     df = total**2 / denom if denom > 0 else math.inf
-    return level[1] - level[0], math.sqrt(total), max(df, 1.0), own
+    return level[1] - level[0] - shift, math.sqrt(total), max(df, 1.0), own, (shift, len(pool) if share < 1 else 0)
 
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
                  alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
-                 drift: float = DEFAULT_DRIFT, final: bool = True, **extra) -> Comparison:  # fmt: skip
+                 drift: float = DEFAULT_DRIFT, final: bool = True, reference=(), **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
     module's docstring); ``alpha``: the one-sided level, or a function of the estimate's standard
-    error that gives it (a look of a sequential test, :meth:`Spending.level`); ``extra`` fills the
-    descriptive fields of :class:`Comparison`."""
+    error that gives it (a look of a sequential test, :meth:`Spending.level`); ``reference``:
+    sessions pooled with the baseline's (:func:`welch_runs`); ``extra`` fills the descriptive
+    fields of :class:`Comparison`."""
     base_runs, cur_runs = _arrays(base_runs), _arrays(cur_runs)
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df, own = welch_runs(base_runs, cur_runs, process_noise, drift)
+    d, se, df, own, (shift, pooled) = welch_runs(base_runs, cur_runs, process_noise, drift, reference)
     return _verdict(d, se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
                     runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=own,
+                    reference_sessions=pooled, reference_shift=shift,
                     **extra)  # fmt: skip
 
 

@@ -209,3 +209,47 @@ def test_fresh_runs_are_judged_without_the_planning_run():
         assert 1 - 2 * 0.01 < cur.comparison.confidence < 1 - 2 * 0.01 / 3
     else:
         assert cur.comparison.confidence > 1 - 2 * 0.01 / 3
+
+
+def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester):
+    """The baseline's session offset averages down with the sessions that followed it on the same
+    environment: the history's first sessions that found no change are pooled with the baseline
+    (up to REFERENCE_SESSIONS), and those of another environment, or that found a change, are not."""
+    import json
+    import math
+
+    import yaml
+
+    from pytest_mystique.history import REFERENCE_SESSIONS, HistoryStore
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=first.json").assert_outcomes(passed=1)
+    first = json.loads((pytester.path / "first.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert first["reference_sessions"] == 0  # no earlier session of this baseline yet
+    store = HistoryStore(pytester.path / ".mystique" / "baselines" / "history.sqlite")
+    last = store.results("vit")[-1]
+    details = json.loads(last["details"])
+    env = yaml.safe_load(next((pytester.path / ".mystique" / "baselines").rglob("*.yaml")).read_text())["environment"]
+    cmp = details["comparison"]
+    assert json.loads(last["environment"]) == env and cmp["reference_sessions"] == 0
+
+    def plant(tag, ratio, status="same", environment=env):
+        store.record(tag, {"trace": "vit", "file": last["file"], "status": status, "environment": environment,
+                           "hardware_key": details["hardware_key"], "comparison": dict(cmp, ratio=ratio)})  # fmt: skip
+
+    plant("upgrade", math.exp(-0.2), environment=dict(env, torch="9.9"))  # another environment
+    plant("changed", math.exp(-0.2), status="faster")  # a session that found a change
+    for i in range(REFERENCE_SESSIONS + 3):  # the baseline's session ran 3% fast: later ones sit 3% above it
+        plant(f"later-{i}", math.exp(0.03 + 0.002 * (-1) ** i))
+    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json").assert_outcomes(passed=1)
+    pooled = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert pooled["reference_sessions"] == REFERENCE_SESSIONS
+    # the reference moved most of the way to the later sessions' level, and the interval narrowed
+    assert 0.015 < pooled["reference_shift"] < 0.03
+    assert math.log(pooled["ci_high"] / pooled["ci_low"]) < math.log(first["ci_high"] / first["ci_low"])
+    # the sessions were stored against the baseline alone, so the drift evidence stays comparable
+    newest = json.loads(store.results("vit")[-1]["details"])["comparison"]
+    assert newest["reference_shift"] == pytest.approx(pooled["reference_shift"])
