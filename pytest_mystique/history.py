@@ -158,7 +158,7 @@ def earlier_comparisons(rows: list[dict], file: str, hardware_key: str,
 
 
 #: Sessions at most that are pooled with a baseline's as its reference (:func:`reference_sessions`).
-REFERENCE_SESSIONS = 8
+REFERENCE_SESSIONS = 5
 
 
 def reference_sessions(rows: list[dict], file: str, hardware_key: str, baseline_median_s: float,

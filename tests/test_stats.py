@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pytest_mystique.defaults import DEFAULT_DRIFT
+from pytest_mystique.history import REFERENCE_SESSIONS
 from pytest_mystique.sampling import look_points
 from pytest_mystique.stats import (
     Spending,
@@ -225,7 +226,7 @@ def test_session_drift_is_learnt_from_the_history_never_below_the_prior():
 
 
 def test_pooling_the_baseline_with_its_first_sessions_keeps_false_alarms_rare_and_gains_power():
-    """The simulation above, with each baseline followed by 8 sessions on its environment (5 runs
+    """The simulation above, with each baseline followed by 5 sessions on its environment (5 runs
     each, offsets of their own) that the plugin pools with it. The baseline's own session offset,
     which weighs in every comparison against it, averages down: false alarms stay at 1% or below,
     and a +5% change is caught more often than against the baseline alone."""
@@ -237,7 +238,7 @@ def test_pooling_the_baseline_with_its_first_sessions_keeps_false_alarms_rare_an
 
     def reference(base):
         out = []
-        for _ in range(8):
+        for _ in range(REFERENCE_SESSIONS):
             c = compare_runs(base, side(0, 5), **kw)
             out.append((c.baseline_log_ratio, c.current_var))
         return out
