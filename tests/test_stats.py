@@ -245,6 +245,12 @@ def test_pooling_the_baseline_with_its_first_sessions_keeps_false_alarms_rare_an
 
     bases = [side(0, 14) for _ in range(300)]
     refs = [reference(b) for b in bases]
+    # the same two sides: the pooled reference narrows the interval and moves the estimate by its shift
+    cur = side(0, 5)
+    alone, pooled_one = compare_runs(bases[0], cur, **kw), compare_runs(bases[0], cur, reference=refs[0], **kw)
+    assert pooled_one.reference_sessions == REFERENCE_SESSIONS and alone.reference_sessions == 0
+    assert pooled_one.ci_high / pooled_one.ci_low < alone.ci_high / alone.ci_low
+    assert pooled_one.baseline_log_ratio == pytest.approx(math.log(alone.ratio))
     aa = [sequential(b, side(0, 5), reference=r, **kw) for b, r in zip(bases, refs)]
     assert aa.count("slower") <= 3 and aa.count("faster") <= 3  # <= 1%
     five = [side(math.log(1.05), 5) for _ in bases]

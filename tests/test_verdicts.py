@@ -247,9 +247,8 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json").assert_outcomes(passed=1)
     pooled = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert pooled["reference_sessions"] == REFERENCE_SESSIONS
-    # the reference moved most of the way to the later sessions' level, and the interval narrowed
+    # the reference moved most of the way to the later sessions' level
     assert 0.015 < pooled["reference_shift"] < 0.03
-    assert math.log(pooled["ci_high"] / pooled["ci_low"]) < math.log(first["ci_high"] / first["ci_low"])
     # the sessions were stored against the baseline alone, so the drift evidence stays comparable
     newest = json.loads(store.results("vit")[-1]["details"])["comparison"]
     assert newest["reference_shift"] == pytest.approx(pooled["reference_shift"])
