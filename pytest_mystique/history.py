@@ -148,39 +148,42 @@ def result_row(run_id: int, result: dict, now: str) -> tuple:
             result.get("level"), json.dumps(details, default=str))  # fmt: skip
 
 
-def earlier_comparisons(rows: list[dict], file: str, hardware_key: str,
-                        baseline_median_s: float) -> list[tuple[float, float]]:  # fmt: skip
+def earlier_sessions(rows: list[dict], file: str, hardware_key: str, baseline_median_s: float,
+                     baseline_environment: dict | None = None) -> dict[str, list[tuple[float, float]]]:  # fmt: skip
     """A trace's comparisons with one baseline (known by its median) on one hardware, among its
-    history ``rows`` (oldest first): (log ratio to the baseline, that session's own variance)
-    each, the evidence :func:`.stats.session_drift` reads. Rows this version cannot read are not
-    evidence."""
-    return [(r, v) for r, v, _, _ in _comparisons(rows, file, hardware_key, baseline_median_s)]
+    history ``rows`` (oldest first), each as (log ratio to the baseline, that session's own
+    variance): under ``drift`` all of them, the evidence :func:`.stats.session_drift` reads; under
+    ``reference`` those pooled with the baseline's session (:func:`reference_sessions`). Rows this
+    version cannot read are not evidence. Each row's details are decoded once."""
+    found = list(_comparisons(rows, file, hardware_key, baseline_median_s))
+    return {"drift": [(r, v) for r, v, _, _ in found], "reference": reference_sessions(found, baseline_environment)}
 
 
 #: Sessions at most that are pooled with a baseline's as its reference (:func:`reference_sessions`).
 REFERENCE_SESSIONS = 5
 
 
-def reference_sessions(rows: list[dict], file: str, hardware_key: str, baseline_median_s: float,
-                       baseline_environment: dict | None) -> list[tuple[float, float]]:  # fmt: skip
-    """The sessions that stand beside a baseline's own as its reference: the first
-    :data:`REFERENCE_SESSIONS` comparisons with it (oldest first among ``rows``) that ran on the
-    baseline's exact environment (torch, Python, numpy, CUDA, driver, OS: the fingerprint) and
-    found no change (verdict ``same``). They are more draws of the level the baseline measured,
-    each with a session offset of its own, so pooling them averages down the one the baseline
-    session happened to have (:func:`.stats.welch_runs`). Only the first ones count: the reference
-    is then fixed, and a later slow change of an unrecorded kind is not folded into it; a session
-    on another environment (the upgrade under test) never is. As (log ratio to the baseline,
-    that session's own variance)."""
+def reference_sessions(found: list[tuple], baseline_environment: dict | None) -> list[tuple[float, float]]:
+    """The sessions that stand beside a baseline's own as its reference: of the comparisons with
+    it (``found`` by :func:`earlier_sessions`, oldest first), the first :data:`REFERENCE_SESSIONS`
+    that ran on the baseline's exact environment (torch, Python, numpy, CUDA, driver, OS: the
+    fingerprint) and found no change (verdict ``same``). They are more draws of the level the
+    baseline measured, each with a session offset of its own, so pooling them averages down the
+    one the baseline session happened to have (:func:`.stats.welch_runs`). Only the first ones
+    count: the reference is then fixed, and a later slow change of an unrecorded kind is not folded
+    into it; a session on another environment (the upgrade under test) never is. As (log ratio to
+    the baseline, that session's own variance)."""
     if not baseline_environment:
         return []
     out = []
-    for r, v, row, status in _comparisons(rows, file, hardware_key, baseline_median_s):
+    for r, v, row, status in found:
+        if status != "same":
+            continue
         try:
             env = json.loads(row.get("environment") or "null")
         except ValueError:
             continue
-        if status == "same" and env == baseline_environment:
+        if env == baseline_environment:
             out.append((r, v))
             if len(out) == REFERENCE_SESSIONS:
                 break

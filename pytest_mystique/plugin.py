@@ -209,20 +209,19 @@ def history_path(config: pytest.Config) -> Path | str | None:
 def _earlier_sessions(config: pytest.Config, trace: str, file: str, hardware_key: str, baseline_median_s: float,
                       baseline_environment: dict | None = None) -> dict[str, list[tuple[float, float]]]:  # fmt: skip
     """This trace's earlier comparisons with the same baseline on this hardware, from the history:
-    ``drift``, the evidence of its session drift (:func:`.history.earlier_comparisons`), and
-    ``reference``, the sessions pooled with the baseline's (:func:`.history.reference_sessions`).
-    A history that cannot be read gives none (writing to it reports the problem)."""
+    ``drift``, the evidence of its session drift, and ``reference``, the sessions pooled with the
+    baseline's (:func:`.history.earlier_sessions`). A history that cannot be read gives none
+    (writing to it reports the problem)."""
     path = history_path(config)
     if path is None or (not isinstance(path, str) and not Path(path).exists()):
         return {"drift": [], "reference": []}
-    from .history import earlier_comparisons, open_store, reference_sessions
+    from .history import earlier_sessions, open_store
 
     try:
         rows = open_store(path, timeout_s=5).results(trace, limit=EARLIER_ROWS)
     except MystiqueError:
         return {"drift": [], "reference": []}
-    return {"drift": earlier_comparisons(rows, file, hardware_key, baseline_median_s),
-            "reference": reference_sessions(rows, file, hardware_key, baseline_median_s, baseline_environment)}
+    return earlier_sessions(rows, file, hardware_key, baseline_median_s, baseline_environment)
 
 
 #: History rows of a trace read for its earlier sessions: the drift needs the last 30, the
