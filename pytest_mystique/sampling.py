@@ -248,12 +248,16 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         out.notes.append(f"the baseline was sampled in {kinds[any(s.run for s in baseline)]} and this run in "
                          f"{kinds[any(s.run for s in out.segments)]}: processes of two kinds, which may differ by "
                          f"about 1%, are compared; --mystique-update re-records the baseline")  # fmt: skip
+    if baseline is not None and probed and not comparable(baseline, baseline_signature, probed):
+        out.notes.append(f"the baseline was timed with another machine-speed probe ({baseline_signature or 'none'}; "
+                         f"now {calibrate.signature()}), so raw times are compared, which the machine's own "
+                         f"speed moves more; --mystique-update re-records the baseline")  # fmt: skip
     return out
 
 
 def comparable(baseline: list[Segment], baseline_signature: str | None, probed: bool) -> bool:
     """Whether the probe may normalise a comparison with ``baseline``: both sides have probe
-    times, taken with the same Python and numpy."""
+    times, taken with the same probe (:func:`.calibrate.signature`: its version, Python's and numpy's)."""
     return probed and all(b.probe_s for b in baseline) and baseline_signature == calibrate.signature()
 
 

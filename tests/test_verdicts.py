@@ -80,6 +80,31 @@ def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
     assert cmp["calibrated"] is False and cmp["n_baseline"] == len(old["samples_s"]) // 5
 
 
+def test_baseline_timed_with_another_probe_is_compared_on_raw_times(pytester):
+    """A baseline whose probe differs (an older probe version, another numpy) is not divided by
+    today's probe: the comparison uses raw times and says so."""
+    import json
+
+    import yaml
+
+    from pytest_mystique import calibrate
+
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
+    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
+    [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
+    data = yaml.safe_load(path.read_text())
+    assert data["probe_signature"] == calibrate.signature()
+    data["probe_signature"] = calibrate.signature().replace(f"probe {calibrate.PROBE_VERSION} ", "")
+    path.write_text(yaml.safe_dump(data))
+    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
+    result.assert_outcomes(passed=1)
+    cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    assert cmp["calibrated"] is False
+    result.stdout.fnmatch_lines(["*note (1x): the baseline was timed with another machine-speed probe*raw times*"])
+
+
 def test_baseline_is_sampled_in_fresh_processes(pytester):
     import json
 
