@@ -61,7 +61,11 @@ def test_bad_settings_are_usage_errors(pytester, doubled):
         assert result.ret == pytest.ExitCode.USAGE_ERROR, bad
 
 
-def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
+def _rewrite_vit_baseline(pytester, rewrite) -> dict:
+    """Record a baseline of the ViT trace, replace its YAML by ``rewrite(data)``, compare against it;
+    the comparison's JSON (the pytester result under ``"result"``)."""
+    import json
+
     import yaml
 
     d = pytester.path / "traces"
@@ -69,40 +73,36 @@ def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
     shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
     pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
     [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
-    data = yaml.safe_load(path.read_text())
-    old = {k: data[k] for k in ("trace", "samples_s", "environment")} | {"format": 1}
-    path.write_text(yaml.safe_dump(old))
-    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json")
+    path.write_text(yaml.safe_dump(rewrite(yaml.safe_load(path.read_text()))))
+    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
     result.assert_outcomes(passed=1)
-    import json
-
     cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    return cmp | {"result": result}
+
+
+def test_format_1_baseline_is_still_compared_on_raw_times(pytester):
+    old = {}
+
+    def to_format_1(data):
+        old.update({k: data[k] for k in ("trace", "samples_s", "environment")} | {"format": 1})
+        return old
+
+    cmp = _rewrite_vit_baseline(pytester, to_format_1)
     assert cmp["calibrated"] is False and cmp["n_baseline"] == len(old["samples_s"]) // 5
 
 
 def test_baseline_timed_with_another_probe_is_compared_on_raw_times(pytester):
     """A baseline whose probe differs (an older probe version, another numpy) is not divided by
     today's probe: the comparison uses raw times and says so."""
-    import json
-
-    import yaml
-
     from pytest_mystique import calibrate
 
-    d = pytester.path / "traces"
-    d.mkdir()
-    shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
-    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
-    [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
-    data = yaml.safe_load(path.read_text())
-    assert data["probe_signature"] == calibrate.signature()
-    data["probe_signature"] = calibrate.signature().replace(f"probe {calibrate.PROBE_VERSION} ", "")
-    path.write_text(yaml.safe_dump(data))
-    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
-    result.assert_outcomes(passed=1)
-    cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
+    def older_probe(data):
+        assert data["probe_signature"] == calibrate.signature()
+        return data | {"probe_signature": calibrate.signature().replace(f"probe {calibrate.PROBE_VERSION} ", "")}
+
+    cmp = _rewrite_vit_baseline(pytester, older_probe)
     assert cmp["calibrated"] is False
-    result.stdout.fnmatch_lines(["*note (1x): the baseline was timed with another machine-speed probe*raw times*"])
+    cmp["result"].stdout.fnmatch_lines(["*note (1x): the baseline was timed with another machine-speed probe*raw times*"])
 
 
 def test_baseline_is_sampled_in_fresh_processes(pytester):
