@@ -6,13 +6,13 @@ the median of the same replay moves by 10% from one process to the next, which n
 the replay alone can tell from a regression. Such slowdowns hit every program on the machine, so
 the replay is timed together with a probe that shares the machine but not the code under test:
 pure Python arithmetic, a small numpy matrix product, a memory copy and numpy elementwise
-kernels (about 1 ms in all). Dividing the replay's time by the probe's cancels most of the
-machine's drift (see benchmarks/stat_power.py), while a change in torch, its kernels or a driver
-moves the replay and not the probe.
+kernels (about 1 ms in all; the copy's time counts half, :data:`COPY_WEIGHT`). Dividing the
+replay's time by the probe's cancels most of the machine's drift (see benchmarks/stat_power.py),
+while a change in torch, its kernels or a driver moves the replay and not the probe.
 
-The probe runs Python and numpy code, so a change of Python or numpy changes it; its
-:func:`signature` goes into the baseline and the comparison falls back to raw times when the
-signature differs.
+The probe runs Python and numpy code, so a change of Python or numpy changes it, and so does a
+change of the probe itself (:data:`PROBE_VERSION`); its :func:`signature` goes into the baseline
+and the comparison falls back to raw times when the signature differs.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ _SMALL_OUT = np.empty_like(_SMALL)
 
 
 #: Share of the memory copy's time in the probe's. The copy's time scatters most from one process
-#: to the next (about 10% sd), and most replays follow only part of it: on 1,100 fresh processes of
-#: the four bundled traces (two sets, 45 and 25 minutes apart), the scatter of a 5-process mean
-#: against another a few minutes later was 1.68% and 1.87% (geometric mean over the traces) with the
-#: copy counted whole, 1.51% and 1.77% with half of it, and the worst trace's 2.22% and 3.24% fell
-#: to 1.74% and 2.26%. Compute-bound traces (the CNN) want less of it, the MLP's training step
-#: more; a per-trace weight fitted from a comparison's own runs was measured too and scattered
-#: more than either (README, "the machine-speed probe").
+#: to the next (about 10% sd), and most replays follow only part of it: over 1,169 fresh processes
+#: of the four bundled traces (two sets, 35 and 20 minutes long), the scatter of a 5-process mean
+#: against another a few minutes later was 1.68% and 2.14% (geometric mean over the traces) with the
+#: copy counted whole, 1.51% and 1.64% with half of it, and the worst trace's 2.22% and 3.57% fell
+#: to 1.74% and 2.03%. Compute-bound traces (the CNN) want less of it, the MLP's and the
+#: transformer's training steps more; a per-trace weight fitted from a comparison's own runs was
+#: measured too and scattered more than the whole probe (README, "The verdict").
 COPY_WEIGHT = 0.5
 
 
