@@ -248,7 +248,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         out.notes.append(f"the baseline was sampled in {kinds[any(s.run for s in baseline)]} and this run in "
                          f"{kinds[any(s.run for s in out.segments)]}: processes of two kinds, which may differ by "
                          f"about 1%, are compared; --mystique-update re-records the baseline")  # fmt: skip
-    if baseline is not None and probed and not comparable(baseline, baseline_signature, probed):
+    if baseline is not None and probed and not calibrated:
         out.notes.append(f"the baseline was timed with another machine-speed probe ({baseline_signature or 'none'}; "
                          f"now {calibrate.signature()}), so raw times are compared, which the machine's own "
                          f"speed moves more; --mystique-update re-records the baseline")  # fmt: skip
