@@ -214,9 +214,11 @@ def results_query(trace: str | None, mark: str, prefix: str = "") -> str:
     )
 
 
-#: Result fields kept in the ``details`` column (JSON).
+#: Result fields kept in the ``details`` column (JSON). ``run_levels``: the judged runs' segment
+#: levels (log, probe-normalised when probed), so that a later analysis can judge the recorded
+#: sessions again under another noise model.
 DETAIL_KEYS = ("device", "threads", "segments", "runs", "segment_iters", "sampling_s", "probed", "tolerance", "comparison",
-               "attribution", "hardware_key", "ops_skipped", "timed", "xdist_worker")  # fmt: skip
+               "attribution", "hardware_key", "ops_skipped", "timed", "xdist_worker", "run_levels")  # fmt: skip
 
 
 def _upgrade(con: sqlite3.Connection) -> None:

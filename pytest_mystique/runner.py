@@ -237,7 +237,8 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         result = run.summary()
         result.update(environment=env, hardware_key=key, tolerance=tolerance, git_commit=git_commit(rootdir), timed=timed,
                       per_op_median_s=per_op,
-                      level=math.exp(statistics.fmean(s.level(sampled.probed) for s in sampled.segments)))  # fmt: skip
+                      level=math.exp(statistics.fmean(s.level(sampled.probed) for s in sampled.segments)),
+                      run_levels=[[round(x, 6) for x in run] for run in judged_runs(sampled.segments, sampled.probed)])  # fmt: skip
         if baseline is None:
             record = make_record(
                 baseline_name, str(replay.trace.path), sampled, env, ops_total=replay.report.ops_total,

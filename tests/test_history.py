@@ -1,6 +1,8 @@
 """History store and trend report: runs appended by pytest --mystique, change points, HTML."""
 
 import base64
+import json
+import math
 import re
 import shutil
 import sqlite3
@@ -40,6 +42,10 @@ def test_runs_are_appended_and_the_trend_names_the_injected_change(pytester):
     rows = HistoryStore(db).results("vit")
     assert [r["ops_total"] for r in rows] == [56] * 3 + [112] * 3
     assert all(r["level"] > 0 and r["per_op"] and '"segments"' in r["details"] for r in rows)
+    for r in rows:  # the judged runs' segment levels, kept for a later re-analysis: the row's level is their mean
+        judged = [x for run in json.loads(r["details"])["run_levels"] for x in run]
+        assert len(judged) == json.loads(r["details"])["segments"]
+        assert math.exp(sum(judged) / len(judged)) == pytest.approx(r["level"], rel=1e-5)
 
     out = history_cli(pytester.path, "vit", "--html", "report.html")
     assert out.returncode == 0, out.stderr
