@@ -38,6 +38,7 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pytest_mystique.defaults import DEFAULT_NOISE  # noqa: E402
 from pytest_mystique.inject import duplicate_ops  # noqa: E402
 
 
@@ -219,6 +220,8 @@ def main() -> None:
         verdicts = [r["status"] for r in runs]
         n_runs = len(runs)
         pb_asv = [other_rules(r["baseline_data"], r["data"]) for r in runs if r.get("baseline_data")]
+        by_trace = {t: [r["comparison"] for r in runs if r["name"] == t and r.get("comparison")] for t in {r["name"] for r in runs}}
+        sd_log = {t: statistics.stdev(math.log(c["ratio"]) for c in cs) for t, cs in by_trace.items() if len(cs) > 2}
         rows.append({
             "condition": name,
             "true": ", ".join(f"{k} {v:+.1%}" for k, v in truth.items()) or "none",
@@ -235,8 +238,9 @@ def main() -> None:
             "median_drift": statistics.median(r["comparison"].get("drift", math.nan) for r in runs if r.get("comparison")),
             "median_pooled": statistics.median(r["comparison"].get("reference_sessions", 0) for r in runs
                                                if r.get("comparison")),
-            "sd_log_ratio": {t: statistics.stdev(math.log(r["comparison"]["ratio"]) for r in runs if r["name"] == t)
-                             for t in {r["name"] for r in runs} if sum(r["name"] == t for r in runs) > 2},
+            "sd_log_ratio": sd_log,
+            "sd_over_se": {t: v / statistics.median(c["se"] for c in by_trace[t]) for t, v in sd_log.items()},
+            "process_sd": {t: statistics.median(c["process_sd"] for c in by_trace[t]) for t in sd_log},
         })  # fmt: skip
     print()
     head = ["condition", "runs", "mystique slower", "unsure", "same", "faster", "pb mean:5%", "asv 1.1+MWU",
@@ -256,6 +260,11 @@ def main() -> None:
     for r in rows:
         sds = ", ".join(f"{k} {v:.2%}" for k, v in sorted(r["sd_log_ratio"].items()))
         print(f"run-to-run sd of the log ratio ({r['condition']}): {sds}")
+    aa = rows[0]  # calibration: a model whose intervals are right has a ratio near 1 (below: too wide)
+    cal = ", ".join(f"{k} {v:.2f}" for k, v in sorted(aa["sd_over_se"].items()))
+    print(f"sd of the log ratio over the model's median standard error ({aa['condition']}): {cal}")
+    used = ", ".join(f"{k} {v:.2%}" for k, v in sorted(aa["process_sd"].items()))
+    print(f"process noise used, median ({aa['condition']}; configured {DEFAULT_NOISE:.0%} is the prior): {used}")
     (work / "stat_power.json").write_text(json.dumps(rows, indent=2))
 
 

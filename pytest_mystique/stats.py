@@ -41,6 +41,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 
@@ -76,7 +77,8 @@ class Comparison:
     n_current: int
     tolerance: float
     calibrated: bool = True  # levels normalised by the machine-speed probe
-    process_noise: float = DEFAULT_NOISE
+    process_noise: float = DEFAULT_NOISE  # the configured prior ...
+    process_sd: float = math.nan  # ... and one process's offset used, pooled with the runs' scatter
     raw_ratio: float | None = None  # median(current) / median(baseline), uncalibrated
     runs_baseline: int = 1  # processes each side was sampled in
     runs_current: int = 1
@@ -84,6 +86,8 @@ class Comparison:
     current_var: float = math.nan  # variance of this session's level from its own runs (log scale)
     reference_sessions: int = 0  # later sessions pooled with the baseline's (see welch_runs)
     reference_shift: float = 0.0  # log of the pooled reference's level over the baseline's alone
+    se: float = math.nan  # standard error of the log ratio, and its degrees of freedom
+    df: float = math.nan
 
     @property
     def change(self) -> float:
@@ -156,8 +160,19 @@ def _sampling_var(levels: np.ndarray) -> float:
     return float(levels.var(ddof=1)) / len(levels) if len(levels) > 1 else 0.0
 
 
-def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
-               reference=()) -> tuple[float, float, float, float, tuple[float, int]]:  # fmt: skip
+class Welch(NamedTuple):
+    """What :func:`welch_runs` found."""
+
+    d: float  # difference of the sides' levels (log), from the pooled reference when there is one
+    se: float
+    df: float
+    own: float  # the current side's own variance (its processes and sampling), for session_drift
+    shift: float  # log of the pooled reference over the baseline's level alone
+    pooled: int  # sessions pooled with the baseline's
+    process_var: float  # one run's offset variance used (process_variance)
+
+
+def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0, reference=()) -> Welch:
     """Difference of the sides' mean levels (each the mean of its runs' means), its standard error
     and the degrees of freedom (Welch-Satterthwaite, the noise terms counting with the degrees of
     freedom they were estimated from: :data:`PRIOR_DF` for the priors, plus the runs').
@@ -165,8 +180,8 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
     ``drift`` is the *session offset*: how far the machine's state moves a whole sampling session
     (all its processes alike) between the baseline's day and today, beyond what the probe
     cancels. It is one draw per side, so no number of processes averages it out: each side counts
-    ``log1p(drift)^2`` whatever its number of runs. The fourth value returned is the current
-    side's own variance (its processes and sampling), which :func:`session_drift` needs.
+    ``log1p(drift)^2`` whatever its number of runs. ``own`` is the current side's own variance
+    (its processes and sampling), which :func:`session_drift` needs.
 
     ``reference``: later sessions on the baseline's own environment, as (log ratio to the
     baseline, that session's own variance). Each is another draw of the same level with a session
@@ -174,8 +189,7 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
     each counting ``drift`` too): the baseline side's offset, which otherwise weighs in every
     comparison until the baseline is re-recorded, averages down with the sessions pooled. The
     baseline side's terms are scaled by its weight's share of the pool, and the difference is
-    taken from the pooled level; the last value returned is that shift (log) and the number of
-    sessions pooled."""
+    taken from the pooled level (``shift``, log; ``pooled`` sessions)."""
     sides = [_arrays(base_runs), _arrays(cur_runs)]
     sp2 = process_variance(sides, process_noise)
     session2 = math.log1p(drift) ** 2
@@ -204,7 +218,7 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0,
     denom += process**2 / (PRIOR_DF + sum(len(runs) - 1 for runs in sides if len(runs) > 1))
     total = process + sampling
     df = total**2 / denom if denom > 0 else math.inf
-    return level[1] - level[0] - shift, math.sqrt(total), max(df, 1.0), own, (shift, len(pool) if share < 1 else 0)
+    return Welch(level[1] - level[0] - shift, math.sqrt(total), max(df, 1.0), own, shift, len(pool) if share < 1 else 0, sp2)
 
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
@@ -219,10 +233,11 @@ def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
-    d, se, df, own, (shift, pooled) = welch_runs(base_runs, cur_runs, process_noise, drift, reference)
-    return _verdict(d, se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc, process_noise=process_noise,
-                    runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=own,
-                    reference_sessions=pooled, reference_shift=shift,
+    w = welch_runs(base_runs, cur_runs, process_noise, drift, reference)
+    return _verdict(w.d, w.se, w.df, tolerance, alpha(w.se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc,
+                    process_noise=process_noise, process_sd=math.expm1(math.sqrt(w.process_var)),
+                    runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=w.own,
+                    reference_sessions=w.pooled, reference_shift=w.shift,
                     **extra)  # fmt: skip
 
 
@@ -391,7 +406,8 @@ def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, fin
     else:  # budget spent: no significant change; is the estimate itself within tolerance?
         verdict = "same" if math.exp(d) < up else "unsure"
     fields = {"baseline_median_s": math.nan, "current_median_s": math.nan} | fields
-    return Comparison(verdict, math.exp(d), lo, hi, 1 - 2 * alpha, p_slower, p_faster, tolerance=tolerance, **fields)
+    return Comparison(verdict, math.exp(d), lo, hi, 1 - 2 * alpha, p_slower, p_faster, tolerance=tolerance, se=se, df=df,
+                      **fields)  # fmt: skip
 
 
 def compare(baseline_s, current_s, *, segment: int = 5, **kw) -> Comparison:

@@ -5,6 +5,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_dist
 
 from pytest_mystique.defaults import DEFAULT_DRIFT
 from pytest_mystique.history import REFERENCE_SESSIONS
@@ -145,6 +146,11 @@ def test_process_variance_pools_the_prior_with_the_scatter_between_runs_either_w
     assert noisy_trace > 2 * prior
     assert process_variance([[levels(0, 6, rng)]], 0.015) == pytest.approx(prior)  # one run tells nothing about processes
     assert quiet_trace < process_variance([agreeing, scattered], 0.015) < noisy_trace  # the sides are pooled
+    # the comparison reports the process noise it used and its interval's standard error
+    c = compare_runs(agreeing, scattered, process_noise=0.015, drift=0.0, alpha=0.01)
+    assert c.process_noise == 0.015
+    assert c.process_sd == pytest.approx(math.expm1(math.sqrt(process_variance([agreeing, scattered], 0.015))))
+    assert math.log(c.ci_high / c.ratio) == pytest.approx(float(t_dist.ppf(0.99, c.df)) * c.se)
 
 
 def sequential(base, cur, looks=(1, 2, 4, 5), **kw):
