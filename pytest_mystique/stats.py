@@ -376,7 +376,7 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
     df = (v + noise) ** 2 / (v**2 / (len(x) - 1)) if v > 0 else math.inf
     se = math.sqrt(v + noise)
     return _verdict(float(x.mean()), se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=len(x),
-                    n_current=len(x), process_noise=process_noise, **extra)  # fmt: skip
+                    n_current=len(x), process_noise=process_noise, process_sd=process_noise, **extra)  # fmt: skip
 
 
 def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, final: bool, **fields) -> Comparison:
