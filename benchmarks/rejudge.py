@@ -7,8 +7,9 @@ replays the verdicts in order: for each trace, the baseline in force, the sessio
 (the first 5 found ``same``), the session drift learnt from the sessions before, and the looks of
 the sequential test after 1, 2, 4, ... runs, as the plugin does. The first row re-judges with the
 settings the run used; it must reproduce the recorded verdicts (printed as a check) before the
-other rows mean anything. Conditions are told apart by the number of ops: the original's (A/A),
-then the injected copies' in increasing order (+5%, +10%).
+other rows mean anything. A session's condition (A/A, +5%, ...) is told by its trace's number of
+ops, read from the work directory's copies (``DIR/c0``, ``DIR/c1``, ... in the order of
+``DIR/conditions.json``).
 
     python benchmarks/rejudge.py /tmp/sp/baselines/history.sqlite
 """
@@ -92,23 +93,15 @@ def main() -> None:
     ap.add_argument("history", help="history.sqlite of a stat_power --keep run")
     args = ap.parse_args()
     rows = load(args.history)
-    first_ops = {}
-    for trace, status, ops, _ in rows:
-        if status in ("new", "updated"):
-            first_ops.setdefault(trace, ops)
-    injected = collections.defaultdict(set)
-    for trace, _, ops, _ in rows:
-        if ops != first_ops.get(trace):
-            injected[trace].add(ops)
+    by_ops = conditions(Path(args.history).resolve().parents[1])
 
     def condition(trace, ops):
-        if ops == first_ops.get(trace):
-            return "A/A"
-        return f"injected #{sorted(injected[trace]).index(ops) + 1}"
+        return by_ops.get((trace, ops), f"{ops} ops")
 
     conds = [condition(t, o) for t, s, o, _ in rows]
     recorded = [None if s in ("new", "updated") else s for _, s, _, _ in rows]
-    names = sorted({c for c, r in zip(conds, recorded) if r is not None})
+    judged = {c for c, r in zip(conds, recorded) if r is not None}
+    names = [c for c in dict.fromkeys(by_ops.values()) if c in judged] + sorted(judged - set(by_ops.values()))
     print("model | " + " | ".join(f"{c}: slower / same / faster / unsure" for c in names))
     print(" | ".join(["recorded"] + [counts(conds, recorded, c) for c in names]))
     for name, model in MODELS.items():
@@ -118,6 +111,19 @@ def main() -> None:
             same = sum(v == r for v, r in zip(verdicts, recorded) if r is not None)
             check = f"{same} of {sum(r is not None for r in recorded)} recorded verdicts reproduced"
     print(f"check: {check}")
+
+
+def conditions(work: Path) -> dict[tuple[str, int], str]:
+    """(trace name, selected ops) -> condition name, from a stat_power work directory."""
+    from pytest_mystique.graph import select_ops
+    from pytest_mystique.trace import load_trace
+
+    names = list(json.loads((work / "conditions.json").read_text()))
+    out = {}
+    for i, name in enumerate(names):
+        for path in sorted((work / f"c{i}" / "traces").glob("*.json.gz")):
+            out[(path.name.split(".")[0], len(select_ops(load_trace(path))))] = name
+    return out
 
 
 def counts(conds, verdicts, cond) -> str:
