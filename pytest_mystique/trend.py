@@ -141,7 +141,10 @@ def write_html(series: list[Series], path, progress=None) -> None:
         ax.plot(xs, s.values, "o-", ms=3, lw=1)
         for cp in s.change_points:
             ax.axvline(cp.index + 0.5, color="red", ls="--", lw=1)
-            ax.annotate(f"{(cp.ratio - 1) * 100:+.1f}%", (cp.index + 0.5, max(s.values)), color="red", fontsize=8)
+            # upright beside its line, from the top: change points a run or two apart keep their labels apart
+            ax.annotate(f"{(cp.ratio - 1) * 100:+.1f}%", (cp.index + 0.5, 1), xycoords=("data", "axes fraction"),
+                        xytext=(-2, -3), textcoords="offset points", rotation=90, ha="right", va="top",
+                        color="red", fontsize=8)  # fmt: skip
         ax.set_xlabel("run")
         ax.set_ylabel("step time / probe time" if s.what == "level" else "median step time (s)")
         ax.set_title(s.trace)
