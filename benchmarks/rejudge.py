@@ -5,7 +5,8 @@ Every comparison the plugin makes stores the judged runs' segment levels in the 
 database written by ``benchmarks/stat_power.py --keep DIR`` (``DIR/baselines/history.sqlite``) and
 replays the verdicts in order: for each trace, the baseline in force, the sessions pooled with it
 (the first 5 found ``same``), the session drift learnt from the sessions before, and the looks of
-the sequential test after 1, 2, 4, ... runs, as the plugin does. The first row re-judges with the
+the sequential test after 1, 2, 4, ... runs, as the plugin does (the runs its budget allowed are
+not stored: the recorded count, at least 4, stands for them). The first row re-judges with the
 settings the run used; it must reproduce the recorded verdicts (printed as a check) before the
 other rows mean anything. A session's condition (A/A, +5%, ...) is told by its trace's number of
 ops, read from the work directory's copies (``DIR/c0``, ``DIR/c1``, ... in the order of
