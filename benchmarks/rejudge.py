@@ -4,7 +4,7 @@ Every comparison the plugin makes stores the judged runs' segment levels in the 
 (``details.run_levels``), and every new baseline stores its own. This script reads a history
 database written by ``benchmarks/stat_power.py --keep DIR`` (``DIR/baselines/history.sqlite``) and
 replays the verdicts in order: for each trace, the baseline in force, the sessions pooled with it
-(the first 5 found ``same``), the session drift learnt from the sessions before, and the looks of
+(:func:`pytest_mystique.history.reference_sessions`), the session drift learnt from the sessions before, and the looks of
 the sequential test after 1, 2, 4, ... runs, as the plugin does (the runs its budget allowed are
 not stored: the recorded count, at least 4, stands for them). The first row re-judges with the
 settings the run used; it must reproduce the recorded verdicts (printed as a check) before the
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_mystique import stats  # noqa: E402
 from pytest_mystique.defaults import DEFAULT_ALPHA, DEFAULT_DRIFT, DEFAULT_NOISE  # noqa: E402
-from pytest_mystique.history import REFERENCE_SESSIONS  # noqa: E402
+from pytest_mystique.history import reference_sessions  # noqa: E402
 from pytest_mystique.sampling import look_points  # noqa: E402
 
 #: name -> (process noise prior, its weight in runs, drift prior)
@@ -43,13 +43,16 @@ MODELS = {
 }
 
 
-def load(db: str) -> list[tuple[str, str, int, list]]:
+def load(db: str) -> list[tuple[str, str, int, list, str]]:
+    """(trace, status, ops, run levels, the run's environment as stored) per result with levels."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     out = []
-    for trace, status, ops, details in con.execute("SELECT trace, status, ops_total, details FROM results ORDER BY id"):
+    query = ("SELECT r.trace, r.status, r.ops_total, r.details, runs.environment FROM results r "
+             "JOIN runs ON runs.id = r.run_id ORDER BY r.id")  # fmt: skip
+    for trace, status, ops, details, env in con.execute(query):
         levels = json.loads(details or "{}").get("run_levels")
         if levels:
-            out.append((trace, status, ops, levels))
+            out.append((trace, status, ops, levels, env))
     con.close()
     return out
 
@@ -58,31 +61,33 @@ def judge(rows, noise: float, prior_df: int, drift_prior: float) -> list[str | N
     """Each row's verdict under the model (None for a baseline's own row)."""
     saved, stats.PRIOR_DF = stats.PRIOR_DF, prior_df
     try:
-        base: dict[str, list] = {}
-        seen: dict[str, list] = collections.defaultdict(list)  # (log ratio, own var, verdict) since the baseline
+        base: dict[str, tuple[list, dict | None]] = {}  # the baseline's run levels and environment
+        # since the baseline: (log ratio, own variance, the run's row, verdict), as history.earlier_sessions finds them
+        seen: dict[str, list] = collections.defaultdict(list)
         verdicts = []
-        for trace, status, _ops, levels in rows:
+        for trace, status, _ops, levels, env in rows:
             if status in ("new", "updated"):
-                base[trace], seen[trace] = levels, []
+                base[trace], seen[trace] = (levels, json.loads(env or "null")), []
                 verdicts.append(None)
                 continue
             if trace not in base:
                 verdicts.append(None)
                 continue
             earlier = seen[trace]
-            drift, _ = stats.session_drift([(r, v) for r, v, _ in earlier], drift_prior)
-            reference = [(r, v) for r, v, verdict in earlier if verdict == "same"][:REFERENCE_SESSIONS]
+            base_levels, base_env = base[trace]
+            drift, _ = stats.session_drift([(r, v) for r, v, _, _ in earlier], drift_prior)
+            reference = reference_sessions(earlier, base_env)
             kw = dict(process_noise=noise, drift=drift, reference=reference)
             most = max(len(levels), 4)
             spending, verdict = stats.Spending(DEFAULT_ALPHA), "undecided"
             for k in range(1, len(levels) + 1):
                 final = k == len(levels)
                 if final or k in look_points(most, first=1):
-                    cmp = stats.compare_runs(base[trace], levels[:k], alpha=spending.at(k / most, final), final=final, **kw)
+                    cmp = stats.compare_runs(base_levels, levels[:k], alpha=spending.at(k / most, final), final=final, **kw)
                     verdict = cmp.verdict
                     if verdict != "undecided":
                         break
-            earlier.append((cmp.baseline_log_ratio, cmp.current_var, verdict))
+            earlier.append((cmp.baseline_log_ratio, cmp.current_var, {"environment": env}, verdict))
             verdicts.append(verdict)
         return verdicts
     finally:
@@ -99,8 +104,8 @@ def main() -> None:
     def condition(trace, ops):
         return by_ops.get((trace, ops), f"{ops} ops")
 
-    conds = [condition(t, o) for t, s, o, _ in rows]
-    recorded = [None if s in ("new", "updated") else s for _, s, _, _ in rows]
+    conds = [condition(t, o) for t, _, o, _, _ in rows]
+    recorded = [None if s in ("new", "updated") else s for _, s, _, _, _ in rows]
     judged = {c for c, r in zip(conds, recorded) if r is not None}
     names = [c for c in dict.fromkeys(by_ops.values()) if c in judged] + sorted(judged - set(by_ops.values()))
     print("model | " + " | ".join(f"{c}: slower / same / faster / unsure" for c in names))
