@@ -78,19 +78,20 @@ def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, 
         # One process alternating two replays need not see what separate processes see (measured:
         # an MLP copy at +6.5% interleaved was +3-4% in fresh sessions): check in fresh processes,
         # and scale the goal by what they saw until they agree with the target.
-        scale, fresh = best[0], None
+        scale, fresh = best[0], None  # fresh: (slowdown seen, scale)
         for _ in range(3):
-            chosen = write(scale)
+            write(scale)
             got = fresh_slowdown(src, out) - 1
-            if fresh is None or abs(got - target) < abs(fresh[1] - target):
-                fresh = (chosen, got, scale)
+            if fresh is None or abs(got - target) < abs(fresh[0] - target):
+                fresh = (got, scale)
             if abs(got - target) <= 0.15 * target:
                 break
             scale *= min(3.0, max(1 / 3, target / max(got, target / 3)))
-        chosen = write(fresh[2])
-        truth[src.name.split(".")[0]] = {"fresh": fresh[1], "interleaved": true_slowdown(src, out) - 1}
-        print(f"  {src.name}: {len(chosen)} ops run twice: {fresh[1]:+.1%} in fresh processes, "
-              f"{truth[src.name.split('.')[0]]['interleaved']:+.1%} interleaved", flush=True)
+        chosen = write(fresh[1])
+        interleaved = true_slowdown(src, out) - 1
+        truth[src.name.split(".")[0]] = {"fresh": fresh[0], "interleaved": interleaved}
+        print(f"  {src.name}: {len(chosen)} ops run twice: {fresh[0]:+.1%} in fresh processes, "
+              f"{interleaved:+.1%} interleaved", flush=True)
     return base / name, truth
 
 
@@ -171,13 +172,9 @@ def fresh_slowdown(orig: Path, injected: Path, pairs: int = 8, segments: int = 3
 
     diffs = []
     for k in range(pairs):
-        if k % 2:
-            b = level(injected)
-            a = level(orig)
-        else:
-            a = level(orig)
-            b = level(injected)
-        diffs.append(b - a)
+        order = (orig, injected) if k % 2 == 0 else (injected, orig)
+        got = {path: level(path) for path in order}
+        diffs.append(got[injected] - got[orig])
     return math.exp(statistics.fmean(diffs))
 
 
