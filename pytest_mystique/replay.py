@@ -29,6 +29,7 @@ import torch
 
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
+from .fbgemm import drop_data_sizes, sparse_tables
 from .graph import select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
@@ -187,8 +188,7 @@ class Replay:
             )
         if parse_op_name(node.op_schema).namespace == "c10d":
             return self._plan_collective(node)
-        overload = resolve(node.op_schema)
-        schema_args = arg_specs(overload)
+        overload, schema_args, alt = self._resolve(node)
         if len(node.inputs) > len(schema_args):
             raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
         values, kwnames = [], []
@@ -202,7 +202,33 @@ class Replay:
         for ref, rng in index_ranges(node, names).items():
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
+        if node.name.startswith("fbgemm::"):
+            note = drop_data_sizes(node.name[8:], names, values)
+            if note:
+                self.report.notes[note] += 1
+            self.factory.sparse.update(sparse_tables(node.name[8:], dict(zip(names, node.inputs))))
+        if alt is not None:
+            return PlannedOp(node, alt.overload, alt.map(names, values), (), substitution=alt.target)
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    @staticmethod
+    def _resolve(node: Node) -> tuple[Any, tuple[ArgSpec, ...], Any]:
+        """The op's overload and argument specs; for an op this torch lacks that has a portable
+        substitute (FBGEMM's device-memory lookups), the recorded schema's arguments and the
+        substitute, whose arguments are mapped from them."""
+        try:
+            overload = resolve(node.op_schema)
+            return overload, arg_specs(overload), None
+        except Unsupported as missing:
+            alt = substitute_for(node.name)
+            if alt is None or not alt.target:
+                raise
+            try:
+                resolve(alt.target + "(")
+                recorded = torch._C.parse_schema(node.op_schema)
+            except (Unsupported, RuntimeError):
+                raise missing from None
+            return None, tuple(ArgSpec.of(a) for a in recorded.arguments), alt
 
     def _plan_collective(self, node: Node) -> PlannedOp:
         if self.comms is None:
@@ -380,7 +406,7 @@ class Replay:
                 return
             if alt is not None:
                 try:
-                    values = alt.args(list(p.values))
+                    values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
                     self._build_step(PlannedOp(p.node, alt.overload, values, (), substitution=alt.target))
                     return
                 except Exception:  # noqa: BLE001 - report the original op's error below
@@ -496,6 +522,10 @@ class Replay:
                             self._release(ref.key)
         finally:
             torch.set_grad_enabled(grad_was)
+        untouched = self.factory.untouched_bytes
+        if untouched:
+            self.report.notes[f"{len(untouched)} embedding table(s) read row by row ({fmt_bytes(sum(untouched.values()))}) "
+                              f"left as zero pages, not filled: only the rows a lookup touches take memory"] += 1  # fmt: skip
         self._liveness()
         t0 = time.perf_counter()
         for i in range(len(self.env)):

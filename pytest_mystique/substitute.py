@@ -9,6 +9,7 @@ the substitute's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,10 @@ import torch
 @dataclass(frozen=True)
 class Substitute:
     target: str  # qualified overload, e.g. "aten::native_batch_norm"; "" for an op with no effect here
-    args: Callable[[list], list]
+    args: Callable[[list], list] | None = None  # recorded values (schema order) -> the target's
+    # or else: the target's arguments taken by name from the recorded ones (target name -> recorded
+    # name where they differ); recorded arguments the target lacks are dropped
+    renames: dict[str, str] | None = None
 
     @property
     def overload(self):
@@ -27,6 +31,22 @@ class Substitute:
         ns, rest = self.target.split("::")
         name, _, overload = rest.partition(".")
         return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+
+    def map(self, names: list[str], values: list) -> list:
+        """The target's argument values from the recorded ones (``names``: the recorded schema's)."""
+        if self.args is not None:
+            return self.args(values)
+        given = dict(zip(names, values))
+        out = []
+        for arg in self.overload._schema.arguments:
+            src = (self.renames or {}).get(arg.name, arg.name)
+            if src in given:
+                out.append(given[src])
+            elif arg.has_default_value():
+                out.append(arg.default_value)
+            else:
+                raise ValueError(f"{self.target} needs {arg.name!r}, which the trace does not record")
+        return out
 
 
 def _conv_nd(v: list) -> list:
@@ -68,5 +88,14 @@ SUBSTITUTES: dict[str, Substitute] = {
 NO_EFFECT = "nothing (no kernel for this device; the op has no effect here)"
 
 
+# FBGEMM's training lookups of table-batched embeddings (one per optimizer) keep their tables in
+# device or unified memory; the CPU build has each as ``..._cpu``, with the tables in host memory.
+_TBE_LOOKUP = re.compile(r"fbgemm::split_embedding_codegen_lookup_(\w+)_function")
+_TBE_HOST = {f"{state}_host": f"{state}_dev" for state in ("momentum1", "momentum2")} | {"host_weights": "dev_weights"}
+
+
 def substitute_for(op_name: str) -> Substitute | None:
+    m = _TBE_LOOKUP.fullmatch(op_name)
+    if m is not None and not m.group(1).endswith("_cpu"):
+        return Substitute(f"{op_name}_cpu", renames=_TBE_HOST)
     return SUBSTITUTES.get(op_name)

@@ -27,10 +27,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .fbgemm import tbe_values
 from .trace import ListValue, Node, TensorRef
 
 #: Elements of random data drawn per block when filling large tensors.
 TILE = 1 << 20
+#: Embedding tables read row by row from this size on are not filled (see TensorFactory.make).
+UNTOUCHED_MIN_BYTES = 64 << 20
 
 # Arguments whose values must be positive for the op to see realistic data.
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
@@ -84,6 +87,9 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         b = tensor("bias")
         if b is not None and len(b.shape) == 1:
             out[b] = (-0.1, 0.1)
+        m = tensor("running_mean")
+        if m is not None:
+            out[m] = (-0.1, 0.1)
     if name in _POSITIVE_OPS:
         for v in node.inputs:
             refs = v.items if isinstance(v, ListValue) else (v,)
@@ -110,7 +116,10 @@ class IntRange:
 
     low: int = 0
     high: int = 2
-    kind: str = "uniform"  # or "offsets" (sorted, starting at 0) or "lengths"
+    # or "offsets" (sorted, starting at 0), "cuts" (sorted, from 0 to ``high``), "parts" (summing
+    # to ``high``), "values" (exactly ``values``, repeated to fill)
+    kind: str = "uniform"
+    values: tuple[int, ...] = ()
 
     def narrow(self, other: IntRange) -> IntRange:
         if other.kind != "uniform":
@@ -185,6 +194,10 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         x = args.get("self")
         if isinstance(x, TensorRef):
             put("index", IntRange(0, max(math.prod(x.shape), 1)))
+    elif node.name.startswith("fbgemm::"):
+        for ref, (how, v) in tbe_values(name, args).items():
+            out[ref] = (IntRange(0, max(v, 1)) if how == "range" else
+                        IntRange(0, len(v), "values", tuple(v)) if how == "values" else IntRange(0, v, how))  # fmt: skip
     for ref, rng in recorded.items():
         out[ref] = rng
     return out
@@ -232,6 +245,8 @@ class TensorFactory:
     _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     _constrained: dict[tuple[int, str], bool] = field(default_factory=dict)
     _generator: torch.Generator | None = None
+    sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
+    untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -271,6 +286,10 @@ class TensorFactory:
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             self._storages[key] = base
+            if ref in self.sparse and nbytes >= UNTOUCHED_MIN_BYTES and self.device.type == "cpu":
+                # A large embedding table a lookup reads row by row: left as the OS gives a large
+                # allocation (zero pages, committed only where a row is touched), not filled.
+                self.untouched_bytes[key] = nbytes
             whole = torch.empty(0, dtype=dtype, device=self.device)
             whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
             self.fill(whole, ref)
@@ -290,7 +309,7 @@ class TensorFactory:
         elements: drawing gigabytes of random numbers would dominate the setup time and
         buys nothing for timing (values keep their range and are not degenerate)."""
         n = t.numel()
-        if n == 0:
+        if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes:
             return
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)
@@ -317,6 +336,16 @@ class TensorFactory:
             return torch.rand(n, generator=g, device=dev) < 0.5
         if dtype.is_floating_point or dtype.is_complex:
             return torch.empty(n, dtype=dtype, device=dev).uniform_(*self._float_range(ref), generator=g)
+        if rng.kind == "values":
+            reps = -(-n // max(len(rng.values), 1))
+            return torch.tensor(rng.values or (0,), dtype=torch.int64, device=dev).repeat(reps)[:n].to(dtype)
+        if rng.kind in ("cuts", "parts"):
+            # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts)
+            k = n if rng.kind == "cuts" else n + 1
+            inner = torch.sort(torch.randint(0, max(rng.high, 0) + 1, (max(k - 2, 0),), generator=g, device=dev)).values
+            cuts = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), inner,
+                              torch.full((1,), max(rng.high, 0), dtype=torch.int64, device=dev)])[-k:]  # fmt: skip
+            return (cuts if rng.kind == "cuts" else cuts.diff()).to(dtype)
         if rng.kind == "offsets":
             # Monotone offsets into a bag of indices: 0, then sorted cut points.
             cuts = torch.sort(torch.randint(0, max(rng.high, 1), (n,), generator=g, device=dev)).values

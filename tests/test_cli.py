@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from bad_inputs import set_op_schema
 
 from pytest_mystique.cli import main
 
-from conftest import corpus
+from conftest import corpus, read_json, write_json
 
 MYSTIQUE = [sys.executable, "-m", "pytest_mystique.cli"]
 
@@ -27,15 +28,17 @@ def test_replay_json_replays_every_op_of_cpu_corpus(name, capsys):
     assert out["original_median_s"] > 0 and out["fidelity_ratio"] > 0  # from the .meta.json sidecar
 
 
-def test_replay_lists_skipped_ops(capsys):
-    assert main(["replay", str(corpus("multirank/dlrm_8rank/rank-0.json.gz")), "--device", "cpu", "--iters", "2",
-                 "--warmup", "0", "--json"]) == 0  # fmt: skip
+def test_replay_lists_skipped_ops(capsys, tmp_path):
+    data = read_json(corpus("vit_infer.json.gz"))
+    set_op_schema(data, "gelu", "mystique_test::gelu(Tensor self, *, str approximate='none') -> Tensor")
+    path = write_json(tmp_path / "vit_renamed.json.gz", data)
+    assert main(["replay", str(path), "--device", "cpu", "--iters", "2", "--warmup", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["ops_skipped"] > 0
+    assert out["ops_skipped"] == 2  # the two layers' GELUs
     assert out["ops_replayed"] + out["ops_skipped"] == out["ops_total"]
-    ops = {s["op"] for s in out["skipped"]}
-    assert "fbgemm::bounds_check_indices" in ops
-    assert all(s["reason"] and s["count"] >= 1 for s in out["skipped"])
+    [skip] = out["skipped"]
+    assert skip["op"] == "aten::gelu" and "mystique_test::gelu is not registered" in skip["reason"]
+    assert skip["count"] == 2
 
 
 def test_replay_human_output_and_errors(tmp_path):

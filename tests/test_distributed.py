@@ -9,6 +9,7 @@ import pytest
 
 from pytest_mystique.distributed import rank_of, resolve_job
 from pytest_mystique.errors import TraceError
+from pytest_mystique.ops import load_op_library
 from pytest_mystique.trace import load_trace
 
 from conftest import ROOT, corpus, read_json, write_json
@@ -110,8 +111,9 @@ def test_allgather_corpus_trace_on_two_ranks():
 
 @pytest.mark.slow
 def test_dlrm_eight_ranks(tmp_path):
-    """8 ranks on a small machine: slow, but every rank replays its file; the only skips are
-    FBGEMM operators (not installed), each with its reason."""
+    """8 ranks on a small machine: slow, but every rank replays its file, FBGEMM's operators
+    included (the CUDA lookup as FBGEMM's CPU one); without FBGEMM they are the only skips, each
+    with its reason."""
     shutil.copytree(corpus("multirank/dlrm_8rank"), tmp_path / "traces" / "dlrm_8rank")
     out, res = run_pytest(tmp_path, "--mystique-budget=1", "--mystique-iters=2")
     assert out.returncode == 0, out.stdout[-3000:]
@@ -119,8 +121,13 @@ def test_dlrm_eight_ranks(tmp_path):
     assert info["world_size"] == 8 and len(info["ranks"]) == 8
     assert {r["file"].rsplit("/", 1)[1] for r in info["ranks"]} == {f"rank-{i}.json.gz" for i in range(8)}
     assert all(r["collectives"] == 8 for r in info["ranks"])  # 5 all_to_all(v) + 3 all_reduce per rank
-    assert {s["op"].split("::")[0] for s in info["skipped"]} == {"fbgemm"}
-    assert all("not registered" in s["reason"] for s in info["skipped"])
+    if load_op_library("fbgemm") is True:
+        assert info["skipped"] == [] and info["ops_replayed"] == info["ops_total"] == 5160
+        subs = {s["op"]: (s["replacement"], s["count"]) for s in info["substitutions"]}
+        assert subs["fbgemm::split_embedding_codegen_lookup_adagrad_function"][1] == 8
+    else:
+        assert {s["op"].split("::")[0] for s in info["skipped"]} == {"fbgemm"}
+        assert all("not registered" in s["reason"] for s in info["skipped"])
 
 
 def test_missing_peer_group_is_reported(tmp_path):
