@@ -8,7 +8,9 @@ Data is seeded. Floating tensors hold values in [-1, 1), except where the first 
 them says otherwise: the weights of linear layers, matrix products and convolutions get the range
 of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
-scales sit around 1; a tensor that reaches a square root or a logarithm, or is named like a
+scales sit around 1 and their shifts and running means around 0 (a running mean drawn from
+[-1, 1) pushes whole channels below zero, the ReLU after it zeroes them, and a max pooling after
+that runs on constant data, faster than on real activations); a tensor that reaches a square root or a logarithm, or is named like a
 variance, is positive (so no NaN appears that the original did not have). A 0-dim floating tensor
 is most often a Python number the program wrapped (an epsilon, an optimizer's beta, a bias
 correction) and gets a value in [0.5, 1): positive, so no sign flips into a square root, and at

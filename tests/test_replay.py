@@ -125,6 +125,24 @@ def test_index_tensors_are_valid_for_their_consumer():
     assert len(torch.unique(t)) > 1, "indices are not degenerate"
 
 
+def test_batch_norm_statistics_keep_relu_activations_mixed():
+    """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
+    channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
+    positive there). Running means drawn from [-1, 1) left channels all zero or all positive
+    (0.07% to 99.99%), and the max pooling after them ran on constant data."""
+    replay = Replay(load_trace(bundled("cnn_infer")), "cpu").prepare()
+    positive = []
+
+    def after(step, result):
+        if step.name == "aten::relu":
+            out = result[0] if isinstance(result, tuple) else result
+            positive.append((out > 0).float().mean(dim=(0, 2, 3)))
+
+    replay.run(after_step=after)
+    assert len(positive) == 3 and positive[0].numel() == 32
+    assert 0.1 < float(positive[0].min()) and float(positive[0].max()) < 0.9, positive[0]
+
+
 def test_offsets_are_monotone(tmp_path):
     # A tiny embedding-bag step captured from torch itself.
     from pytest_mystique.recorder import capture
