@@ -18,6 +18,9 @@ import numpy
 import torch
 
 HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
+#: Raised when a change to the replay alters what a replayed step does: 2 = BatchNorm running means
+#: centred, FBGEMM's table metadata derived (baselines recorded before lack the field).
+REPLAY_VERSION = 2
 
 
 @lru_cache(maxsize=1)
@@ -57,6 +60,9 @@ def fingerprint(device: torch.device, threads: int) -> dict:
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "os": f"{platform.system()} {platform.release()}",
+        # how the replay rebuilds a step (its data, its plan): a change to it moves timings as an
+        # upgrade would, so it is part of the environment a baseline was recorded in
+        "replay": REPLAY_VERSION,
     }
 
 
