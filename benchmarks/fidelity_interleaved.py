@@ -5,7 +5,9 @@ now and an original timed at capture time differ by the drift as much as by the 
 For the bundled traces the original step can be rebuilt (scripts/make_traces.py), and with
 ``transformers`` installed so can small models of the kinds the corpus holds, built from a config
 (no weights downloaded): encoders (BERT, DistilBERT), decoders (GPT-2, Llama with grouped-query
-attention), an encoder-decoder (T5), a vision transformer (ViT), training and inference. Each is captured with the capture helper, then
+attention), an encoder-decoder (T5), a vision transformer (ViT), training and inference; and, beside the
+bundled CNN inference and recommender training, a residual CNN's training and a recommender's
+inference of other shapes. Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
@@ -112,8 +114,57 @@ HF_MODELS = {f"hf_{k}_{'train' if t else 'infer'}": _hf(k, t)
                           ("llama", False), ("t5", True), ("vit", True), ("vit", False))}  # fmt: skip
 
 
+def _cnn_train():
+    """A residual CNN training step (batch norm in training mode, SGD with momentum)."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+                                      nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))  # fmt: skip
+
+        def forward(self, x):
+            return torch.relu(x + self.body(x))
+
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                          Block(32), nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(64),
+                          nn.ReLU(), Block(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))
+
+    def step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step, None
+
+
+def _rec_infer():
+    """A DLRM-like recommender's inference (embedding bags with skewed ids, MLPs), other tables."""
+    model = make_traces.TinyDLRM(tables=(20000, 8000, 3000, 800, 100), dim=64, dense_in=8).eval()
+    batch = 2048
+    dense = torch.randn(batch, 8)
+    sparse = []
+    for bag in model.bags:
+        lengths = torch.randint(1, 20, (batch,))
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+        sparse.append(((torch.rand(int(lengths.sum())) ** 2 * bag.num_embeddings).long(), offsets))
+
+    def infer():
+        with torch.no_grad():
+            model(dense, sparse)
+
+    return infer, None
+
+
+#: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
+TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer}
+
+
 def models() -> dict:
-    out = dict(make_traces.MODELS)
+    out = dict(make_traces.MODELS) | TORCH_MODELS
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -149,7 +200,7 @@ def main() -> int:
         torch.manual_seed(0)
         step, _ = table[name]()
         path = ROOT / "traces" / f"{name}.json.gz"
-        if name in HF_MODELS:
+        if name in HF_MODELS or name in TORCH_MODELS:
             path = tmp / f"{name}.json.gz"
             capture_step(step, path, warmup=3, runs=3)
         replay = Replay(load_trace(path), "cpu").prepare()
