@@ -133,6 +133,23 @@ class IntRange:
         return IntRange(max(self.low, other.low), max(min(self.high, other.high), max(self.low, other.low) + 1))
 
 
+def _no_huge_pages(t: torch.Tensor) -> None:
+    """Ask the kernel not to back ``t`` with transparent huge pages (where they are on for every
+    mapping, touching one row of a table would commit 2 MiB around it). Best effort: Linux only."""
+    try:
+        import ctypes
+        import mmap
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        page = mmap.PAGESIZE
+        start = -(-t.data_ptr() // page) * page
+        stop = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+        if stop > start:
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), 15)  # MADV_NOHUGEPAGE
+    except (OSError, AttributeError):
+        pass
+
+
 def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
     if not isinstance(ref, TensorRef) or not ref.shape:
         return None
@@ -296,6 +313,7 @@ class TensorFactory:
                 # A large embedding table a lookup reads row by row: left as the OS gives a large
                 # allocation (zero pages, committed only where a row is touched), not filled.
                 self.untouched_bytes[key] = nbytes
+                _no_huge_pages(base)
             whole = torch.empty(0, dtype=dtype, device=self.device)
             whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
             self.fill(whole, ref)
