@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .tensors import IntRange
 from .trace import TensorRef
 
-#: Names the TBE operators give their packed weights and optimizer state, by schema generation.
-_TABLE_ARGS = ("dev_weights", "uvm_weights", "host_weights", "momentum1_dev", "momentum1_uvm", "momentum1_host",
-               "momentum2_dev", "momentum2_uvm", "momentum2_host")  # fmt: skip
+#: Names the TBE operators give their packed weights and their optimizer state, by schema generation.
+_WEIGHT_ARGS = ("dev_weights", "uvm_weights", "host_weights")
+_STATE_ARGS = tuple(f"{state}_{where}" for state in ("momentum1", "momentum2") for where in ("dev", "uvm", "host"))
 
 
 def _ref(args: dict, name: str) -> TensorRef | None:
@@ -54,31 +55,29 @@ def table_widths(tables: int, total_d: int, max_d: int) -> list[int] | None:
     return widths if min(widths) >= 1 else None
 
 
-def tbe_values(name: str, args: dict[str, Any]) -> dict[TensorRef, tuple[str, Any]]:
-    """Per input tensor of the FBGEMM op ``name`` (``args``: schema argument name -> recorded
-    value): ``("values", [...])`` for exact contents, ``("range", high)`` for indices in
-    ``[0, high)``, ``("cuts", n)`` for bag offsets from 0 to ``n``, ``("parts", n)`` for lengths
-    summing to ``n``."""
-    out: dict[TensorRef, tuple[str, Any]] = {}
+def tbe_ranges(name: str, args: dict[str, Any]) -> dict[TensorRef, IntRange]:
+    """The values each integer input of the FBGEMM op ``name`` needs (``args``: schema argument
+    name -> recorded value): exact metadata, indices inside their tables, bag offsets from 0 to
+    the number of indices, lengths summing to it."""
+    out: dict[TensorRef, IntRange] = {}
 
-    def put(arg: str, how: tuple[str, Any]) -> None:
+    def put(arg: str, rng: IntRange) -> None:
         ref = _ref(args, arg)
         if ref is not None:
-            out[ref] = how
+            out[ref] = rng
+
+    def exactly(arg: str, values: list[int]) -> None:
+        put(arg, IntRange(0, len(values), "values", tuple(values)))
 
     n_indices = _numel(_ref(args, "indices") or _ref(args, "values"))
     if name in _DATA_SIZED:
-        permute = _ref(args, "permute")
-        if permute is not None:
-            put("permute", ("values", list(range(_numel(permute) - 1, -1, -1))))  # a real permutation
-        put("lengths", ("parts", n_indices))
+        exactly("permute", list(range(_numel(_ref(args, "permute")) - 1, -1, -1)))  # a real permutation
+        put("lengths", IntRange(0, n_indices, "parts"))
         return out
     if name == "bounds_check_indices":
-        rows = _ref(args, "rows_per_table")
-        if rows is not None:
-            put("rows_per_table", ("values", [max(n_indices, 2)] * _numel(rows)))
-        put("indices", ("range", max(n_indices, 2)))
-        put("offsets", ("cuts", n_indices))
+        exactly("rows_per_table", [max(n_indices, 2)] * _numel(_ref(args, "rows_per_table")))
+        put("indices", IntRange(0, max(n_indices, 2)))
+        put("offsets", IntRange(0, n_indices, "cuts"))
         return out
     if not (name.startswith("split_embedding_codegen_lookup_") or name == "dense_embedding_codegen_lookup_function"):
         return out
@@ -88,28 +87,24 @@ def tbe_values(name: str, args: dict[str, Any]) -> dict[TensorRef, tuple[str, An
         return out
     tables = _numel(d_offsets) - 1
     widths = table_widths(tables, total_d, max_d)
-    weights = max((_numel(_ref(args, a)) for a in _TABLE_ARGS[:3]), default=0)
-    rows = weights // total_d if widths else 0
+    rows = max(_numel(_ref(args, a)) for a in _WEIGHT_ARGS) // total_d if widths else 0
     if not widths or rows < 1:
         return out
     starts = [0]
     for w in widths:
         starts.append(starts[-1] + w)
-    put("D_offsets", ("values", starts))
-    put("weights_offsets", ("values", [rows * s for s in starts[:-1]]))
-    put("hash_size_cumsum", ("values", [rows * t for t in range(tables + 1)]))
+    exactly("D_offsets", starts)
+    exactly("weights_offsets", [rows * s for s in starts[:-1]])
+    exactly("hash_size_cumsum", [rows * t for t in range(tables + 1)])
     for arg in ("weights_placements", "momentum1_placements", "momentum2_placements"):
-        ref = _ref(args, arg)
-        if ref is not None:
-            put(arg, ("values", [0] * _numel(ref)))  # every table in one place
+        exactly(arg, [0] * _numel(_ref(args, arg)))  # every table in one place
     for state in ("momentum1", "momentum2"):
-        size = max((_numel(_ref(args, f"{state}_{where}")) for where in ("dev", "uvm", "host")), default=0)
-        per_row = size // (rows * tables) if size else 0
+        size = max(_numel(_ref(args, f"{state}_{where}")) for where in ("dev", "uvm", "host"))
         # element-wise state is laid out like the weights; row-wise state has one value per row
-        put(f"{state}_offsets", ("values", [rows * s for s in starts[:-1]] if per_row > 1 else
-                                 [rows * t for t in range(tables)]))  # fmt: skip
-    put("indices", ("range", rows))
-    put("offsets", ("cuts", n_indices))
+        exactly(f"{state}_offsets", [rows * s for s in starts[:-1]] if size > rows * tables else
+                [rows * t for t in range(tables)])  # fmt: skip
+    put("indices", IntRange(0, rows))
+    put("offsets", IntRange(0, n_indices, "cuts"))
     return out
 
 
@@ -135,4 +130,4 @@ def sparse_tables(name: str, args: dict[str, Any]) -> list[TensorRef]:
     """The packed tables and optimizer state a TBE lookup reads and writes only row by row."""
     if not name.startswith(("split_embedding_codegen_lookup_", "dense_embedding_codegen_lookup_")):
         return []
-    return [ref for a in _TABLE_ARGS if (ref := _ref(args, a)) is not None]
+    return [ref for a in _WEIGHT_ARGS + _STATE_ARGS if (ref := _ref(args, a)) is not None]

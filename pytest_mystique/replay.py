@@ -29,7 +29,7 @@ import torch
 
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
-from .fbgemm import drop_data_sizes, sparse_tables
+from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .graph import select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
@@ -203,10 +203,13 @@ class Replay:
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
         if node.name.startswith("fbgemm::"):
-            note = drop_data_sizes(node.name[8:], names, values)
+            name, args = node.name[8:], dict(zip(names, node.inputs))
+            for ref, rng in tbe_ranges(name, args).items():
+                self.factory.constrain(ref, rng)
+            self.factory.sparse.update(sparse_tables(name, args))
+            note = drop_data_sizes(name, names, values)
             if note:
                 self.report.notes[note] += 1
-            self.factory.sparse.update(sparse_tables(node.name[8:], dict(zip(names, node.inputs))))
         if alt is not None:
             return PlannedOp(node, alt.overload, alt.map(names, values), (), substitution=alt.target)
         return PlannedOp(node, overload, values, tuple(kwnames))

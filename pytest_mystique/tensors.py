@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .fbgemm import tbe_values
 from .trace import ListValue, Node, TensorRef
 
 #: Elements of random data drawn per block when filling large tensors.
@@ -215,10 +214,6 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         x = args.get("self")
         if isinstance(x, TensorRef):
             put("index", IntRange(0, max(math.prod(x.shape), 1)))
-    elif node.name.startswith("fbgemm::"):
-        for ref, (how, v) in tbe_values(name, args).items():
-            out[ref] = (IntRange(0, max(v, 1)) if how == "range" else
-                        IntRange(0, len(v), "values", tuple(v)) if how == "values" else IntRange(0, v, how))  # fmt: skip
     for ref, rng in recorded.items():
         out[ref] = rng
     return out
