@@ -19,7 +19,8 @@ import torch
 
 HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: Raised when a change to the replay alters what a replayed step does: 2 = BatchNorm running means
-#: centred, FBGEMM's table metadata derived (baselines recorded before lack the field).
+#: centred, optimizer state from zero, inputs from a pool of draws, FBGEMM's table metadata derived
+#: (baselines recorded before lack the field).
 REPLAY_VERSION = 2
 
 

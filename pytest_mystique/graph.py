@@ -37,3 +37,22 @@ def select_ops(trace: Trace) -> list[Node]:
     trace.selected = [n for n in trace.nodes if n.is_op and not under_op[n.id]]
     return list(trace.selected)
 
+
+
+#: The ``record_function`` range PyTorch's optimizers wrap their ``step`` in.
+OPTIMIZER_STEP = "Optimizer.step#"
+
+
+def optimizer_step_ops(trace: Trace) -> set[int]:
+    """Ids of the selected operators that ran inside an optimizer's ``step``."""
+    by_id = trace.by_id
+    inside: set[int] = set()
+    for node in select_ops(trace):
+        cur = by_id.get(node.parent)
+        while cur is not None:
+            if cur.name.startswith(OPTIMIZER_STEP):
+                inside.add(node.id)
+                break
+            nxt = by_id.get(cur.parent)
+            cur = nxt if nxt is not None and nxt.id != cur.id else None
+    return inside

@@ -30,7 +30,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .graph import select_ops
+from .graph import optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
@@ -149,6 +149,9 @@ class Replay:
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
         external_bytes: dict[tuple, int] = {}
+        in_step = optimizer_step_ops(self.trace)
+        stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
+        elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
         for node in ops:
             try:
                 p = self._plan_op(node)
@@ -160,16 +163,22 @@ class Replay:
                 continue
             p.values = [_same_tensor(v, made, placed) for v in p.values]
             planned.append(p)
-            for v in p.values:
+            writes = () if p.collective else schema_facts(p.overload).writes
+            for pos, v in enumerate(p.values):
                 for ref in _refs(v):
                     self.factory.reserve(ref)
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
+                        if node.id not in in_step:
+                            elsewhere.add(ref)
+                        elif pos < len(writes) and writes[pos]:
+                            stepped.add(ref)
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
                     placed[_placement(ref)] = ref
+        self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:
@@ -179,6 +188,19 @@ class Replay:
                     f"{fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
                 )
         return planned
+
+    def _zero_state(self, refs: set[TensorRef]) -> None:
+        """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
+        writes) starts at zero, as the optimizer makes it, and is reset to zero between
+        iterations; the step's own gradients then give it the original's zero pattern: the rows of
+        an embedding that no index touched stay zero, and a square root over them is several
+        times slower than over seeded values (AdamW's on a 4000 x 128 table: 1.1 ms against
+        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero."""
+        if refs:
+            self.factory.zeros |= refs
+            size = sum(math.prod(r.shape) * r.itemsize for r in refs)
+            self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
+                              f"optimizer makes them"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):

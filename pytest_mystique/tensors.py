@@ -264,6 +264,7 @@ class TensorFactory:
     _pools: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
     _pool_at: int = 0
     sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
+    zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
 
     def reserve(self, ref: TensorRef) -> None:
@@ -329,6 +330,9 @@ class TensorFactory:
         buys nothing for timing (values keep their range and are not degenerate)."""
         n = t.numel()
         if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes:
+            return
+        if ref in self.zeros:
+            t.zero_()
             return
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)

@@ -143,6 +143,31 @@ def test_batch_norm_statistics_keep_relu_activations_mixed():
     assert 0.1 < float(positive[0].min()) and float(positive[0].max()) < 0.9, positive[0]
 
 
+def test_optimizer_state_starts_at_zero_and_follows_the_gradients():
+    """AdamW's moments in the bundled transformer's training step: inputs only the optimizer's step
+    uses and writes start at zero, as the optimizer makes them, so the second moment of the
+    embedding (1000 rows, 256 tokens a step) keeps zero rows where no token's gradient reached it,
+    as in the original, and the square root over it runs on them (seeded moments had none). The
+    step counters keep their seeded values, and every iteration starts from zero again."""
+    replay = Replay(load_trace(bundled("transformer_train")), "cpu").prepare()
+    assert any("optimizer state tensor(s)" in n for n in replay.report.notes)
+    assert replay.factory.zeros and all(len(r.shape) > 0 for r in replay.factory.zeros)
+    roots = []
+
+    def after(step, result):
+        out = result[0] if isinstance(result, tuple) else result
+        if step.name == "aten::sqrt" and tuple(out.shape) == (1000, 128):
+            roots.append(out)
+
+    for _ in range(2):
+        replay.reset_state()
+        replay.run(after_step=after)
+    assert len(roots) == 2
+    for root in roots:
+        zero_rows = float((root == 0).all(dim=1).float().mean())
+        assert 0.5 < zero_rows < 1.0, zero_rows
+
+
 def test_offsets_are_monotone(tmp_path):
     # A tiny embedding-bag step captured from torch itself.
     from pytest_mystique.recorder import capture
