@@ -10,14 +10,16 @@ of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the m
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
 scales sit around 1 and their shifts and running means around 0 (a running mean drawn from
 [-1, 1) pushes whole channels below zero, the ReLU after it zeroes them, and a max pooling after
-that runs on constant data, faster than on real activations); a tensor that reaches a square root or a logarithm, or is named like a
-variance, is positive (so no NaN appears that the original did not have). A 0-dim floating tensor
-is most often a Python number the program wrapped (an epsilon, an optimizer's beta, a bias
-correction) and gets a value in [0.5, 1): positive, so no sign flips into a square root, and at
-most 1, so state multiplied by it every step cannot grow without bound. Integer tensors that index something hold values valid for their
+that runs on constant data, faster than on real activations); a tensor that reaches a square
+root or a logarithm, or is named like a variance, is positive (so no NaN appears that the
+original did not have). A 0-dim floating tensor is most often a Python number the program
+wrapped (an epsilon, an optimizer's beta, a bias correction) and gets a value in [0.5, 1):
+positive, so no sign flips into a square root, and at most 1, so state multiplied by it every
+step cannot grow without bound. The optimizer's state starts at zero (see
+``Replay._zero_state``). Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
-the number of classes of a loss).
+the number of classes of a loss; FBGEMM's table metadata, ``fbgemm.py``).
 """
 
 from __future__ import annotations
