@@ -9,8 +9,8 @@ runs (``--device cuda:0``). Something to hand to a hardware vendor: Mystique's "
 benchmark".
 
 Input values follow the replay's: each view is filled with values in the range the replay gave
-it (indices stay valid, scales stay positive). Inputs the step writes in place are refilled
-between iterations, outside the timing, as the replay does.
+it (indices stay valid, scales stay positive; the optimizer's state is zero). Inputs the step
+writes in place are refilled between iterations, outside the timing, as the replay does.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     storages: dict[int, int] = {}
     index: dict[int, int] = {}
     views = []
-    for slot in replay._externals.values():
+    for (ref, _), slot in replay._externals.items():
         t = replay.env[slot]
         if not isinstance(t, torch.Tensor):
             continue
@@ -78,7 +78,9 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             index[key] = len(index)
             storages[index[key]] = st.nbytes()
         low = high = 0
-        if t.numel() and not t.is_complex():
+        if ref in replay.factory.zeros:
+            low = high = 0.0  # starts every iteration at zero (the preparation's own call moved it)
+        elif t.numel() and not t.is_complex():
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -163,8 +165,10 @@ def fill(t, low, high, gen):
         return
     if t.dtype == torch.bool:
         t.copy_(torch.randint(0, 2, t.shape, generator=gen).to(torch.bool))
+    elif t.is_floating_point() and high == low:  # one value throughout (an optimizer's state starts at zero)
+        t.fill_(low)
     elif t.is_floating_point():
-        t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high if high > low else low + 1e-6, generator=gen))
+        t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high, generator=gen))
     elif t.is_complex():
         t.zero_()
     else:

@@ -1,13 +1,14 @@
 """mystique export: a standalone benchmark script that needs only torch."""
 
 import ast
+import importlib.util
 import re
 import subprocess
 import sys
 
 from pytest_mystique.cli import main
 
-from conftest import corpus
+from conftest import bundled, corpus
 
 
 def test_exported_script_replays_the_trace_with_only_torch(tmp_path, capsys):
@@ -36,3 +37,24 @@ def test_export_of_a_broken_trace_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "broken.json" in err and "invalid JSON" in err
     assert not (tmp_path / "x.py").exists()
+
+
+def test_exported_inputs_keep_the_optimizer_state_at_zero(tmp_path):
+    """The bundled transformer's AdamW moments start at zero in the replay; the exported script's
+    inputs do too, before every iteration, and the other inputs keep their spread."""
+    import torch
+
+    script = tmp_path / "bench.py"
+    assert main(["export", str(bundled("transformer_train")), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location("bench", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gen = torch.Generator().manual_seed(0)
+    e = bench.make_inputs(torch.device("cpu"), gen)
+    constant = [v for v in bench.VIEWS if v[2].startswith("float") and v[6] == v[7] == 0 and len(v[4]) > 0]
+    assert len(constant) >= 54 and all(v[8] for v in constant)  # 54 moments, all written by the step
+    bench.step(e)
+    bench.refill(e, gen)
+    assert all(bool((e[v[0]] == 0).all()) for v in constant)
+    spread = [v for v in bench.VIEWS if v[2] == "float32" and v[6] < v[7]]
+    assert spread and all(float(e[v[0]].min()) < float(e[v[0]].max()) for v in spread if e[v[0]].numel() > 1)
