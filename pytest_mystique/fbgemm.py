@@ -29,6 +29,18 @@ _WEIGHT_ARGS = ("dev_weights", "uvm_weights", "host_weights")
 _STATE_ARGS = tuple(f"{state}_{where}" for state in ("momentum1", "momentum2") for where in ("dev", "uvm", "host"))
 
 
+#: Sparse-feature permutations take the size of their output as an argument: the sum of the
+#: lengths the original saw. The replay's lengths are its own (seeded, or sent by the other ranks),
+#: so the size is recomputed from them; a recorded one that did not match would leave part of the
+#: output unwritten (garbage indices for the lookups after it).
+_DATA_SIZED = {"permute_2D_sparse_data": "permuted_lengths_sum", "permute_1D_sparse_data": "permuted_lengths_sum",
+               "permute_sparse_data": "permuted_lengths_sum"}  # fmt: skip
+
+
+#: The table-batched lookups: the training ones (one per optimizer) and the dense one.
+_LOOKUPS = ("split_embedding_codegen_lookup_", "dense_embedding_codegen_lookup_function")
+
+
 def _ref(args: dict, name: str) -> TensorRef | None:
     v = args.get(name)
     return v if isinstance(v, TensorRef) and v.defined else None
@@ -79,7 +91,7 @@ def tbe_ranges(name: str, args: dict[str, Any]) -> dict[TensorRef, IntRange]:
         put("indices", IntRange(0, max(n_indices, 2)))
         put("offsets", IntRange(0, n_indices, "cuts"))
         return out
-    if not (name.startswith("split_embedding_codegen_lookup_") or name == "dense_embedding_codegen_lookup_function"):
+    if not name.startswith(_LOOKUPS):
         return out
     d_offsets = _ref(args, "D_offsets")
     total_d, max_d = _int(args, "total_D"), _int(args, "max_D")
@@ -108,14 +120,6 @@ def tbe_ranges(name: str, args: dict[str, Any]) -> dict[TensorRef, IntRange]:
     return out
 
 
-#: Sparse-feature permutations take the size of their output as an argument: the sum of the
-#: lengths the original saw. The replay's lengths are its own (seeded, or sent by the other ranks),
-#: so the size is recomputed from them; a recorded one that did not match would leave part of the
-#: output unwritten (garbage indices for the lookups after it).
-_DATA_SIZED = {"permute_2D_sparse_data": "permuted_lengths_sum", "permute_1D_sparse_data": "permuted_lengths_sum",
-               "permute_sparse_data": "permuted_lengths_sum"}  # fmt: skip
-
-
 def drop_data_sizes(name: str, names: list[str], values: list) -> str | None:
     """Clear in ``values`` an argument of the op ``name`` that the replay must recompute from its
     own data; returns the note saying so, or None."""
@@ -128,6 +132,6 @@ def drop_data_sizes(name: str, names: list[str], values: list) -> str | None:
 
 def sparse_tables(name: str, args: dict[str, Any]) -> list[TensorRef]:
     """The packed tables and optimizer state a TBE lookup reads and writes only row by row."""
-    if not name.startswith(("split_embedding_codegen_lookup_", "dense_embedding_codegen_lookup_")):
+    if not name.startswith(_LOOKUPS):
         return []
     return [ref for a in _WEIGHT_ARGS + _STATE_ARGS if (ref := _ref(args, a)) is not None]

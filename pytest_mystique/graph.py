@@ -38,7 +38,6 @@ def select_ops(trace: Trace) -> list[Node]:
     return list(trace.selected)
 
 
-
 #: The ``record_function`` range PyTorch's optimizers wrap their ``step`` in.
 OPTIMIZER_STEP = "Optimizer.step#"
 
