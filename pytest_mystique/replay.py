@@ -34,7 +34,7 @@ from .graph import optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
-from .tensors import TensorFactory, float_ranges, index_ranges
+from .tensors import TensorFactory, float_ranges, index_ranges, value_sources
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
@@ -152,6 +152,7 @@ class Replay:
         in_step = optimizer_step_ops(self.trace)
         stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
+        sources: dict[tuple[int, int], list] = {}  # a produced tensor -> the tensors its values come from
         for node in ops:
             try:
                 p = self._plan_op(node)
@@ -163,6 +164,10 @@ class Replay:
                 continue
             p.values = [_same_tensor(v, made, placed) for v in p.values]
             planned.append(p)
+            if not p.collective and p.substitution is None:
+                names = [a.name for a in arg_specs(p.overload)]
+                sources.update(value_sources(node.name, [(n, _refs(v)) for n, v in zip(names, p.values)],
+                                             [_refs_of_value(out) for out in node.outputs]))  # fmt: skip
             writes = () if p.collective else schema_facts(p.overload).writes
             for pos, v in enumerate(p.values):
                 for ref in _refs(v):
@@ -178,6 +183,7 @@ class Replay:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
                     placed[_placement(ref)] = ref
+        self.factory.pass_back(sources)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         if self.max_memory is not None:
             total = sum(external_bytes.values())

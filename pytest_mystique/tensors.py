@@ -19,7 +19,9 @@ step cannot grow without bound. The optimizer's state starts at zero (see
 ``Replay._zero_state``). Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
-the number of classes of a loss; FBGEMM's table metadata, ``fbgemm.py``).
+the number of classes of a loss; FBGEMM's table metadata, ``fbgemm.py``). A requirement on a
+tensor the program derived from an input (a view, a type conversion, a permutation) is passed
+back to that input (``TensorFactory.pass_back``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .trace import ListValue, Node, TensorRef
+from .trace import ListValue, Node, TensorRef, contiguous_strides
 
 #: Elements of random data drawn per block when filling large tensors.
 TILE = 1 << 20
@@ -251,6 +253,54 @@ def _recorded_ranges(node: Node) -> dict[TensorRef, IntRange]:
     return out
 
 
+#: Ops whose output holds an input's values element for element (the same count) in another
+#: storage or type: any requirement on the output's values is one on that input's.
+_COPIES = {"aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::type_as"}
+#: Ops whose outputs hold values picked from inputs (a subset, a concatenation, a permutation):
+#: a value range on an output (not a layout such as offsets) holds for the inputs it was picked
+#: from. Output position -> the schema argument it is picked from.
+_PICKS = {"aten::index_select": ("self",), "aten::cat": ("tensors",), "aten::concat": ("tensors",),
+          **dict.fromkeys(("fbgemm::permute_2D_sparse_data", "fbgemm::permute_1D_sparse_data",
+                           "fbgemm::permute_sparse_data"), ("lengths", "values", "weights"))}  # fmt: skip
+
+
+def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]],
+                  outputs: list[list[TensorRef]]) -> dict[tuple[int, int], list[tuple[TensorRef, str]]]:  # fmt: skip
+    """Where the values of the op ``op``'s outputs come from: output tensor key -> [(input, how)],
+    ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
+    "copy" (``_COPIES``) or "pick" (``_PICKS``). ``inputs``: (schema argument name, its tensors);
+    ``outputs``: the tensors of each recorded output."""
+    found: dict[tuple[int, int], list[tuple[TensorRef, str]]] = {}
+    in_keys = {r.key for _, refs in inputs for r in refs}
+    placed = {(r.storage_id, r.dtype): r for _, refs in inputs for r in refs}
+    self_ref = inputs[0][1][0] if inputs and len(inputs[0][1]) == 1 else None
+    named = dict(inputs)
+    picks = _PICKS.get(op, ())
+    for i, refs in enumerate(outputs):
+        for out in refs:
+            if out.key in in_keys:  # in place, or out=: the input tensor itself
+                continue
+            src = placed.get((out.storage_id, out.dtype))
+            if src is not None:
+                found[out.key] = [(src, "view")]
+            elif op in _COPIES and self_ref is not None and math.prod(self_ref.shape) == math.prod(out.shape):
+                found[out.key] = [(self_ref, "copy")]
+            elif i < len(picks) and named.get(picks[i]):
+                found[out.key] = [(src, "pick") for src in named[picks[i]]]
+    return found
+
+
+def _integral(ref: TensorRef) -> bool:
+    return ref.dtype.startswith(("int", "uint"))
+
+
+def _same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
+    """``a`` and ``b`` list the same elements in the same order: both dense and row-major, of the
+    same count, and for a view from the same place in the storage."""
+    return (math.prod(a.shape) == math.prod(b.shape) and (how != "view" or a.offset == b.offset)
+            and a.layout_strides() == contiguous_strides(a.shape) and b.layout_strides() == contiguous_strides(b.shape))  # fmt: skip
+
+
 @dataclass
 class TensorFactory:
     """Makes the replay's input tensors: one allocation per storage, views into it."""
@@ -280,6 +330,29 @@ class TensorFactory:
     def constrain(self, ref: TensorRef, rng: IntRange) -> None:
         old = self.ranges.get(ref)
         self.ranges[ref] = rng if old is None else old.narrow(rng)
+
+    def pass_back(self, sources: dict[tuple[int, int], list[tuple[TensorRef, str]]]) -> None:
+        """Move each integer requirement on a tensor that an op derived from other tensors
+        (``sources``, from :func:`value_sources`, in the order the ops produced them) to the
+        tensors it came from, back to the trace's inputs, which are the tensors the factory makes.
+        A program reshapes or converts its data before the consumer whose requirement it is
+        (``labels.view(-1)`` into a loss, ``position_ids[:, :n]`` into an embedding, a sparse
+        feature's values permuted and widened to int64 into an FBGEMM lookup); left on the
+        derived tensor, the requirement would never reach the data, and the input would hold 0s
+        and 1s. A range of values passes through every derivation; a layout (offsets, parts,
+        exact values) only where the elements are the same ones in the same order."""
+        by_key = {ref.key: ref for ref in self.ranges}
+        for key in reversed(list(sources)):  # consumers first: a tensor gets all its requirements before it passes them on
+            ref = by_key.get(key)
+            if ref is None or not _integral(ref):
+                continue
+            rng = self.ranges[ref]
+            for src, how in sources[key]:
+                if not _integral(src):
+                    continue
+                if rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how)):
+                    self.constrain(src, rng)
+                    by_key.setdefault(src.key, src)
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
         """The first op to consume a tensor sets its range (a weight is read first by its layer);

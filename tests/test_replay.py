@@ -125,6 +125,45 @@ def test_index_tensors_are_valid_for_their_consumer():
     assert len(torch.unique(t)) > 1, "indices are not degenerate"
 
 
+@pytest.mark.parametrize("path", [corpus("distilbert_train.json.gz"), bundled("transformer_train")], ids=lambda p: p.name)
+def test_index_requirements_reach_inputs_read_through_views(path):
+    """A program reshapes or slices its integer data before the op that indexes with it
+    (``position_ids[:, :n]`` into an embedding, ``labels.reshape(-1)`` into a loss): the
+    requirement reaches the input the view was taken of, which holds values across the
+    consumer's range, not the default 0s and 1s."""
+    replay = Replay(load_trace(path), "cpu").prepare()
+    ints = [(ref, t) for ref, t in replay.inputs() if not t.dtype.is_floating_point and t.numel() > 16]
+    assert ints
+    for ref, t in ints:
+        assert len(t.unique()) > 2, ref
+
+
+def test_sparse_features_are_consistent_through_permutes_and_conversions():
+    """TorchRec's sparse features reach FBGEMM's bounds check and lookup through a view, a
+    permutation and a widening to int64: the lengths a permutation reads sum to its number of
+    values (else the bounds check rewrites the bag offsets and logs each call), and the indices
+    the lookup reads are spread over its range, in every iteration."""
+    if load_op_library("fbgemm") is not True:
+        pytest.skip("fbgemm_gpu is not installed for this torch")
+    replay = Replay(load_trace(corpus("multirank/dlrm_8rank/rank-0.json.gz")), "cpu").prepare()
+    seen = []
+
+    def look(step, result):
+        if step.name == "fbgemm::permute_2D_sparse_data":
+            lengths, values = result[0], result[1]
+            seen.append((int(lengths.sum()), values.numel()))
+        elif step.name == "fbgemm::bounds_check_indices":
+            indices = replay.env[dict(step.fills)[1]]
+            seen.append((len(indices.unique()), "distinct indices"))
+
+    for _ in range(2):
+        replay.reset_state()
+        replay.run(look)
+    assert len(seen) == 6
+    for a, b in seen:
+        assert a == b if isinstance(b, int) else a > 100, seen
+
+
 def test_batch_norm_statistics_keep_relu_activations_mixed():
     """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
     channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
