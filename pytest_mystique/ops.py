@@ -60,7 +60,10 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
     namespace = getattr(torch.ops, op.namespace)
     if not isinstance(namespace, torch._ops._OpNamespace):
         raise Unsupported(f"{op.namespace!r} is not an operator namespace")
-    if hasattr(torch._ops._OpNamespace, op.name):
+    if any(op.name in vars(cls) for cls in type(namespace).__mro__):
+        # the namespace object's own attributes (its methods, ``__dict__``...), not operators; not
+        # ``hasattr`` on the class, which also sees its metaclass's (``type.__or__`` would hide
+        # ``aten::__or__``)
         raise Unsupported(f"refusing operator name {op.name!r}")
     try:
         packet = getattr(namespace, op.name)

@@ -254,6 +254,8 @@ def test_resolution_finds_overloads():
     assert resolve("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") is torch.ops.aten.add.Tensor
     assert resolve("aten::cos(Tensor self) -> Tensor") is torch.ops.aten.cos.default
     assert resolve("aten::__and__.Tensor(Tensor self, Tensor other) -> Tensor") is torch.ops.aten.__and__.Tensor
+    # names that Python's ``type`` also has (``X | Y`` unions): the operator, not the metaclass's method
+    assert resolve("aten::__or__.Tensor(Tensor self, Tensor other) -> Tensor") is torch.ops.aten.__or__.Tensor
 
 
 def test_bogus_op_is_skipped_with_reason(tmp_path):
