@@ -38,6 +38,10 @@ from .tensors import TensorFactory, float_ranges, index_ranges, value_sources
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
+#: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
+#: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
+_UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
+
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -140,6 +144,10 @@ class Replay:
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
         self.free_s = 0.0  # time spent freeing the ops' outputs during preparation (the allocator's work)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
+        # produced tensors whose readers get seeded inputs instead: the replay's values there would be
+        # garbage (uninitialised memory) or out of the reader's range (indices the original computed
+        # from its own data)
+        self._seeded: set[tuple[int, int]] = set()
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -153,6 +161,7 @@ class Replay:
         stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
         sources: dict[tuple[int, int], list] = {}  # a produced tensor -> the tensors its values come from
+        unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
         for node in ops:
             try:
                 p = self._plan_op(node)
@@ -172,6 +181,10 @@ class Replay:
             for pos, v in enumerate(p.values):
                 for ref in _refs(v):
                     self.factory.reserve(ref)
+                    if ref.key in unwritten:
+                        unwritten.discard(ref.key)
+                        if not (p.collective or (pos < len(writes) and writes[pos])):
+                            self._seeded.add(ref.key)  # the program filled it outside the ops
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
@@ -183,6 +196,12 @@ class Replay:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
                     placed[_placement(ref)] = ref
+                    if node.name in _UNINITIALISED:
+                        unwritten.add(ref.key)
+        if self._seeded:
+            self.report.notes[f"{len(self._seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
+                              f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "
+                              f"they read seeded data"] += 1  # fmt: skip
         self.factory.pass_back(sources)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         if self.max_memory is not None:
@@ -387,6 +406,8 @@ class Replay:
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
 
     def _slot_for(self, ref: TensorRef) -> int:
+        if ref.key in self._seeded:
+            return self._external(ref)
         hit = self._produced.get(ref.key)
         if hit is not None:
             slot, made = hit
@@ -430,6 +451,18 @@ class Replay:
             result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             self.probe_s += time.perf_counter() - t0
+            computed = [ref for v in p.values for ref in _refs(v)
+                        if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
+            if computed and _out_of_range(e):
+                # Indices the original computed from its own data (a router's choice of experts):
+                # computed from the replay's data they fall outside this op's range. It reads
+                # seeded indices, in its range, instead.
+                self._seeded.update(ref.key for ref in computed)
+                self.report.notes[f"{p.node.name}: indices computed from the replay's data were out of its range "
+                                  f"(data-dependent in the original): it reads seeded indices"] += 1  # fmt: skip
+                del call
+                self._build_step(p)
+                return
             alt = substitute_for(p.node.name) if p.substitution is None else None
             if alt is not None and not alt.target:
                 self.report.ops_replayed += 1
@@ -676,6 +709,12 @@ def _kind(v: Any) -> str:
     if isinstance(v, Scalar):
         return f"a {v.type}"
     return type(v).__name__
+
+
+def _out_of_range(e: BaseException) -> bool:
+    """``e`` is an op's complaint about the values of an index or a divisor."""
+    text = str(e)
+    return isinstance(e, IndexError) or any(w in text for w in ("out of bounds", "out of range", "ZeroDivisionError"))
 
 
 def _reason(e: BaseException) -> str:

@@ -19,9 +19,9 @@ step cannot grow without bound. The optimizer's state starts at zero (see
 ``Replay._zero_state``). Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
-the number of classes of a loss; FBGEMM's table metadata, ``fbgemm.py``). A requirement on a
-tensor the program derived from an input (a view, a type conversion, a permutation) is passed
-back to that input (``TensorFactory.pass_back``).
+the number of classes of a loss, a divisor that is not zero; FBGEMM's table metadata,
+``fbgemm.py``). A requirement on a tensor the program derived from an input (a view, a type
+conversion, a permutation) is passed back to that input (``TensorFactory.pass_back``).
 """
 
 from __future__ import annotations
@@ -162,6 +162,9 @@ def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
     return None
 
 
+_INT_DIVISIONS = {"floor_divide", "floor_divide_", "div", "div_", "remainder", "remainder_", "fmod", "fmod_"}
+
+
 def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
     """Value ranges the op ``node`` needs for its integer tensor inputs.
 
@@ -214,6 +217,10 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
                 n = _dim_size(base, dim)
                 if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
                     out[ref] = IntRange(0, n)
+    elif name in _INT_DIVISIONS:
+        other = args.get("other")
+        if isinstance(other, TensorRef) and _integral(other):
+            put("other", IntRange(1, 3))  # an integer division by zero raises
     elif name == "take":
         x = args.get("self")
         if isinstance(x, TensorRef):

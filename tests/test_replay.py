@@ -6,6 +6,7 @@ import pytest
 import torch
 from bad_inputs import make_huge, set_op_schema
 
+from pytest_mystique import capture_step
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
@@ -162,6 +163,63 @@ def test_sparse_features_are_consistent_through_permutes_and_conversions():
     assert len(seen) == 6
     for a, b in seen:
         assert a == b if isinstance(b, int) else a > 100, seen
+
+
+class _TopFourRouting(torch.nn.Module):
+    """Tokens routed to experts as transformers' mixture-of-experts layers do it: each token's
+    top four choices, sorted by expert, and each position divided by four back into its token."""
+
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.router = torch.nn.Linear(dim, 8, bias=False)
+        self.expert = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        weights, chosen = self.router(x).topk(4, dim=-1)
+        tokens = chosen.flatten().argsort() // 4  # a Python int: recorded as a 0-dim tensor
+        return (self.expert(x[tokens]) * weights.flatten()[:, None]).sum()
+
+
+def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path):
+    """The original's routing keeps every token index below the token count; the replay's
+    divisor is seeded (a 0-dim tensor records no value) and its quotients overrun the token
+    count. The index op then reads seeded indices in its range, and says so, instead of being
+    skipped; the 0-dim divisor itself is never zero (an integer division by zero raises)."""
+    model, x = _TopFourRouting(), torch.randn(32, 16)
+    capture_step(lambda: model(x).backward(), tmp_path / "moe.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "moe.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any(n.startswith("aten::index: indices computed from the replay's data") for n in rep.notes), rep.notes
+    divisors = [t for ref, t in replay.inputs() if t.dim() == 0 and not t.dtype.is_floating_point]
+    assert divisors and all(int(t) != 0 for t in divisors)
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
+
+
+def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
+    """``torch.tensor([...])`` records an ``aten::empty`` and copies the list in outside the ops:
+    replayed, the empty tensor would hold whatever the memory held (here an index that must stay
+    below 8, and a scale). Read before any op wrote them, such tensors read seeded data, in the
+    range their consumer needs, and the report says so."""
+
+    def step():
+        cols = torch.tensor([0, 2, 5, 7])
+        scale = torch.tensor(64.0)
+        return (x[:, cols] / scale.sqrt()).sum()
+
+    x = torch.randn(4, 8)
+    capture_step(step, tmp_path / "lists.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "lists.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any("read before any op wrote them" in n for n in rep.notes), rep.notes
+    results = []
+    replay.run(lambda s, r: results.append(r))
+    cols = [t for ref, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (4,)]
+    assert cols and all(0 <= int(v) < 8 for v in cols[0]), cols
+    assert torch.isfinite(results[-1]).all()
 
 
 def test_batch_norm_statistics_keep_relu_activations_mixed():
