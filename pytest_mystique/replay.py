@@ -148,6 +148,8 @@ class Replay:
         # garbage (uninitialised memory) or out of the reader's range (indices the original computed
         # from its own data)
         self._seeded: set[tuple[int, int]] = set()
+        self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
+        self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -383,9 +385,12 @@ class Replay:
         key = (ref, self._generation.get(ref.storage_id, 0))
         slot = self._externals.get(key)
         if slot is None:
-            slot = self._new_slot(self.factory.make(ref))
+            t = self.factory.make(ref)
+            slot = self._new_slot(t)
             self._externals[key] = slot
             self.permanent.add(slot)
+            if t.untyped_storage().nbytes():
+                self._input_storages.setdefault(t.untyped_storage().data_ptr(), slot)
         return slot
 
     def reset_state(self) -> None:
@@ -480,6 +485,8 @@ class Replay:
         self.probe_s += time.perf_counter() - t0
         step.single = facts.returns <= 1
         results = (result,) if step.single else tuple(result)
+        if self._first_nonfinite is None and any(_nonfinite(r) for r in results):
+            self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         for i, out in enumerate(p.node.outputs[: len(results)]):
             bound = self._bind(out, results[i], in_storages)
@@ -494,8 +501,16 @@ class Replay:
         self.report.ops_replayed += 1
         writes = facts.writes
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
-            if slot in self.permanent and (p.collective or (pos < len(writes) and writes[pos])):
+            if not (p.collective or (pos < len(writes) and writes[pos])):
+                continue
+            if slot in self.permanent:
                 self._mutated.add(slot)
+            elif isinstance(env[slot], torch.Tensor):
+                # written through an op's output that lies in an input's memory (a parameter the
+                # optimizer reaches through an alias autograd made of it)
+                base = self._input_storages.get(env[slot].untyped_storage().data_ptr())
+                if base is not None:
+                    self._mutated.add(base)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
         t0 = time.perf_counter()
@@ -590,6 +605,9 @@ class Replay:
         if untouched:
             self.report.notes[f"{len(untouched)} embedding table(s) read row by row ({fmt_bytes(sum(untouched.values()))}) "
                               f"left as zero pages, not filled: only the rows a lookup touches take memory"] += 1  # fmt: skip
+        if self._first_nonfinite:
+            self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
+                              f"the ops after it may not take the original's time"] += 1  # fmt: skip
         self._liveness()
         t0 = time.perf_counter()
         for i in range(len(self.env)):
@@ -709,6 +727,16 @@ def _kind(v: Any) -> str:
     if isinstance(v, Scalar):
         return f"a {v.type}"
     return type(v).__name__
+
+
+def _nonfinite(v: Any) -> bool:
+    """A floating tensor (or list of them) holding NaN or inf in its first 4096 elements: a sample,
+    as NaN spreads to whatever reads it, and a whole check would lengthen the build."""
+    if isinstance(v, (list, tuple)):
+        return any(_nonfinite(x) for x in v)
+    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or not v.numel() or not v.is_contiguous():
+        return False
+    return not bool(torch.isfinite(v.view(-1)[:4096]).all())
 
 
 def _out_of_range(e: BaseException) -> bool:

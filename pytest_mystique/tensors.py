@@ -15,7 +15,9 @@ root or a logarithm, or is named like a variance, is positive (so no NaN appears
 original did not have). A 0-dim floating tensor is most often a Python number the program
 wrapped (an epsilon, an optimizer's beta, a bias correction) and gets a value in [0.5, 1):
 positive, so no sign flips into a square root, and at most 1, so state multiplied by it every
-step cannot grow without bound. The optimizer's state starts at zero (see
+step cannot grow without bound. A 0-dim integer tensor is most often a wrapped Python number too
+(a size, a count: ``torch.tensor(x.size(-1))``) and is 1 or 2, never 0, which a division by it
+would meet. The optimizer's state starts at zero (see
 ``Replay._zero_state``). Integer tensors that index something hold values valid for their
 consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a range derived
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
@@ -419,7 +421,7 @@ class TensorFactory:
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(self.seed)
-        rng = self.ranges.get(ref, IntRange(0, 2))
+        rng = self.ranges.get(ref, IntRange(0, 2) if ref.shape else IntRange(1, 3))
         with torch.no_grad():
             if t.is_contiguous() and t.dtype.is_floating_point and n >= POOL_MIN:
                 self._fill_from_pool(t.view(-1), *self._float_range(ref))

@@ -222,6 +222,28 @@ def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
     assert torch.isfinite(results[-1]).all()
 
 
+def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_path):
+    """``torch.tensor(n)`` of a Python int (a size, a count) records no value: seeded, it is 1 or
+    2, never the 0 that a scale computed from it would divide by. Data that still becomes NaN or
+    inf in the replay (here the log of a difference the original kept positive) is named in the
+    report: the ops after it may run at another speed than the original's."""
+    x = torch.rand(4, 64) + 3
+
+    def step():
+        scales = [torch.tensor(x.size(-1) // k).float().sqrt() for k in (1, 2, 4, 8, 16, 32)]
+        return sum((x / s).sum() for s in scales) + torch.log(x - 2).sum()
+
+    capture_step(step, tmp_path / "sizes.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "sizes.json.gz"), "cpu").prepare()
+    sizes = [t for _, t in replay.inputs() if t.dim() == 0 and t.dtype == torch.int64]
+    assert len(sizes) >= 6 and all(int(t) >= 1 for t in sizes), sizes
+    nan_notes = [n for n in replay.report.notes if "NaN or inf" in n]
+    assert len(nan_notes) == 1 and "aten::log" in nan_notes[0], replay.report.notes
+    divided = []
+    replay.run(lambda s, r: divided.append(r[0] if isinstance(r, tuple) else r) if s.name == "aten::div" else None)
+    assert len(divided) == 6 and all(torch.isfinite(r).all() for r in divided)
+
+
 def test_batch_norm_statistics_keep_relu_activations_mixed():
     """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
     channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
@@ -263,6 +285,25 @@ def test_optimizer_state_starts_at_zero_and_follows_the_gradients():
     for root in roots:
         zero_rows = float((root == 0).all(dim=1).float().mean())
         assert 0.5 < zero_rows < 1.0, zero_rows
+
+
+@pytest.mark.parametrize("name", ["mlp_train", "transformer_train"])
+def test_every_input_a_step_writes_is_refilled_between_iterations(name):
+    """A training step writes its parameters, some through an alias autograd made of them (the
+    optimizer's update lands in the parameter's memory through another tensor). Every input whose
+    memory an iteration changed gets fresh data before the next, so values do not drift over many
+    iterations; and the replay's data stays finite."""
+    replay = Replay(load_trace(bundled(name)), "cpu").prepare()
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
+    replay.reset_state()
+    before = [t.clone() for _, t in replay.inputs()]
+    replay.run()
+    after = [t.clone() for _, t in replay.inputs()]
+    written = [i for i, (a, b) in enumerate(zip(before, after)) if not torch.equal(a, b)]
+    assert written
+    replay.reset_state()
+    stale = [i for i in written if torch.equal(replay.inputs()[i][1], after[i])]
+    assert not stale, [tuple(replay.inputs()[i][0].shape) for i in stale]
 
 
 def test_offsets_are_monotone(tmp_path):
