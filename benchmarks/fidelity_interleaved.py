@@ -3,11 +3,12 @@
 On a shared host the machine's speed drifts by tens of percent over minutes, so a replay timed
 now and an original timed at capture time differ by the drift as much as by the replay's error.
 For the bundled traces the original step can be rebuilt (scripts/make_traces.py), and with
-``transformers`` installed so can small models of the kinds the corpus holds, built from a config
-(no weights downloaded): encoders (BERT, DistilBERT), decoders (GPT-2, Llama with grouped-query
-attention), an encoder-decoder (T5), a vision transformer (ViT), training and inference; and, beside the
-bundled CNN inference and recommender training, a residual CNN's training and a recommender's
-inference of other shapes. Each is captured with the capture helper, then
+``transformers`` installed so can small models of the kinds the corpus holds and others, built
+from a config (no weights downloaded): encoders (BERT, DistilBERT, DeBERTa-v2), decoders (GPT-2,
+Llama with grouped-query attention, Mixtral's mixture of experts), encoder-decoders (T5, BART,
+Whisper over audio features), vision models (ViT, ConvNeXt, Swin), training and inference; and,
+beside the bundled CNN inference and recommender training, a residual CNN's training, a
+recommender's inference of other shapes and an LSTM language model's training. Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
@@ -38,61 +39,83 @@ from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
 
+def _hf_model(tf, kind: str):
+    """A small transformers model built from a config (no weights downloaded), its inputs, and
+    which of them are labels (left out at inference)."""
+    vocab, seq, batch = 4000, 64, 4
+    ids = torch.randint(0, vocab, (batch, seq))
+    lm = {"input_ids": ids, "labels": ids}
+    heads = {"encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 256, "decoder_ffn_dim": 256}
+    if kind == "vit":  # a vision transformer: patch convolution, then an encoder
+        return tf.ViTForImageClassification(tf.ViTConfig(image_size=96, patch_size=16, hidden_size=192,
+                                                         num_hidden_layers=2, num_attention_heads=3,
+                                                         intermediate_size=768, num_labels=10)), \
+            {"pixel_values": torch.randn(8, 3, 96, 96), "labels": torch.randint(0, 10, (8,))}  # fmt: skip
+    if kind == "distilbert":
+        return tf.DistilBertForMaskedLM(tf.DistilBertConfig(vocab_size=vocab, dim=256, hidden_dim=1024, n_layers=2,
+                                                            n_heads=4)), lm  # fmt: skip
+    if kind == "bert":
+        return tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=128, intermediate_size=512,
+                                                num_hidden_layers=2, num_attention_heads=4)), lm  # fmt: skip
+    if kind == "deberta":  # disentangled relative-position attention (gathers by relative position)
+        return tf.DebertaV2ForMaskedLM(tf.DebertaV2Config(vocab_size=vocab, hidden_size=128, num_hidden_layers=2,
+                                                          num_attention_heads=4, intermediate_size=256,
+                                                          max_position_embeddings=128, relative_attention=True,
+                                                          position_buckets=32, pos_att_type=["p2c", "c2p"])), lm  # fmt: skip
+    if kind == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=128, n_layer=2, n_head=4, n_positions=seq)), lm
+    if kind == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=352,
+                                                  num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=2)), lm  # fmt: skip
+    if kind == "mixtral":  # a mixture of experts: tokens routed to 2 of 4 experts (data-dependent indices)
+        return tf.MixtralForCausalLM(tf.MixtralConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256,
+                                                      num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2, num_local_experts=4,
+                                                      num_experts_per_tok=2)), lm  # fmt: skip
+    if kind == "t5":  # encoder-decoder
+        return tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab, d_model=128, d_kv=32, d_ff=256,
+                                                         num_layers=2, num_heads=4, decoder_start_token_id=0,
+                                                         pad_token_id=0)), \
+            {"input_ids": ids, "labels": torch.randint(0, vocab, (batch, seq // 2))}  # fmt: skip
+    if kind == "bart":  # encoder-decoder with learned positions
+        return tf.BartForConditionalGeneration(tf.BartConfig(vocab_size=vocab, d_model=128, encoder_layers=2,
+                                                             decoder_layers=2, max_position_embeddings=128,
+                                                             **heads)), \
+            {"input_ids": ids, "labels": torch.randint(0, vocab, (batch, seq // 2))}  # fmt: skip
+    if kind == "whisper":  # speech encoder-decoder: 1-d convolutions over mel features
+        return tf.WhisperForConditionalGeneration(tf.WhisperConfig(vocab_size=vocab, d_model=128, encoder_layers=2,
+                                                                   decoder_layers=2, num_mel_bins=40,
+                                                                   max_source_positions=100, max_target_positions=64,
+                                                                   pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                                   decoder_start_token_id=1, **heads)), \
+            {"input_features": torch.randn(2, 40, 200), "labels": torch.randint(0, vocab, (2, 16))}  # fmt: skip
+    if kind == "convnext":  # a modern CNN: depthwise 7x7 convolutions, layer norm, GELU
+        return tf.ConvNextForImageClassification(tf.ConvNextConfig(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1],
+                                                                   num_labels=10, image_size=64)), \
+            {"pixel_values": torch.randn(8, 3, 64, 64), "labels": torch.randint(0, 10, (8,))}  # fmt: skip
+    if kind == "swin":  # windowed attention: rolls, window partitions
+        return tf.SwinForImageClassification(tf.SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=[2, 2],
+                                                           num_heads=[2, 4], window_size=4, num_labels=10)), \
+            {"pixel_values": torch.randn(8, 3, 64, 64), "labels": torch.randint(0, 10, (8,))}  # fmt: skip
+    raise KeyError(kind)
+
+
 def _hf(kind: str, train: bool):
     """A small transformers model's step (training: loss, backward, optimizer step)."""
 
     def make():
         import transformers as tf
 
-        vocab, seq, batch = 4000, 64, 4
-        if kind == "vit":  # a vision transformer: patch convolution, then an encoder
-            model = tf.ViTForImageClassification(tf.ViTConfig(image_size=96, patch_size=16, hidden_size=192,
-                                                              num_hidden_layers=2, num_attention_heads=3,
-                                                              intermediate_size=768, num_labels=10))  # fmt: skip
-            pixels = torch.randn(8, 3, 96, 96)
-            labels = torch.randint(0, 10, (8,))
-            if not train:
-                model.eval()
-
-                def infer():
-                    with torch.no_grad():
-                        model(pixel_values=pixels)
-
-                return infer, None
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-            def vit_step():
-                opt.zero_grad()
-                model(pixel_values=pixels, labels=labels).loss.backward()
-                opt.step()
-
-            return vit_step, None
-        if kind == "distilbert":
-            model = tf.DistilBertForMaskedLM(tf.DistilBertConfig(vocab_size=vocab, dim=256, hidden_dim=1024, n_layers=2,
-                                                                 n_heads=4))  # fmt: skip
-        elif kind == "bert":
-            model = tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=128, intermediate_size=512,
-                                                     num_hidden_layers=2, num_attention_heads=4))  # fmt: skip
-        elif kind == "gpt2":
-            model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=128, n_layer=2, n_head=4, n_positions=seq))
-        elif kind == "llama":
-            model = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=352,
-                                                       num_hidden_layers=2, num_attention_heads=4,
-                                                       num_key_value_heads=2))  # fmt: skip
-        else:  # t5: encoder-decoder
-            model = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab, d_model=128, d_kv=32, d_ff=256,
-                                                              num_layers=2, num_heads=4, decoder_start_token_id=0,
-                                                              pad_token_id=0))  # fmt: skip
-        ids = torch.randint(0, vocab, (batch, seq))
-        kw = {"input_ids": ids, "labels": ids}
-        if kind == "t5":
-            kw["labels"] = torch.randint(0, vocab, (batch, seq // 2))
+        model, kw = _hf_model(tf, kind)
         if not train:
             model.eval()
+            seq2seq = model.config.is_encoder_decoder  # the decoder needs its input
+            inputs = {k: v for k, v in kw.items() if k != "labels" or seq2seq}
 
             def infer():
                 with torch.no_grad():
-                    model(**{k: v for k, v in kw.items() if k != "labels" or kind == "t5"})
+                    model(**inputs)
 
             return infer, None
         # SGD with momentum for DistilBERT (an optimizer of another kind: a loop of in-place updates)
@@ -111,7 +134,32 @@ def _hf(kind: str, train: bool):
 
 HF_MODELS = {f"hf_{k}_{'train' if t else 'infer'}": _hf(k, t)
              for k, t in (("bert", True), ("bert", False), ("distilbert", True), ("gpt2", True), ("llama", True),
-                          ("llama", False), ("t5", True), ("vit", True), ("vit", False))}  # fmt: skip
+                          ("llama", False), ("t5", True), ("vit", True), ("vit", False), ("deberta", True),
+                          ("mixtral", True), ("mixtral", False), ("bart", True), ("whisper", True),
+                          ("convnext", False), ("swin", False))}  # fmt: skip
+
+
+def _lstm_train():
+    """A two-layer LSTM language model's training step (fused recurrent kernels, SGD)."""
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.rnn, self.out = nn.Embedding(5000, 128), nn.LSTM(128, 256, 2, batch_first=True), nn.Linear(256, 5000)
+
+        def forward(self, x):
+            return self.out(self.rnn(self.emb(x))[0])
+
+    model, x = LM(), torch.randint(0, 5000, (8, 32))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+        opt.step()
+
+    return step, None
 
 
 def _cnn_train():
@@ -160,7 +208,7 @@ def _rec_infer():
 
 
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
-TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer}
+TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train}
 
 
 def models() -> dict:

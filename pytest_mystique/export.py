@@ -21,6 +21,7 @@ import math
 import torch
 
 from .errors import MystiqueError
+from .ops import DUNDER_OPS
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -53,7 +54,7 @@ def _op_expr(qualname: str) -> str:
     ns, _, rest = qualname.partition("::")
     name, _, overload = rest.partition(".")
     for part in (ns, name, overload):
-        if not part.isidentifier() or part.startswith("__"):
+        if not part.isidentifier() or (part.startswith("__") and part not in DUNDER_OPS):
             raise ExportError(None, f"operator name {qualname!r} is not a plain identifier")
     return f"torch.ops.{ns}.{name}.{overload}"
 

@@ -41,13 +41,13 @@ def parse_op_name(op_schema: str) -> OpName:
         raise Unsupported(f"op schema is not of the form 'namespace::op.overload(...)': {op_schema[:80]!r}")
     ns, name, overload = m.group(1), m.group(2), m.group(3) or "default"
     for part in (ns, name, overload):
-        if part.startswith("__") and part.endswith("__") and part not in _DUNDER_OPS:
+        if part.startswith("__") and part.endswith("__") and part not in DUNDER_OPS:
             raise Unsupported(f"refusing special name {part!r} in op schema")
     return OpName(ns, name, overload)
 
 
 # aten has a few real operators with dunder names.
-_DUNDER_OPS = frozenset(
+DUNDER_OPS = frozenset(
     f"__{n}__" for n in ("and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift")
 )
 

@@ -58,3 +58,20 @@ def test_exported_inputs_keep_the_optimizer_state_at_zero(tmp_path):
     assert all(bool((e[v[0]] == 0).all()) for v in constant)
     spread = [v for v in bench.VIEWS if v[2] == "float32" and v[6] < v[7]]
     assert spread and all(float(e[v[0]].min()) < float(e[v[0]].max()) for v in spread if e[v[0]].numel() > 1)
+
+
+def test_exported_script_calls_operators_with_special_names(tmp_path, capsys):
+    """``mask_a | mask_b`` records ``aten::__or__``: a real operator whose name is a Python special
+    name. The script calls it (only aten's few such operators pass; others are refused)."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    a, b = torch.rand(64, 64) > 0.5, torch.rand(64, 64) > 0.5
+    capture_step(lambda: ((a | b) ^ a).sum(), tmp_path / "masks.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    script = tmp_path / "bench.py"
+    assert main(["export", str(tmp_path / "masks.json.gz"), "-o", str(script)]) == 0
+    assert "torch.ops.aten.__or__.Tensor(" in script.read_text()
+    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
