@@ -11,12 +11,31 @@ from __future__ import annotations
 
 from .trace import Node, Trace
 
+#: Casts an automatic mixed precision wrapper makes before it calls the op again.
+_CASTS = ("aten::to", "aten::_to_copy")
+
+
+def _redispatching(trace: Trace) -> set[int]:
+    """Operators that cast their inputs and call themselves again: under ``torch.autocast`` the
+    recorded ``aten::linear`` takes float32 tensors, and its children cast them to bfloat16 and
+    run the real ``aten::linear``. Replayed outside autocast, the wrapper would compute in float32
+    (and fail where an input was already bfloat16); its children are replayed instead."""
+    names: dict[int, set[str]] = {}
+    for node in trace.nodes:
+        if node.is_op:
+            names.setdefault(node.parent, set()).add(node.name)
+    by_id = trace.by_id
+    return {pid for pid, kids in names.items()
+            if pid in by_id and by_id[pid].is_op and by_id[pid].name in kids and kids.intersection(_CASTS)}  # fmt: skip
+
 
 def select_ops(trace: Trace) -> list[Node]:
-    """Outermost operator nodes in execution (id) order (computed once per trace)."""
+    """Outermost operator nodes in execution (id) order (computed once per trace), looking
+    through operators that only cast their inputs and call themselves again (autocast)."""
     if trace.selected is not None:
         return list(trace.selected)
     by_id = trace.by_id
+    wrappers = _redispatching(trace)
     # under_op[id]: some strict ancestor of the node is an operator.
     under_op: dict[int, bool] = {}
     for node in trace.nodes:  # parent links were checked acyclic at load time
@@ -33,8 +52,8 @@ def select_ops(trace: Trace) -> list[Node]:
         # Fill in from the topmost known node down to ``node``.
         for child in reversed(chain):
             parent = by_id[child.parent]
-            under_op[child.id] = under_op[parent.id] or parent.is_op
-    trace.selected = [n for n in trace.nodes if n.is_op and not under_op[n.id]]
+            under_op[child.id] = under_op[parent.id] or (parent.is_op and parent.id not in wrappers)
+    trace.selected = [n for n in trace.nodes if n.is_op and not under_op[n.id] and n.id not in wrappers]
     return list(trace.selected)
 
 

@@ -35,7 +35,7 @@ from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, float_ranges, index_ranges, value_sources
-from .trace import ListValue, Node, Scalar, TensorRef, Trace
+from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
@@ -307,6 +307,9 @@ class Replay:
             if not arg.optional and not arg.has_default:
                 raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
             return None
+        if isinstance(val, Scalar) and val.type == NO_STORAGE:
+            raise Unsupported(f"argument {arg.name!r} is a tensor the trace recorded without storage (a sparse or "
+                              f"other non-strided layout): it cannot be rebuilt")  # fmt: skip
         if t == "Tensor":
             if isinstance(val, TensorRef):
                 return TensorArg(val) if val.defined else None
@@ -325,7 +328,7 @@ class Replay:
             return TensorListArg(refs)
         if isinstance(val, (TensorRef, ListValue)) and t not in ("List[int]", "List[float]", "List[bool]",
                                                                 "List[SymInt]", "List[Optional[int]]",
-                                                                "List[str]", "List[Scalar]"):  # fmt: skip
+                                                                "List[str]", "List[Scalar]", "List[number]"):  # fmt: skip
             raise Unsupported(f"argument {arg.name!r} of type {t} cannot take {_kind(val)} from the trace")
         if isinstance(val, ListValue):
             return [self._scalar(t[5:-1], x, arg.name) for x in val.items]
@@ -485,11 +488,13 @@ class Replay:
         self.probe_s += time.perf_counter() - t0
         step.single = facts.returns <= 1
         results = (result,) if step.single else tuple(result)
+        if not p.collective and self._rebuilt_with_numbers(p, results):
+            return
         if self._first_nonfinite is None and any(_nonfinite(r) for r in results):
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         for i, out in enumerate(p.node.outputs[: len(results)]):
-            bound = self._bind(out, results[i], in_storages)
+            bound = self._bind(out, results[i], in_storages, p.node.name)
             if bound is not None:
                 step.outs.append((i, bound))
         for i, slot in step.outs:
@@ -517,7 +522,29 @@ class Replay:
         del call, result, results  # frees the outputs that no later op reads
         self.free_s += time.perf_counter() - t0
 
-    def _bind(self, out: Any, value: Any, in_storages: set[int]) -> int | tuple[int, ...] | None:
+    def _rebuilt_with_numbers(self, p: PlannedOp, results: tuple) -> bool:
+        """A Python number passed where an op takes a tensor becomes a 0-dim float64 or int64
+        tensor marked as a *wrapped number*: it does not promote the result's type (``x * 0.5``
+        stays float32). The trace records it as a plain tensor, and a replayed plain float64
+        tensor makes the result float64. When an output's type differs from the recorded one and
+        the op has such inputs, the step is built again with them passed as numbers (their seeded
+        values); returns whether it was."""
+        if not any(isinstance(out, TensorRef) and out.defined and isinstance(r, torch.Tensor)
+                   and str(r.dtype)[6:] != out.dtype for out, r in zip(p.node.outputs, results)):  # fmt: skip
+            return False
+        wrapped = [i for i, v in enumerate(p.values) if isinstance(v, TensorArg) and v.ref.shape == ()
+                   and v.ref.dtype in ("float64", "int64", "complex128") and v.ref.key not in self._produced]  # fmt: skip
+        if not wrapped:
+            return False
+        values = list(p.values)
+        for i in wrapped:
+            values[i] = self.env[self._slot_for(values[i].ref)].item()
+        self.report.notes["0-dim float64/int64 inputs that were Python numbers in the original (they did not promote "
+                          "the result's type) are passed as numbers"] += 1  # fmt: skip
+        self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective))
+        return True
+
+    def _bind(self, out: Any, value: Any, in_storages: set[int], op: str) -> int | tuple[int, ...] | None:
         """Give a slot to each recorded output tensor that the replay returned with the same
         layout; later ops read it from there. An output in a storage none of the op's inputs
         lives in is a new allocation: its storage id starts a new generation."""
@@ -525,7 +552,8 @@ class Replay:
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
             if tuple(value.shape) != out.shape or str(value.dtype)[6:] != out.dtype:
-                self.report.notes["an output's shape or dtype differs from the trace (data-dependent?); its consumers get fresh inputs"] += 1
+                self.report.notes[f"{op}: an output's shape or dtype differs from the trace (data-dependent?); "
+                                  f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
             slot = self._new_slot()
             self._produced[out.key] = (slot, out)
@@ -535,7 +563,7 @@ class Replay:
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []
             for item, v in zip(out.items, value):
-                s = self._bind(item, v, in_storages) if isinstance(item, TensorRef) else None
+                s = self._bind(item, v, in_storages, op) if isinstance(item, TensorRef) else None
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
         return None

@@ -72,6 +72,8 @@ DTYPE_NAMES = {
     "unsigned long": "uint64",
 }
 UNINITIALIZED = "nullptr (uninitialized)"
+#: The type of the opaque value standing for a tensor recorded without storage (sparse...).
+NO_STORAGE = "Tensor without storage"
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +387,11 @@ class _ValueParser:
         for label, x in (("id", tid), ("storage id", sid), ("offset", offset), ("numel", numel), ("itemsize", itemsize)):
             if not isinstance(x, int) or isinstance(x, bool) or x < 0:
                 raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
+        if device == "" and sid == itemsize == 0:
+            # A tensor without a strided storage (sparse, nested, MKL-DNN): the writer records
+            # neither its memory nor its device. Kept as an opaque value: the ops that read it
+            # are skipped with the reason, the rest of the trace replays.
+            return Scalar(NO_STORAGE, elem)
         if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
             raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
         shp = self.dims(shape, "shape")

@@ -244,6 +244,82 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
     assert len(divided) == 6 and all(torch.isfinite(r).all() for r in divided)
 
 
+def _captured(tmp_path, name, step):
+    capture_step(step, tmp_path / f"{name}.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
+
+
+def test_foreach_optimizer_with_scalar_lists_and_wrapped_numbers(tmp_path):
+    """AdamW's foreach implementation (the default on CUDA) passes a list of Python numbers
+    (``Scalar[]``) to ``_foreach_div_`` and ``_foreach_addcdiv_``; gradient clipping multiplies
+    0-dim tensors by Python numbers, which the trace records as 0-dim float64 tensors although
+    they did not promote the result to float64. All replay, with the original's types."""
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    opt = torch.optim.AdamW(model.parameters(), foreach=True)
+    x = torch.randn(8, 32)
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    replay = _captured(tmp_path, "foreach", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("differs from the trace" in n for n in rep.notes), rep.notes
+    assert any("were Python numbers in the original" in n for n in rep.notes), rep.notes
+    for _ in range(2):
+        replay.reset_state()
+        replay.run()
+
+
+def test_autocast_ops_replay_their_casts_and_the_low_precision_op(tmp_path):
+    """Under ``torch.autocast`` the recorded ``aten::linear`` takes float32 inputs; its children
+    cast them to bfloat16 and call ``aten::linear`` again. The replay runs those children: the
+    matrix products run in bfloat16, as in the original, and none fails on mixed types."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "amp", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("differs from the trace" in n for n in rep.notes), rep.notes
+    linear_types = []
+    replay.run(lambda s, r: linear_types.append((r[0] if isinstance(r, tuple) else r).dtype)
+               if s.name == "aten::linear" else None)  # fmt: skip
+    assert linear_types == [torch.bfloat16, torch.bfloat16]
+
+
+def test_tensors_without_storage_skip_only_their_readers(tmp_path):
+    """A sparse gradient (``nn.Embedding(sparse=True)``) is recorded without storage or device.
+    The trace loads; the ops that read it are skipped with that reason, the rest replay."""
+    emb = torch.nn.Embedding(1000, 16, sparse=True)
+    opt = torch.optim.SparseAdam(emb.parameters())
+    idx = torch.randint(0, 1000, (64, 4))
+
+    def step():
+        opt.zero_grad()
+        emb(idx).sum().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "sparse", step)
+    rep = replay.report
+    reasons = {s["reason"] for s in rep.skipped_list()}
+    assert reasons and all("recorded without storage" in r for r in reasons), reasons
+    assert rep.ops_replayed > 0 and rep.ops_replayed + rep.ops_skipped == rep.ops_total
+    assert any(s.name == "aten::embedding" for s in replay.steps)
+    replay.run()
+
+
 def test_batch_norm_statistics_keep_relu_activations_mixed():
     """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
     channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
