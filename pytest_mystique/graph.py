@@ -74,3 +74,16 @@ def optimizer_step_ops(trace: Trace) -> set[int]:
             nxt = by_id.get(cur.parent)
             cur = nxt if nxt is not None and nxt.id != cur.id else None
     return inside
+
+
+#: The ``record_function`` range around the code ``torch.compile`` generated.
+COMPILED_REGION = "Torch-Compiled Region"
+
+
+def compiled_regions(trace: Trace) -> int:
+    """How many times the step ran code ``torch.compile`` generated for a CPU, whose fused
+    kernels are plain C++ functions, not operators: the trace holds only the operators they call.
+    (Its GPU kernels are recorded, as Triton kernels; then 0.)"""
+    if any(n.attrs.get("kernel_backend") == "triton" for n in trace.nodes):
+        return 0
+    return sum(1 for n in trace.nodes if n.name.startswith(COMPILED_REGION))

@@ -30,7 +30,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .graph import optimizer_step_ops, select_ops
+from .graph import compiled_regions, optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
@@ -200,6 +200,10 @@ class Replay:
                     placed[_placement(ref)] = ref
                     if node.name in _UNINITIALISED:
                         unwritten.add(ref.key)
+        compiled = compiled_regions(self.trace)
+        if compiled:
+            self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
+                              f"operators and are not in the trace; only the operators they call replay"] += 1  # fmt: skip
         if self._seeded:
             self.report.notes[f"{len(self._seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
                               f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "

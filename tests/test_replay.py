@@ -511,6 +511,27 @@ def test_triton_kernels_are_skipped_with_reason(tmp_path):
     assert s["op"] == "aten::gelu" and "Triton kernel (_resources/triton_poi_fused_gelu_0.py)" in s["reason"]
 
 
+def test_code_torch_compile_generated_for_a_cpu_is_reported_missing():
+    """On a CPU, torch.compile's fused kernels are C++ functions, not operators: a trace holds the
+    ``Torch-Compiled Region`` range and the operators the code called (an extern matrix product),
+    not the fused kernels. The report says so; with Triton kernels recorded (a GPU's), their skip
+    reasons say it instead."""
+    data = read_json(corpus("vit_infer.json.gz"))
+    gelu = next(n for n in data["nodes"] if n["name"] == "aten::gelu")
+    region = {"id": max(n["id"] for n in data["nodes"]) + 1, "name": "Torch-Compiled Region: 0/0",
+              "ctrl_deps": gelu["ctrl_deps"], "inputs": {"values": [], "shapes": [], "types": []},
+              "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []}  # fmt: skip
+    data["nodes"].append(region)
+    replay = Replay(parse_trace(data, "t"), "cpu").prepare()
+    assert any("torch.compile'd code" in n and "not in the trace" in n for n in replay.report.notes)
+    for a in gelu["attrs"]:
+        if a["name"] == "kernel_backend":
+            a["value"] = "triton"
+    replay = Replay(parse_trace(data, "t"), "cpu").prepare()
+    assert not any("torch.compile'd" in n for n in replay.report.notes)
+    assert "Triton kernel" in replay.report.skipped_list()[0]["reason"]
+
+
 def test_out_overloads_foreach_noarg_and_custom_namespace_ops(tmp_path):
     from pytest_mystique.recorder import capture
 
