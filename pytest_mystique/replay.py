@@ -144,6 +144,7 @@ class Replay:
         self.probe_s = 0.0  # time spent inside the ops during preparation (their first call)
         self.free_s = 0.0  # time spent freeing the ops' outputs during preparation (the allocator's work)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
+        self.progress: int | None = None  # a file descriptor the build names each op on, before it calls it
         # produced tensors whose readers get seeded inputs instead: the replay's values there would be
         # garbage (uninitialised memory) or out of the reader's range (indices the original computed
         # from its own data)
@@ -458,6 +459,8 @@ class Replay:
                     op=qualname)  # fmt: skip
         env = self.env
         call = _fill(step, env)
+        if self.progress is not None:  # a canary build (runner.build_canary): say which op runs now
+            os.write(self.progress, f"{p.node.name} (node {p.node.id})\n".encode())
         t0 = time.perf_counter()
         try:
             result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)

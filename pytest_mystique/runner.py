@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import gc
 import math
+import os
 import signal
 import statistics
 import threading
@@ -18,6 +19,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from .baseline import BaselineExists, BaselineStore, git_commit, make_record
 from .collectives import Comms, has_collectives, local_world, topology
@@ -151,6 +154,46 @@ def prepare_file(path, options: Options, *, ranks: dict | None = None, name: str
     return Replay(trace, device, seed=options.seed, max_memory=options.max_memory, comms=comms), load_s
 
 
+def build_canary(replay) -> None:
+    """Build ``replay`` first in a forked child process. An op that crashes its process (a
+    kernel that trusts an input the trace could not give, such as a packed sequence's batch
+    sizes, and reads outside its memory) then ends the child, not the test session: this raises a
+    ReplayError naming the trace and the op. Errors other than crashes are left to the real build,
+    which reports them. Only where the OS forks and for a replay on the CPU (a forked child cannot
+    use a GPU its parent opened); a multi-rank replay runs in its own processes already."""
+    if not hasattr(os, "fork") or not isinstance(replay, Replay) or replay.device.type != "cpu" or replay.prepared:
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: build, say nothing, leave without running the parent's exit handlers
+        code = 0
+        try:
+            os.close(read)
+            torch.set_num_threads(1)  # a forked child must not wait on the parent's OpenMP threads
+            replay.progress = write
+            replay.prepare()
+        except BaseException:  # noqa: BLE001 - the parent's own build meets it again and reports it
+            code = 1
+        os._exit(code)
+    os.close(write)
+    last = b""
+    try:
+        with os.fdopen(read, "rb") as f:
+            for line in f:
+                last = line
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # a deadline or an interrupt while waiting: the child goes too
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status)).name
+        op = last.decode(errors="replace").strip() or "its preparation"
+        raise ReplayError(replay.trace.path, f"replaying op {op} crashed the process ({sig}): the kernel trusted input "
+                                             f"data the trace does not hold; nothing was timed")  # fmt: skip
+
+
 def replay_file(path, options: Options) -> ReplayRun:
     """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling)."""
     with deadline(options.timeout_s, path):
@@ -222,6 +265,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
                               f"wider")  # fmt: skip
                 options = dataclasses.replace(options, drift=drift)
         t0 = time.perf_counter()
+        build_canary(replay)
         with torch_threads(threads):
             replay.prepare()
         setup_s = time.perf_counter() - t0

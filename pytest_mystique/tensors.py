@@ -164,6 +164,7 @@ def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
     return None
 
 
+_RNNS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 _INT_DIVISIONS = {"floor_divide", "floor_divide_", "div", "div_", "remainder", "remainder_", "fmod", "fmod_"}
 
 
@@ -219,6 +220,19 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
                 n = _dim_size(base, dim)
                 if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
                     out[ref] = IntRange(0, n)
+    elif name in _RNNS and isinstance(args.get("batch_sizes"), TensorRef):
+        # a packed sequence: how many sequences are still running at each step (the kernels trust it)
+        hx = args.get("hx")
+        hx = hx.items[0] if isinstance(hx, ListValue) and hx.items else hx
+        put("batch_sizes", _running(_dim_size(args.get("data"), 0), args.get("batch_sizes"), _dim_size(hx, 1)))
+    elif name == "_pad_packed_sequence":
+        outs = node.outputs
+        batch = _dim_size(outs[1], 0) if len(outs) > 1 else None
+        put("batch_sizes", _running(_dim_size(args.get("data"), 0), args.get("batch_sizes"), batch))
+    elif name == "_pack_padded_sequence":  # sorted lengths, at most the padded length, summing to the packed rows
+        steps = _dim_size(args.get("input"), 1 if scalar("batch_first") else 0)
+        outs = node.outputs
+        put("lengths", _running(_dim_size(outs[0], 0) if outs else None, args.get("lengths"), steps))
     elif name in _INT_DIVISIONS:
         other = args.get("other")
         if isinstance(other, TensorRef) and _integral(other):
@@ -230,6 +244,19 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
     for ref, rng in recorded.items():
         out[ref] = rng
     return out
+
+
+def _running(total: int | None, ref, most: int | None) -> IntRange | None:
+    """Exact values for ``ref``, a packed sequence's per-step batch sizes (or its sorted lengths):
+    as many non-increasing counts as ``ref`` has elements, each from 1 to ``most``, summing to
+    ``total``; None when no such counts exist."""
+    steps = math.prod(ref.shape) if isinstance(ref, TensorRef) and ref.defined else 0
+    if not (total and steps and most) or not steps <= total <= steps * most:
+        return None
+    first = min(most, total - (steps - 1))
+    q, r = divmod(total - first, steps - 1) if steps > 1 else (0, 0)
+    values = [first] + [q + 1] * r + [q] * (steps - 1 - r)
+    return IntRange(0, first + 1, "values", tuple(values))
 
 
 def _offsets(args: dict) -> IntRange | None:

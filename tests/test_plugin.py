@@ -217,3 +217,33 @@ def test_thread_count_follows_omp_num_threads(monkeypatch):
     import torch
 
     assert thread_count(None) == torch.get_num_threads()
+
+
+def test_an_op_that_crashes_its_process_fails_that_trace_alone(pytester, traces, tmp_path):
+    """Some kernels trust their inputs: ``_pad_packed_sequence`` reads as many rows as a packed
+    sequence's batch sizes say. Here the trace's ``tensor_range`` makes those 0s and 1s, and the
+    op reads outside its memory (SIGSEGV). The replay is built first in a forked child, so the
+    crash fails that trace's item, naming the op, and the session goes on."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    rnn, x = torch.nn.LSTM(8, 16, batch_first=True), torch.randn(4, 10, 8)
+    lengths = torch.tensor([10, 8, 5, 2])
+
+    def step():
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        torch.nn.utils.rnn.pad_packed_sequence(rnn(packed)[0], batch_first=True)[0].sum().backward()
+
+    capture_step(step, tmp_path / "lstm.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(tmp_path / "lstm.json.gz")
+    for node in data["nodes"]:
+        if node["name"] in ("aten::_pack_padded_sequence", "aten::lstm", "aten::_pad_packed_sequence"):
+            for a in node["attrs"]:
+                if a["name"] == "tensor_range":
+                    a["value"] = json.dumps({"1": [0, 1]})  # the lengths or batch sizes
+    write_json(traces / "crashy.json.gz", data)
+    result = pytester.runpytest_subprocess("--mystique", "traces", *FAST, "--mystique-tolerance=3", "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*traces/crashy.json.gz: replaying op aten::_pad_packed_sequence (node *) crashed the "
+                                 "process (SIGSEGV)*"])  # fmt: skip

@@ -320,6 +320,28 @@ def test_tensors_without_storage_skip_only_their_readers(tmp_path):
     replay.run()
 
 
+def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
+    """A packed LSTM: ``_pack_padded_sequence`` needs lengths sorted from the longest down, each at
+    most the padded length, summing to the packed rows; the recurrent kernel and
+    ``_pad_packed_sequence`` trust the batch sizes (with 0s and 1s the latter reads outside its
+    memory). The replay gives both exact values consistent with the recorded shapes, and every op
+    replays with the recorded output shapes."""
+    rnn, x = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True), torch.randn(5, 12, 8)
+    lengths = torch.tensor([12, 9, 9, 4, 1])
+
+    def step():
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        torch.nn.utils.rnn.pad_packed_sequence(rnn(packed)[0], batch_first=True)[0].sum().backward()
+
+    replay = _captured(tmp_path, "packed", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("differs from the trace" in n for n in rep.notes), rep.notes
+    [lens] = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (5,)]
+    assert lens.tolist() == sorted(lens.tolist(), reverse=True) and lens[0] <= 12 and int(lens.sum()) == 35
+    replay.run()
+
+
 def test_batch_norm_statistics_keep_relu_activations_mixed():
     """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
     channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
