@@ -201,6 +201,9 @@ class Replay:
                     placed[_placement(ref)] = ref
                     if node.name in _UNINITIALISED:
                         unwritten.add(ref.key)
+        if self.trace.orphans:
+            self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
+                              f"read as top-level"] += 1  # fmt: skip
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "

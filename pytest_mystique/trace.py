@@ -179,6 +179,7 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     by_id: dict[int, Node] = field(init=False, repr=False)
     selected: list[Node] | None = field(default=None, init=False, repr=False)  # cache of graph.select_ops
+    orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.nodes}
@@ -511,7 +512,9 @@ def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
 
 
 def _check_parents(trace: Trace) -> None:
-    """Every parent exists (or is the node itself: a root) and parent links have no cycle."""
+    """Parent links have no cycle. A node whose parent is not in the trace is read as a root and
+    counted in ``trace.orphans``: torch's own writer loses parents (the backward ops of a
+    checkpointed layer, recomputed under an autograd node it did not record)."""
     by_id = trace.by_id
     state: dict[int, int] = {}  # 1 = on the current path, 2 = known good
     for node in trace.nodes:
@@ -529,7 +532,8 @@ def _check_parents(trace: Trace) -> None:
                 break
             nxt = by_id.get(cur.parent)
             if nxt is None:
-                raise TraceError(trace.path, f"node {cur.id} names parent {cur.parent}, which is not in the trace")
+                trace.orphans += 1
+                break
             cur = nxt
         for nid in walk:
             state[nid] = 2
