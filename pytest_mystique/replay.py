@@ -268,7 +268,7 @@ class Replay:
             if note:
                 self.report.notes[note] += 1
         if alt is not None:
-            return PlannedOp(node, alt.overload, alt.map(names, values), (), substitution=alt.target)
+            return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.target)
         return PlannedOp(node, overload, values, tuple(kwnames))
 
     @staticmethod
@@ -489,7 +489,7 @@ class Replay:
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
-                    self._build_step(PlannedOp(p.node, alt.overload, values, (), substitution=alt.target))
+                    self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target))
                     return
                 except Exception:  # noqa: BLE001 - report the original op's error below
                     pass

@@ -1,7 +1,7 @@
 """Portable substitutes for device-specific operators.
 
 A trace recorded on a GPU holds operators that only have kernels there (cuDNN batch norm and its
-backward, cuDNN convolutions, fused dropout). When such an operator cannot run on the replay
+backward, cuDNN convolutions, fused dropout, the GPU kernels of scaled dot-product attention). When such an operator cannot run on the replay
 device, the replayer calls its portable equivalent with the arguments mapped across, and lists
 the substitution in the report. Each entry maps the recorded argument values (schema order) to
 the substitute's.
@@ -31,6 +31,14 @@ class Substitute:
         ns, rest = self.target.split("::")
         name, _, overload = rest.partition(".")
         return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+
+    @property
+    def kwnames(self) -> tuple[str, ...]:
+        """The target's keyword-only arguments, which end the list :meth:`map` returns when it maps
+        by name (a mapping function gives positional arguments only)."""
+        if self.args is not None or not self.target:
+            return ()
+        return tuple(a.name for a in self.overload._schema.arguments if a.kwarg_only)
 
     def map(self, names: list[str], values: list) -> list:
         """The target's argument values from the recorded ones (``names``: the recorded schema's)."""
@@ -67,6 +75,9 @@ def _bn_backward(v: list) -> list:
     return [gy, x, w, rm, rv, sm, sinv, True, eps, [True, True, True]]
 
 
+_SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
+_SDPA_CPU_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
+
 SUBSTITUTES: dict[str, Substitute] = {
     "aten::cudnn_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
     "aten::miopen_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
@@ -83,6 +94,17 @@ SUBSTITUTES: dict[str, Substitute] = {
     "aten::_pin_memory": Substitute("aten::clone", lambda v: [v[0]]),
     # An allocator hint for CUDA streams: there is no work to replay where there is no stream.
     "aten::record_stream": Substitute("", lambda v: []),
+    # The GPU kernels of scaled dot-product attention (FlashAttention, memory-efficient, cuDNN):
+    # the CPU's flash kernel computes the same attention, and its backward the same gradients.
+    # Their random-number state and variable-length bookkeeping have no counterpart there.
+    "aten::_scaled_dot_product_flash_attention": Substitute(_SDPA_CPU),
+    "aten::_scaled_dot_product_flash_attention_backward": Substitute(_SDPA_CPU_BACKWARD),
+    "aten::_scaled_dot_product_efficient_attention": Substitute(_SDPA_CPU, renames={"attn_mask": "attn_bias"}),
+    "aten::_scaled_dot_product_efficient_attention_backward": Substitute(
+        _SDPA_CPU_BACKWARD, renames={"grad_out": "grad_out_", "attn_mask": "attn_bias"}),
+    "aten::_scaled_dot_product_cudnn_attention": Substitute(_SDPA_CPU, renames={"attn_mask": "attn_bias"}),
+    "aten::_scaled_dot_product_cudnn_attention_backward": Substitute(_SDPA_CPU_BACKWARD,
+                                                                     renames={"attn_mask": "attn_bias"}),
 }
 
 NO_EFFECT = "nothing (no kernel for this device; the op has no effect here)"

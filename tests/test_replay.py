@@ -498,6 +498,58 @@ def test_cudnn_only_ops_are_substituted_on_cpu(resnet_ddp):
     replay.run()
 
 
+_FLASH_BWD = ("aten::_scaled_dot_product_flash_attention_backward(Tensor grad_out, Tensor query, Tensor key, "
+              "Tensor value, Tensor out, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, "
+              "SymInt max_k, float dropout_p, bool is_causal, Tensor philox_seed, Tensor philox_offset, *, "
+              "float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)")
+_EFFICIENT_BWD = ("aten::_scaled_dot_product_efficient_attention_backward(Tensor grad_out_, Tensor query, Tensor key, "
+                  "Tensor value, Tensor attn_bias, Tensor out, Tensor logsumexp, Tensor philox_seed, Tensor "
+                  "philox_offset, float dropout_p, bool[4] grad_input_mask, bool is_causal=False, *, float? "
+                  "scale=None) -> (Tensor, Tensor, Tensor, Tensor)")
+
+
+@pytest.mark.parametrize("kernel", ["flash", "efficient"])
+def test_gpu_attention_kernels_run_as_the_cpu_flash_kernel(tmp_path, kernel):
+    """A transformer trained on a GPU records the backward of scaled dot-product attention as
+    FlashAttention's or the memory-efficient kernel's, which have no CPU kernel. Here a CPU
+    capture's attention backward is rewritten as the GPU kernel's node (its schema, its extra
+    arguments: sequence bookkeeping, random-number state); the replay runs it as the CPU flash
+    backward, arguments mapped by name, and lists the substitution."""
+    q = torch.randn(2, 4, 16, 8, requires_grad=True)
+    capture_step(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward(),
+                 tmp_path / "sdpa.json.gz", warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    data = read_json(tmp_path / "sdpa.json.gz")
+    node = next(n for n in data["nodes"] if n["name"] == "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+    ins = node["inputs"]
+    vals, shapes, types, strides = ins["values"], ins["shapes"], ins["types"], ins["strides"]
+    undefined, seed = ([0, 0, 0, 0, 0, ""], [], "Tensor(nullptr (uninitialized))", []), \
+        ([99001, 99002, 0, 1, 8, "cpu"], [], "Tensor(long int)", [])  # fmt: skip
+    offset = ([99003, 99004, 0, 1, 8, "cpu"], [], "Tensor(long int)", [])
+    tensors = list(zip(vals[:6], shapes[:6], types[:6], strides[:6]))  # grad_out, q, k, v, out, logsumexp
+    drop, causal = (vals[6], [], "Double", []), (vals[7], [], "Bool", [])
+    if kernel == "flash":
+        name, schema = "aten::_scaled_dot_product_flash_attention_backward", _FLASH_BWD
+        new = tensors + [undefined, undefined, (16, [], "Int", []), (16, [], "Int", []), drop, causal, seed, offset]
+    else:
+        name, schema = "aten::_scaled_dot_product_efficient_attention_backward", _EFFICIENT_BWD
+        mask = ([True, True, True, False], [[], [], [], []], "GenericList[Bool,Bool,Bool,Bool]", [[], [], [], []])
+        new = tensors[:4] + [undefined] + tensors[4:] + [seed, offset, drop, mask, causal]
+    new.append(("<None>", [], "None", []))  # scale
+    node["name"] = name
+    node["inputs"] = {k: [x[i] for x in new] for i, k in enumerate(("values", "shapes", "types", "strides"))}
+    for a in node["attrs"]:
+        if a["name"] == "op_schema":
+            a["value"] = schema
+    replay = Replay(parse_trace(data, "gpu_sdpa"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    subs = {s["op"]: s["replacement"] for s in rep.substitutions_list()}
+    assert subs == {name: "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
+    grads = []
+    replay.run(lambda s, r: grads.extend(r) if s.name == name else None)
+    assert len(grads) == 3 and all(g.shape == (2, 4, 16, 8) and torch.isfinite(g).all() for g in grads)
+
+
 def test_collectives_in_a_single_rank_trace_are_skipped_with_reason(resnet_ddp):
     data = extract_ops(resnet_ddp, {"c10d::allreduce_", "c10d::broadcast_", "aten::view"})
     replay = Replay(parse_trace(data, "c"), "cpu").prepare()
