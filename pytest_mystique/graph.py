@@ -84,6 +84,7 @@ def compiled_regions(trace: Trace) -> int:
     """How many times the step ran code ``torch.compile`` generated for a CPU, whose fused
     kernels are plain C++ functions, not operators: the trace holds only the operators they call.
     (Its GPU kernels are recorded, as Triton kernels; then 0.)"""
-    if any(n.attrs.get("kernel_backend") == "triton" for n in trace.nodes):
+    regions = sum(1 for n in trace.nodes if n.name.startswith(COMPILED_REGION))
+    if regions and any(n.attrs.get("kernel_backend") == "triton" for n in trace.nodes):
         return 0
-    return sum(1 for n in trace.nodes if n.name.startswith(COMPILED_REGION))
+    return regions

@@ -28,6 +28,7 @@ conversion, a permutation) is passed back to that input (``TensorFactory.pass_ba
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections import defaultdict
@@ -367,28 +368,37 @@ class TensorFactory:
         old = self.ranges.get(ref)
         self.ranges[ref] = rng if old is None else old.narrow(rng)
 
-    def pass_back(self, sources: dict[tuple[int, int], list[tuple[TensorRef, str]]]) -> None:
-        """Move each integer requirement on a tensor that an op derived from other tensors
-        (``sources``, from :func:`value_sources`, in the order the ops produced them) to the
-        tensors it came from, back to the trace's inputs, which are the tensors the factory makes.
+    def pass_back(self, sources_of) -> None:
+        """Move each integer requirement on a tensor that an op derived from other tensors back to
+        the tensors it came from, back to the trace's inputs, which are the tensors the factory
+        makes. ``sources_of(key)``: for a tensor an op produced, its (source, how) pairs (see
+        :func:`value_sources`) and the op's position in the replay; None for an input.
         A program reshapes or converts its data before the consumer whose requirement it is
         (``labels.view(-1)`` into a loss, ``position_ids[:, :n]`` into an embedding, a sparse
         feature's values permuted and widened to int64 into an FBGEMM lookup); left on the
         derived tensor, the requirement would never reach the data, and the input would hold 0s
         and 1s. A range of values passes through every derivation; a layout (offsets, parts,
-        exact values) only where the elements are the same ones in the same order."""
-        by_key = {ref.key: ref for ref in self.ranges}
-        for key in reversed(list(sources)):  # consumers first: a tensor gets all its requirements before it passes them on
-            ref = by_key.get(key)
-            if ref is None or not _integral(ref):
+        exact values) only where the elements are the same ones in the same order. Tensors are
+        taken latest-made first, so that each has all its requirements before it passes them on."""
+        heap = []
+        for ref in self.ranges:
+            found = sources_of(ref.key) if _integral(ref) else None
+            if found is not None:
+                heapq.heappush(heap, (-found[1], ref.key, ref))
+        done: set[tuple[int, int]] = set()
+        while heap:
+            _, key, ref = heapq.heappop(heap)
+            if key in done:
                 continue
+            done.add(key)
             rng = self.ranges[ref]
-            for src, how in sources[key]:
-                if not _integral(src):
+            for src, how in sources_of(key)[0]:
+                if not _integral(src) or not (rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how))):
                     continue
-                if rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how)):
-                    self.constrain(src, rng)
-                    by_key.setdefault(src.key, src)
+                self.constrain(src, rng)
+                found = sources_of(src.key)
+                if found is not None and src.key not in done:
+                    heapq.heappush(heap, (-found[1], src.key, src))
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
         """The first op to consume a tensor sets its range (a weight is read first by its layer);
