@@ -1,0 +1,284 @@
+"""Coverage of the replay over features of PyTorch programs that traces carry.
+
+Each case is a small step using one feature (sparse gradients, torch.compile, dynamic
+quantization, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
+sampling, data-dependent shapes, linear algebra, ...), captured here with the capture helper and
+replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
+report gave (the replay's own data where the trace holds none), and whether two further
+iterations ran. The last line counts the cases that replay every op.
+
+    python benchmarks/feature_coverage.py [CASE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_mystique.recorder import capture_step  # noqa: E402
+from pytest_mystique.replay import Replay  # noqa: E402
+from pytest_mystique.trace import load_trace  # noqa: E402
+
+nn, F = torch.nn, torch.nn.functional
+
+
+def _train(model, loss, opt=None):
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        loss().backward()
+        opt.step()
+
+    return step
+
+
+def sparse_embedding():
+    emb = nn.Embedding(10000, 64, sparse=True)
+    x = torch.randint(0, 10000, (256, 8))
+    return _train(emb, lambda: emb(x).sum(), torch.optim.SparseAdam(emb.parameters()))
+
+
+def message_passing():
+    n, e, d = 500, 4000, 32
+    x, src, dst = torch.randn(n, d), torch.randint(0, n, (e,)), torch.randint(0, n, (e,))
+    lin = nn.Linear(d, d)
+
+    def loss():
+        agg = torch.zeros(n, d).index_add_(0, dst, lin(x)[src])
+        deg = torch.zeros(n).scatter_add_(0, dst, torch.ones(e)).clamp(min=1)
+        return (agg / deg[:, None]).relu().sum()
+
+    return _train(lin, loss, torch.optim.Adam(lin.parameters()))
+
+
+def compiled():
+    model = torch.compile(nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)))
+    x = torch.randn(32, 64)
+    return lambda: model(x)
+
+
+def quantized_dynamic():
+    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10)).eval()
+    q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(16, 128)
+    return lambda: q(x)
+
+
+def fft_complex():
+    x, w = torch.randn(8, 1024), torch.randn(513, dtype=torch.complex64)
+    return lambda: torch.fft.irfft(torch.fft.rfft(x) * w).abs().sum()
+
+
+def autocast_bf16():
+    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+    x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+
+    def loss():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.cross_entropy(model(x), y)
+
+    return _train(model, loss)
+
+
+def grad_scaler_fp16():
+    model, scaler = nn.Linear(64, 10), torch.amp.GradScaler("cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    return step
+
+
+def channels_last():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3)).eval()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(8, 3, 32, 32).to(memory_format=torch.channels_last)
+    return lambda: model(x)
+
+
+def multihead_attention():
+    model, x = nn.MultiheadAttention(64, 4, batch_first=True), torch.randn(4, 32, 64)
+
+    def loss():
+        out, weights = model(x, x, x, need_weights=True)
+        return out.sum() + weights.sum()
+
+    return _train(model, loss, torch.optim.Adam(model.parameters()))
+
+
+def fused_adam():
+    model, x = nn.Linear(256, 256), torch.randn(16, 256)
+    return _train(model, lambda: model(x).sum(), torch.optim.Adam(model.parameters(), fused=True))
+
+
+def foreach_adamw_clipping():
+    model, x = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64)), torch.randn(8, 64)
+    opt = torch.optim.AdamW(model.parameters(), foreach=True)
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return step
+
+
+def data_dependent_shapes():
+    x, i = torch.randn(4096), torch.randint(0, 100, (4096,))
+
+    def step():
+        v, _ = x.sort()
+        u = torch.unique(i, return_counts=True)
+        return v.sum() + x.topk(10).values.sum() + u[1].sum() + (x > 0).nonzero().sum() + x[x > 1].sum()
+
+    return step
+
+
+def upsampling_decoder():
+    model = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.Upsample(scale_factor=2, mode="bilinear"),
+                          nn.GroupNorm(2, 4), nn.SiLU())  # fmt: skip
+    x = torch.randn(2, 8, 16, 16)
+    return _train(model, lambda: model(x).pow(2).mean(), torch.optim.Adam(model.parameters()))
+
+
+def weighted_embedding_bag():
+    bag = nn.EmbeddingBag(1000, 32, mode="sum")
+    x, offsets, w = torch.randint(0, 1000, (400,)), torch.arange(0, 400, 4), torch.rand(400)
+    return _train(bag, lambda: bag(x, offsets, per_sample_weights=w).sum(), torch.optim.Adagrad(bag.parameters()))
+
+
+def packed_lstm():
+    rnn, x = nn.LSTM(32, 64, batch_first=True), torch.randn(8, 20, 32)
+    lengths = torch.tensor([20, 18, 15, 15, 10, 7, 5, 2])
+
+    def loss():
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        return nn.utils.rnn.pad_packed_sequence(rnn(packed)[0], batch_first=True)[0].sum()
+
+    return _train(rnn, loss)
+
+
+def checkpointing():
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(64, 64), nn.GELU()) for _ in range(3))
+    x = torch.randn(16, 64, requires_grad=True)
+
+    def loss():
+        h = x
+        for block in blocks:
+            h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
+        return h.sum()
+
+    return _train(blocks, loss)
+
+
+def top_p_sampling():
+    logits = torch.randn(4, 1000)
+
+    def step():
+        sp, si = F.softmax(logits / 0.7, -1).sort(descending=True)
+        sp[sp.cumsum(-1) > 0.9] = 0
+        return si.gather(-1, torch.multinomial(sp / sp.sum(-1, keepdim=True), 1))
+
+    return step
+
+
+def vision_ops():
+    x, grid = torch.randn(2, 16, 32, 32, requires_grad=True), torch.rand(2, 24, 24, 2) * 2 - 1
+
+    def step():
+        parts = (F.interpolate(x, scale_factor=2), F.pixel_shuffle(x, 2), F.unfold(x, 3),
+                 F.grid_sample(x, grid, align_corners=False), F.max_pool2d(x, 2), F.avg_pool2d(x, 3, 1, 1))  # fmt: skip
+        sum(p.mean() for p in parts).backward()
+
+    return step
+
+
+def linear_algebra():
+    a, b, s = torch.randn(64, 64), torch.randn(100, 16), torch.randn(64, 64)
+    spd = s @ s.T + 64 * torch.eye(64)
+    return lambda: (torch.linalg.svd(a)[1].sum() + torch.linalg.qr(a)[0].sum() + torch.linalg.inv(spd).sum()
+                    + torch.linalg.cholesky(spd).sum() + torch.cdist(b, b).sum() + torch.linalg.eigh(spd)[0].sum())
+
+
+def bucketing():
+    bounds, x = torch.linspace(-3, 3, 100), torch.randn(10000)
+    return lambda: torch.bucketize(x, bounds).sum() + torch.searchsorted(bounds, x).sum() + torch.histc(x, 50).sum()
+
+
+def ctc_loss():
+    lp = torch.randn(50, 4, 20).log_softmax(2).detach().requires_grad_()
+    targets, in_lens, tg_lens = torch.randint(1, 20, (4, 10)), torch.full((4,), 50), torch.randint(5, 10, (4,))
+    return lambda: F.ctc_loss(lp, targets, in_lens, tg_lens).backward()
+
+
+def causal_attention_rmsnorm():
+    q, w = torch.randn(2, 4, 64, 32, requires_grad=True), torch.ones(32)
+    return lambda: F.rms_norm(F.scaled_dot_product_attention(q, q, q, is_causal=True, dropout_p=0.1), (32,), w) \
+        .sum().backward()  # fmt: skip
+
+
+CASES = {f.__name__: f for f in (
+    sparse_embedding, message_passing, compiled, quantized_dynamic, fft_complex, autocast_bf16, grad_scaler_fp16,
+    channels_last, multihead_attention, fused_adam, foreach_adamw_clipping, data_dependent_shapes,
+    upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,
+    linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm)}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*", help=f"some of: {', '.join(CASES)}")
+    args = ap.parse_args()
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        ap.error(f"unknown case(s): {', '.join(sorted(unknown))}")
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="features."))
+    print(f"{'case':<26} {'ops':>5} {'replayed':>8} {'skipped':>7} {'notes':>5} {'runs':>4}  skip reasons")
+    full = 0
+    names = args.cases or list(CASES)
+    for name in names:
+        torch.manual_seed(0)
+        path = tmp / f"{name}.json.gz"
+        try:
+            capture_step(CASES[name](), path, warmup=2, runs=1, min_warmup_s=0)
+        except Exception as e:  # noqa: BLE001 - a feature this torch build lacks (no compiler...)
+            print(f"{name:<26} not captured here: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        replay = Replay(load_trace(path), "cpu").prepare()
+        rep = replay.report
+        runs = "ok"
+        try:
+            for _ in range(2):
+                replay.reset_state()
+                replay.run()
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            runs = f"failed: {e}"[:60]
+        skipped = rep.skipped_list()
+        reasons = "; ".join(f"{s['count']}x {s['op']}" for s in skipped[:4]) + (f": {skipped[0]['reason'][:90]}" if skipped else "")
+        full += rep.ops_skipped == 0 and runs == "ok"
+        print(f"{name:<26} {rep.ops_total:>5} {rep.ops_replayed:>8} {rep.ops_skipped:>7} {len(rep.notes):>5} {runs:>4}  "
+              f"{reasons}")  # fmt: skip
+        for note in rep.notes:
+            print(f"{'':<26} note: {note[:150]}")
+    print(f"feature coverage: {full}/{len(names)} cases replay every op")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
