@@ -20,8 +20,10 @@ import torch
 HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: Raised when a change to the replay alters what a replayed step does: 2 = BatchNorm running means
 #: centred, optimizer state from zero, inputs from a pool of draws, FBGEMM's table metadata derived
-#: (baselines recorded before lack the field).
-REPLAY_VERSION = 2
+#: (baselines recorded before lack the field); 3 = index ranges passed back to the inputs they come
+#: from, 0-dim integers 1 or 2, parameters written through an alias refilled, tensors filled outside
+#: the ops seeded, autocast wrappers looked through.
+REPLAY_VERSION = 3
 
 
 @lru_cache(maxsize=1)
