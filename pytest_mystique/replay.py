@@ -176,15 +176,11 @@ class Replay:
                 continue
             p.values = [_same_tensor(v, made, placed) for v in p.values]
             planned.append(p)
-            if not p.collective and p.substitution is None:
-                read = {ref.key for v in p.values for ref in _refs(v)}
-                for out in node.outputs:
-                    for ref in _refs_of_value(out):
-                        if ref.key not in read:  # not the input itself (an in-place op's or out= result)
-                            producer[ref.key] = len(planned) - 1
             writes = () if p.collective else schema_facts(p.overload).writes
+            read: set[tuple[int, int]] = set()
             for pos, v in enumerate(p.values):
                 for ref in _refs(v):
+                    read.add(ref.key)
                     self.factory.reserve(ref)
                     if ref.key in unwritten:
                         unwritten.discard(ref.key)
@@ -197,12 +193,15 @@ class Replay:
                             elsewhere.add(ref)
                         elif pos < len(writes) and writes[pos]:
                             stepped.add(ref)
+            derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
                     placed[_placement(ref)] = ref
                     if node.name in _UNINITIALISED:
                         unwritten.add(ref.key)
+                    if derives and ref.key not in read:  # not the input itself (an in-place op's or out= result)
+                        producer[ref.key] = len(planned) - 1
         if self.trace.orphans:
             self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
                               f"read as top-level"] += 1  # fmt: skip
