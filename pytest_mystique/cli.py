@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     r.add_argument("--iters", type=int, default=DEFAULT_ITERS, help=f"timed iterations (default {DEFAULT_ITERS})")
     r.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"warm-up iterations (default {DEFAULT_WARMUP})")
-    r.add_argument("--threads", type=int, default=None, help="CPU threads (default: OMP_NUM_THREADS or torch's)")
+    r.add_argument("--threads", type=int, default=None, help="CPU threads (default: OMP_NUM_THREADS, else the trace's capture (.meta.json), else torch's)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--compact", action="store_true", help="with --json: on one line")
     r.add_argument("--per-op", action="store_true", help="time each operator and show the top ones")

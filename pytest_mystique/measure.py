@@ -77,13 +77,17 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 _STEADY: bool | None = None
 
 
-def thread_count(requested: int | None) -> int:
-    """``--mystique-threads`` when given, else ``OMP_NUM_THREADS``, else torch's default."""
+def thread_count(requested: int | None, recorded=None) -> int:
+    """``--mystique-threads`` when given, else ``OMP_NUM_THREADS``, else ``recorded`` (the threads
+    the trace's original step ran with, from its sidecar; at most torch's default here), else
+    torch's default."""
     if requested:
         return requested
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
+        return min(recorded, torch.get_num_threads())
     return torch.get_num_threads()
 
 

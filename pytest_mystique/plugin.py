@@ -79,7 +79,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="session-to-session offset of the machine that neither the probe nor more processes remove "
                          f"(default {DEFAULT_DRIFT:g})")  # fmt: skip
     group.addoption("--mystique-threads", type=int, default=None, metavar="N",
-                    help="CPU threads for the replay (default: OMP_NUM_THREADS, else torch's default)")  # fmt: skip
+                    help="CPU threads for the replay (default: OMP_NUM_THREADS, else the threads the trace "
+                         "was captured with (its .meta.json), else torch's default)")  # fmt: skip
     group.addoption("--mystique-baseline-dir", default=None, metavar="DIR",
                     help="baseline directory (default .mystique/baselines under the rootdir)")  # fmt: skip
     group.addoption("--mystique-update", action="store_true", default=False,

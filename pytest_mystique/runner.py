@@ -194,8 +194,23 @@ def build_canary(replay) -> None:
                                              f"data the trace does not hold; nothing was timed")  # fmt: skip
 
 
+def as_captured(options: Options, trace_path) -> Options:
+    """``options`` with the thread count the trace's original step ran with (its sidecar's
+    ``threads``, at most torch's default here) when neither ``options.threads`` nor
+    ``OMP_NUM_THREADS`` sets one: replaying a one-thread capture with all of a small host's cores
+    times something else than the original did, and on a 2-core host two threads measure the
+    neighbours more than the replay."""
+    if options.threads:
+        return options
+    side = load_sidecar(trace_path)  # a malformed sidecar raises, naming its file
+    recorded = side.get("threads") if side else None
+    threads = thread_count(None, recorded)
+    return dataclasses.replace(options, threads=threads) if threads != thread_count(None) else options
+
+
 def replay_file(path, options: Options) -> ReplayRun:
     """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling)."""
+    options = as_captured(options, path)
     with deadline(options.timeout_s, path):
         first, ranks, name = resolve_job(path)
         replay, load_s = prepare_file(first, options, ranks=ranks, name=name)
@@ -245,6 +260,7 @@ def check_file(path, options: Options, store: BaselineStore, baseline_name: str,
 def _check_file(path, options: Options, store: BaselineStore, baseline_name: str, tolerance: float, update: bool,
                 rootdir, turn, ranks: dict | None, name: str | None, opened: list,
                 earlier=None) -> tuple[ReplayRun, dict]:  # fmt: skip
+    options = as_captured(options, path)
     threads = thread_count(options.threads)
     with deadline(options.timeout_s, path):
         replay, load_s = prepare_file(path, options, ranks=ranks, name=name)

@@ -28,6 +28,18 @@ def test_replay_json_replays_every_op_of_cpu_corpus(name, capsys):
     assert out["original_median_s"] > 0 and out["fidelity_ratio"] > 0  # from the .meta.json sidecar
 
 
+def test_replay_takes_the_captures_thread_count(capsys, monkeypatch):
+    from pytest_mystique.measure import torch_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with torch_threads(3):  # vit_infer.meta.json: captured at 1 thread
+        assert main(["replay", str(corpus("vit_infer.json.gz")), "--device", "cpu", "--iters", "2", "--warmup", "0",
+                     "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["threads"] == 1 and out["original_threads"] == 1 and out["fidelity_ratio"] > 0
+    assert "fidelity_unlike" not in out
+
+
 def test_replay_lists_skipped_ops(capsys, tmp_path):
     data = read_json(corpus("vit_infer.json.gz"))
     set_op_schema(data, "gelu", "mystique_test::gelu(Tensor self, *, str approximate='none') -> Tensor")

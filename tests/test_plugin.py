@@ -219,6 +219,33 @@ def test_thread_count_follows_omp_num_threads(monkeypatch):
     assert thread_count(None) == torch.get_num_threads()
 
 
+def test_a_trace_replays_with_the_threads_it_was_captured_with(monkeypatch, tmp_path):
+    import json
+
+    import torch
+
+    from pytest_mystique.measure import thread_count, torch_threads
+    from pytest_mystique.runner import Options, as_captured
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    trace = tmp_path / "step.json.gz"
+    shutil.copyfile(corpus("vit_infer.json.gz"), trace)
+    with torch_threads(3):  # this host's default, whatever its cores
+        assert thread_count(None, as_captured(Options(), trace).threads) == 3  # no sidecar
+        (tmp_path / "step.meta.json").write_text(json.dumps({"original_median_s": 0.01, "threads": 1}))
+        assert as_captured(Options(), trace).threads == 1
+        assert as_captured(Options(threads=2), trace).threads == 2  # --mystique-threads first
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        assert thread_count(as_captured(Options(), trace).threads) == 2  # then OMP_NUM_THREADS
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        (tmp_path / "step.meta.json").write_text(json.dumps({"original_median_s": 0.01, "threads": 64}))
+        assert as_captured(Options(), trace).threads in (None, 3)  # no more than this host's default
+        for bad in ("two", True, 0, -1):
+            (tmp_path / "step.meta.json").write_text(json.dumps({"original_median_s": 0.01, "threads": bad}))
+            assert thread_count(as_captured(Options(), trace).threads) == 3
+    assert torch.get_num_threads() == thread_count(None)
+
+
 def test_an_op_that_crashes_its_process_fails_that_trace_alone(pytester, traces, tmp_path):
     """Some kernels trust their inputs: ``_pad_packed_sequence`` reads as many rows as a packed
     sequence's batch sizes say. Here the trace's ``tensor_range`` makes those 0s and 1s, and the
