@@ -38,7 +38,7 @@ from .environment import differences, fingerprint, hardware_key
 from .errors import ReplayError
 from .measure import Measurement, allocator_regime, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
-from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, sample
+from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, probe_shift, sample
 from .sidecar import load_sidecar, unlike
 from .stats import compare_runs, session_drift
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
@@ -346,6 +346,7 @@ def _offline_comparison(baseline, sampled: Sampled, options: Options, tolerance:
     return compare_runs(judged_runs(baseline.segments, calibrated), judged_runs(sampled.segments, calibrated),
                         tolerance=tolerance, alpha=options.alpha, process_noise=options.process_noise,
                         drift=options.drift,
+                        probe_shift=probe_shift(baseline.segments, sampled.segments) if calibrated else 0.0,
                         calibrated=calibrated, baseline_median_s=baseline.median_s,
                         current_median_s=sampled.median_s)  # fmt: skip
 

@@ -72,6 +72,9 @@ class Segment:
     def level(self, calibrated: bool) -> float:
         return segment_level(self.samples_s, self.probe_s if calibrated else None)
 
+    def probe_level(self) -> float:
+        return segment_level(self.probe_s)
+
 
 @dataclass
 class Sampled:
@@ -125,17 +128,28 @@ def fresh_segments(level_var: float, process_noise: float, start_s: float, segme
     return max(FRESH_SEGMENTS, min(most, round(m)))
 
 
-def judged_runs(segments: list[Segment], calibrated: bool) -> list[list[float]]:
-    """Segment levels grouped by the run (process) that sampled them, for the verdict: the fresh
-    processes' runs where there are any (this process's run only planned them: its state depends
-    on what the session did before, and its kind of process differs from theirs), else this
-    process's run."""
+def judged_runs(segments: list[Segment], calibrated: bool, level=None) -> list[list[float]]:
+    """Segment levels (``level(segment)`` when given) grouped by the run (process) that sampled
+    them, for the verdict: the fresh processes' runs where there are any (this process's run only
+    planned them: its state depends on what the session did before, and its kind of process
+    differs from theirs), else this process's run."""
     runs: dict[int, list[float]] = {}
     for s in segments:
-        runs.setdefault(s.run, []).append(s.level(calibrated))
+        runs.setdefault(s.run, []).append(level(s) if level else s.level(calibrated))
     if len(runs) > 1:
         runs.pop(0, None)
     return list(runs.values())
+
+
+def probe_shift(baseline: list[Segment], current: list[Segment]) -> float:
+    """log of the machine-speed probe's level on the current side over the baseline's, each side's
+    level taken over its judged runs as the replay's is (:func:`.stats.compare_runs` judges the raw
+    estimate too when it is large)."""
+
+    def side(segments: list[Segment]) -> float:
+        return statistics.fmean(statistics.fmean(r) for r in judged_runs(segments, True, Segment.probe_level))
+
+    return side(current) - side(baseline)
 
 
 def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment] | None = None,
@@ -219,6 +233,7 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
                 cmp = compare_runs(judged_runs(baseline, calibrated), judged_runs(out.segments, calibrated),
                                    tolerance=tolerance, alpha=spending.at(judged / most, final), process_noise=process_noise, drift=drift,
                                    final=final, reference=reference if calibrated else (),
+                                   probe_shift=probe_shift(baseline, out.segments) if calibrated else 0.0,
                                    **extra)  # fmt: skip
                 if out.looks and out.looks[-1]["runs"] == judged:  # a failed fresh run: the same data, now final
                     out.looks.pop()
@@ -248,6 +263,12 @@ def sample(replay, *, budget_s: float = DEFAULT_BUDGET_S, baseline: list[Segment
         out.notes.append(f"the baseline was sampled in {kinds[any(s.run for s in baseline)]} and this run in "
                          f"{kinds[any(s.run for s in out.segments)]}: processes of two kinds, which may differ by "
                          f"about 1%, are compared; --mystique-update re-records the baseline")  # fmt: skip
+    cmp = out.comparison
+    if cmp is not None and cmp.spanned:
+        out.notes.append(f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%} from the baseline's "
+                         f"session, the replay's raw times {cmp.raw_change:+.1%}: whether the replay "
+                         f"follows such a move is unknown, so the interval spans the raw and the probe-normalised "
+                         f"estimates")  # fmt: skip
     if baseline is not None and probed and not calibrated:
         out.notes.append(f"the baseline was timed with another machine-speed probe ({baseline_signature or 'none'}; "
                          f"now {calibrate.signature()}), so raw times are compared, which the machine's own "

@@ -53,6 +53,15 @@ QUANTILE = 0.1
 
 VERDICTS = ("same", "slower", "faster", "unsure")
 
+#: How far the machine-speed probe's own level may move between the two sides (log scale) before
+#: the verdict stops trusting the division by it alone. A fresh process's probe is now and then
+#: 5-45% off while its replay is not (README, "The verdict"); over a side of a few runs that moves
+#: the probe's mean by a few percent, while one or two such processes on a short side move it by
+#: 10-25% and the normalised level by as much the other way. Beyond this, the replay may follow the
+#: probe fully (the machine changed), not at all (the probe was off), or anywhere between: the
+#: interval spans the estimates of both ends (:func:`_verdict`).
+PROBE_SHIFT = math.log1p(0.10)
+
 
 def segment_level(samples_s, probe_s=None) -> float:
     """log of the segment's low quantile, divided by the probe's when there is one."""
@@ -88,6 +97,13 @@ class Comparison:
     reference_shift: float = 0.0  # log of the pooled reference's level over the baseline's alone
     se: float = math.nan  # standard error of the log ratio, and its degrees of freedom
     df: float = math.nan
+    probe_shift: float = 0.0  # log of the probe's level now over the baseline's (0 when not probed)
+    spanned: bool = False  # the probe moved beyond PROBE_SHIFT: judged on raw and normalised estimates
+
+    @property
+    def raw_change(self) -> float:
+        """The change with the probe's move put back: what the raw times say."""
+        return self.ratio * math.exp(self.probe_shift) - 1.0
 
     @property
     def change(self) -> float:
@@ -223,21 +239,26 @@ def welch_runs(base_runs, cur_runs, process_noise: float, drift: float = 0.0, re
 
 def compare_runs(base_runs, cur_runs, *, tolerance: float = DEFAULT_TOLERANCE,
                  alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
-                 drift: float = DEFAULT_DRIFT, final: bool = True, reference=(), **extra) -> Comparison:  # fmt: skip
+                 drift: float = DEFAULT_DRIFT, final: bool = True, reference=(), probe_shift: float = 0.0,
+                 **extra) -> Comparison:  # fmt: skip
     """Verdict on two sides given as lists of runs, each run a list of segment levels (see the
     module's docstring); ``alpha``: the one-sided level, or a function of the estimate's standard
     error that gives it (a look of a sequential test, :meth:`Spending.level`); ``reference``:
-    sessions pooled with the baseline's (:func:`welch_runs`); ``extra`` fills the descriptive
+    sessions pooled with the baseline's (:func:`welch_runs`); ``probe_shift``: the log of the
+    probe's level on the current side over the baseline's, when the levels are normalised by it
+    (beyond :data:`PROBE_SHIFT` the raw estimate is judged too); ``extra`` fills the descriptive
     fields of :class:`Comparison`."""
     base_runs, cur_runs = _arrays(base_runs), _arrays(cur_runs)
     nb, nc = (sum(len(r) for r in side) for side in (base_runs, cur_runs))
     if nb < 2 or nc < 2:
         raise ValueError("need at least two segments on each side to compare")
     w = welch_runs(base_runs, cur_runs, process_noise, drift, reference)
-    return _verdict(w.d, w.se, w.df, tolerance, alpha(w.se) if callable(alpha) else alpha, final, n_baseline=nb, n_current=nc,
+    spanned = abs(probe_shift) > PROBE_SHIFT
+    return _verdict(w.d, w.se, w.df, tolerance, alpha(w.se) if callable(alpha) else alpha, final,
+                    span=probe_shift if spanned else 0.0, n_baseline=nb, n_current=nc,
                     process_noise=process_noise, process_sd=math.expm1(math.sqrt(w.process_var)),
                     runs_baseline=len(base_runs), runs_current=len(cur_runs), drift=drift, current_var=w.own,
-                    reference_sessions=w.pooled, reference_shift=w.shift,
+                    reference_sessions=w.pooled, reference_shift=w.shift, probe_shift=probe_shift, spanned=spanned,
                     **extra)  # fmt: skip
 
 
@@ -379,21 +400,26 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
                     n_current=len(x), process_noise=process_noise, process_sd=process_noise, **extra)  # fmt: skip
 
 
-def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, final: bool, **fields) -> Comparison:
+def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, final: bool, span: float = 0.0,
+             **fields) -> Comparison:  # fmt: skip
+    """``span``: a second estimate lies at ``d + span`` with the same error (the raw times', when
+    the probe moved too far to be trusted alone, :data:`PROBE_SHIFT`); the interval covers both,
+    a change is significant only where both say so, and the estimate judged when sampling stops
+    undecided is the one nearer no change."""
     # imported here: scipy.stats takes most of a second to import, and a fresh replay process
     # (:mod:`.worker`), which imports this module through the sampler, never compares
     from scipy import stats as sps
 
+    low, high = min(d, d + span), max(d, d + span)
     if se > 0:
-        t = d / se
-        p_slower, p_faster = float(sps.t.sf(t, df)), float(sps.t.cdf(t, df))
+        p_slower, p_faster = float(sps.t.sf(low / se, df)), float(sps.t.cdf(high / se, df))
         half = float(sps.t.ppf(1 - alpha, df)) * se
     else:
-        p_slower = p_faster = 0.5 if d == 0 else float(d < 0)
+        p_slower, p_faster = (0.5, 0.5) if low <= 0 <= high else (float(high < 0), float(low > 0))
         half = 0.0
     # a first look at two segments of one run can have a t quantile beyond any float's exp: an
     # interval without an upper end, which decides nothing
-    lo, hi = math.exp(max(d - half, -700.0)), math.exp(d + half) if d + half < 700 else math.inf
+    lo, hi = math.exp(max(low - half, -700.0)), math.exp(high + half) if high + half < 700 else math.inf
     up, down = 1 + tolerance, 1 - tolerance
     if down < lo and hi < up:
         verdict = "same"
@@ -404,7 +430,7 @@ def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, fin
     elif not final:
         verdict = "undecided"
     else:  # budget spent: no significant change; is the estimate itself within tolerance?
-        verdict = "same" if math.exp(d) < up else "unsure"
+        verdict = "same" if math.exp(min(d, d + span, key=abs)) < up else "unsure"
     fields = {"baseline_median_s": math.nan, "current_median_s": math.nan} | fields
     return Comparison(verdict, math.exp(d), lo, hi, 1 - 2 * alpha, p_slower, p_faster, tolerance=tolerance, se=se, df=df,
                       **fields)  # fmt: skip

@@ -294,3 +294,29 @@ def test_processes_that_agree_more_than_the_prior_narrow_the_interval_and_catch_
     assert aa.count("slower") <= 2 and aa.count("faster") <= 2
     five = [sequential(b, host.side(math.log(1.05), 5), reference=r, **kw) for b, r in zip(bases, refs)]
     assert five.count("slower") >= 0.9 * len(five)
+
+
+def test_a_probe_that_moved_too_far_is_not_trusted_alone():
+    """A/A sides whose probe-normalised levels differ by +24% only because the baseline's probe ran
+    22% slower (its replay times equal to today's): judged on both estimates, not `slower`. The same
+    data with a probe that moved 5% are judged as before, and a real slowdown that both the raw
+    and the normalised estimates show is still caught when the probe moved."""
+    rng = np.random.default_rng(3)
+    base = [list(rng.normal(0.0, 0.01, 4)) for _ in range(2)]
+    cur = [list(rng.normal(0.24, 0.01, 4)) for _ in range(2)]
+    trusted = compare_runs(base, cur, probe_shift=-0.05)
+    assert trusted.verdict == "slower" and not trusted.spanned
+    spanned = compare_runs(base, cur, probe_shift=-0.22)
+    assert spanned.spanned and spanned.verdict == "same"  # the raw estimate, +2%, is within tolerance
+    assert spanned.ci_low < 1.0 < 1.2 < spanned.ci_high and spanned.p_slower > 0.01
+    assert spanned.ratio == pytest.approx(trusted.ratio)  # the estimate reported stays the normalised one
+    assert spanned.raw_change == pytest.approx(math.exp(math.log(spanned.ratio) - 0.22) - 1)
+    # either direction: a probe that sped up and a replay that did not look faster than they are
+    faster = compare_runs(cur, base, probe_shift=0.22)
+    assert compare_runs(cur, base).verdict == "faster" and faster.verdict == "same"
+    # +12% in the raw times, +34% normalised: slower either way
+    real = compare_runs(base, [list(rng.normal(0.34, 0.01, 4)) for _ in range(2)], probe_shift=-0.22)
+    assert real.spanned and real.verdict == "slower" and real.ci_low > 1.05
+    # where sampling stops with no significant change, the estimate nearer no change is judged
+    wide = compare_runs(base[:1], cur[:1], probe_shift=-0.30, final=True)
+    assert wide.verdict == "same"

@@ -1,5 +1,6 @@
 """Verdicts through pytest --mystique: unsure and --mystique-strict, budget, the session summary."""
 
+import math
 import shutil
 
 import pytest
@@ -136,7 +137,6 @@ def test_baseline_is_sampled_in_fresh_processes(pytester):
 
 def test_session_drift_from_the_history_widens_the_interval(pytester):
     import json
-    import math
 
     from pytest_mystique.history import HistoryStore
 
@@ -241,7 +241,6 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     environment: the history's first sessions that found no change are pooled with the baseline
     (up to REFERENCE_SESSIONS), and those of another environment, or that found a change, are not."""
     import json
-    import math
 
     import yaml
 
@@ -277,3 +276,32 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     # the sessions were stored against the baseline alone, so the drift evidence stays comparable
     newest = json.loads(store.results("vit")[-1]["details"])["comparison"]
     assert newest["reference_shift"] == pytest.approx(pooled["reference_shift"])
+
+
+def test_a_baseline_whose_probe_was_off_raises_no_alarm():
+    """A baseline session whose probe ran 30% slow (a fresh process's probe is now and then far off
+    while its replay is not): divided by it alone, today's unchanged replay looks 30% slower. The
+    verdict judges the raw times too, passes, and the report says why."""
+    import dataclasses
+
+    from pytest_mystique.replay import Replay
+    from pytest_mystique.sampling import _segment, sample
+    from pytest_mystique.trace import load_trace
+
+    replay = Replay(load_trace(corpus("vit_infer.json.gz")), "cpu")
+
+    def here(*, segments, segment_iters, probe):
+        return [_segment(replay, segment_iters, probe=probe) for _ in range(segments)]
+
+    kw = dict(budget_s=6, segment_iters=10, threads=1, fresh_run=here, runs=3)
+    base = sample(replay, **kw)
+    off = [dataclasses.replace(s, probe_s=[x * 1.3 for x in s.probe_s]) for s in base.segments]
+    cur = sample(replay, **kw, baseline=off, baseline_signature=base.probe_signature)
+    cmp = cur.comparison
+    assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.23, abs=0.08)
+    assert cmp.ratio > 1.15  # what the division alone says
+    assert abs(cmp.raw_change) < 0.1 and cmp.verdict in ("same", "unsure") and cmp.ci_low < 1
+    assert any("the machine-speed probe's time moved -2" in n and "spans the raw and the probe-normalised" in n
+               for n in cur.notes)  # fmt: skip
+    honest = sample(replay, **kw, baseline=base.segments, baseline_signature=base.probe_signature).comparison
+    assert not honest.spanned and abs(honest.probe_shift) < 0.1
