@@ -34,7 +34,7 @@ from .graph import compiled_regions, optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .substitute import NO_EFFECT, substitute_for
-from .tensors import TensorFactory, float_ranges, index_ranges, value_sources
+from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
@@ -268,6 +268,7 @@ class Replay:
         for ref, rng in index_ranges(node, names).items():
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
+        self.factory.definite.update(definite_inputs(node))
         if node.name.startswith("fbgemm::"):
             name, args = node.name[8:], dict(zip(names, node.inputs))
             for ref, rng in tbe_ranges(name, args).items():

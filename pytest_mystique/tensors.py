@@ -113,6 +113,27 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
     return out
 
 
+#: Ops that factorise their first argument as a Hermitian positive-definite matrix.
+_DEFINITE = {"cholesky", "linalg_cholesky", "linalg_cholesky_ex"}
+
+
+def definite_inputs(node: Node) -> list[TensorRef]:
+    """The input of ``node`` that must be a Hermitian positive-definite matrix (a Cholesky
+    factorisation fails, or reports failure, on anything else: uniform draws are not one)."""
+    ref = node.inputs[0] if node.inputs and node.name.split("::")[-1] in _DEFINITE else None
+    ok = isinstance(ref, TensorRef) and ref.defined and len(ref.shape) >= 2 and ref.shape[-1] == ref.shape[-2]
+    return [ref] if ok else []
+
+
+def make_definite(t: torch.Tensor) -> None:
+    """``t`` (a batch of square matrices of draws in [-1, 1)) made Hermitian and strictly
+    diagonally dominant, hence positive-definite, in place: its mean with its conjugate transpose,
+    plus its order on the diagonal."""
+    with torch.no_grad():
+        t.copy_((t + t.mT.conj()) / 2)
+        t.diagonal(dim1=-2, dim2=-1).add_(t.shape[-1])
+
+
 def torch_dtype(name: str) -> torch.dtype:
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
@@ -354,6 +375,7 @@ class TensorFactory:
     _pool_at: int = 0
     sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
+    definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
 
     def reserve(self, ref: TensorRef) -> None:
@@ -440,6 +462,8 @@ class TensorFactory:
         if not self._constrained[key] and self._has_requirement(ref):
             self.fill(t, ref)
             self._constrained[key] = True
+        if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
+            make_definite(t)
         return t
 
     def _has_requirement(self, ref: TensorRef) -> bool:

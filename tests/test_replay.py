@@ -645,3 +645,31 @@ def test_op_library_is_loaded_for_its_namespace_or_the_reason_given(tmp_path, mo
         ops.resolve("mystiquebroken::lookup(Tensor x) -> Tensor")
     with pytest.raises(ops.Unsupported, match=r"is the library that defines it installed and loaded\?"):
         ops.resolve("mystiquenolib::lookup(Tensor x) -> Tensor")
+
+
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
+    """A Cholesky factorisation fails on a matrix that is not Hermitian positive-definite, as
+    seeded draws are not: the input it factorises is made one (also a complex one, and a batch),
+    and the factors it gives are finite."""
+    s = torch.randn(16, 16)
+    spd = s @ s.T + 16 * torch.eye(16)
+    batch = torch.stack([spd, 2 * spd])
+    h = torch.randn(8, 8, dtype=torch.complex64)
+    herm = h @ h.mH + 8 * torch.eye(8)
+
+    def step():
+        return (torch.linalg.cholesky(spd).sum() + torch.linalg.cholesky_ex(batch)[0].sum()
+                + torch.linalg.cholesky(herm).abs().sum() + torch.cholesky(spd).sum())  # fmt: skip
+
+    replay = _captured(tmp_path, "cholesky", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    factors = []
+    replay.run(lambda s, r: factors.append(r) if "cholesky" in s.name else None)
+    assert len(factors) == 4
+    for r in factors:
+        L = r[0] if isinstance(r, tuple) else r
+        assert torch.isfinite(L.abs()).all() and (L.diagonal(dim1=-2, dim2=-1).real > 0).all()
+    _, info = factors[1]
+    assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
