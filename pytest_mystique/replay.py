@@ -33,6 +33,7 @@ from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .graph import compiled_regions, optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
+from .packed import is_packed_linear, packed_linear
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
@@ -260,7 +261,12 @@ class Replay:
         values, kwnames = [], []
         names = [a.name for a in schema_args]
         for arg, val in zip(schema_args, node.inputs):
-            values.append(self._convert(arg, val))
+            if is_packed_linear(arg.type):
+                values.append(packed_linear(node, self.device, self.factory.seed))
+                self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from the op's "
+                                  f"shapes, seeded, with a bias"] += 1  # fmt: skip
+            else:
+                values.append(self._convert(arg, val))
             if arg.kwarg_only:
                 kwnames.append(arg.name)
             elif kwnames:

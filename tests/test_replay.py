@@ -673,3 +673,29 @@ def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
         assert torch.isfinite(L.abs()).all() and (L.diagonal(dim1=-2, dim2=-1).real > 0).all()
     _, info = factors[1]
     assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+def test_dynamically_quantized_linears_get_packed_weights_of_their_shape(tmp_path):
+    """``quantize_dynamic``'s linears pass their int8 (or float16) weights as an opaque packed
+    object that a trace records without shape or data: rebuilt from the op's input and output
+    shapes, with a note, so every op replays and gives the original's shapes."""
+    model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.ReLU(), torch.nn.Linear(96, 10)).eval()
+    int8 = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    fp16 = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.float16)
+    x = torch.randn(16, 48)
+    replay = _captured(tmp_path, "qdyn", lambda: (int8(x), fp16(x)))
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    linears = [n for n in rep.notes if "packed weights (an opaque object in a trace) rebuilt" in n]
+    assert sorted(n.split(":")[2] for n in linears) == ["linear_dynamic", "linear_dynamic_fp16"]
+    assert not any("differs from the trace" in n for n in rep.notes), rep.notes
+    shapes = []
+    def seen(s, r):
+        if s.name.startswith("quantized::"):
+            shapes.append((s.name, tuple((r[0] if isinstance(r, tuple) else r).shape)))
+
+    replay.run(seen)
+    assert sorted(shapes) == sorted([("quantized::linear_dynamic", (16, 96)), ("quantized::linear_dynamic", (16, 10)),
+                                     ("quantized::linear_dynamic_fp16", (16, 96)),
+                                     ("quantized::linear_dynamic_fp16", (16, 10))])  # fmt: skip
