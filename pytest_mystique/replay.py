@@ -57,6 +57,14 @@ class TensorListArg:
 
 
 @dataclass
+class UnstridedArg:
+    """A tensor recorded without storage (sparse...) that an earlier replayed op made: read from
+    what that op returned, by the id the trace gives it."""
+
+    tensor_id: int
+
+
+@dataclass
 class PlannedOp:
     node: Node
     overload: Any
@@ -152,6 +160,8 @@ class Replay:
         self._seeded: set[tuple[int, int]] = set()
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
+        self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
+        self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -195,6 +205,7 @@ class Replay:
                         elif pos < len(writes) and writes[pos]:
                             stepped.add(ref)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
+            self._unstrided_made.update(v.value for v in node.outputs if _unstrided(v))
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
@@ -331,9 +342,11 @@ class Replay:
             if not arg.optional and not arg.has_default:
                 raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
             return None
-        if isinstance(val, Scalar) and val.type == NO_STORAGE:
+        if _unstrided(val):
+            if t == "Tensor" and val.value in self._unstrided_made:
+                return UnstridedArg(val.value)
             raise Unsupported(f"argument {arg.name!r} is a tensor the trace recorded without storage (a sparse or "
-                              f"other non-strided layout): it cannot be rebuilt")  # fmt: skip
+                              f"other non-strided layout) and no replayed op made: it cannot be rebuilt")  # fmt: skip
         if t == "Tensor":
             if isinstance(val, TensorRef):
                 return TensorArg(val) if val.defined else None
@@ -464,6 +477,13 @@ class Replay:
                 elif isinstance(v, TensorListArg):
                     list_fills.append((i, tuple(-1 if r is None else self._slot_for(r) for r in v.refs)))
                     args.append(None)
+                elif isinstance(v, UnstridedArg):
+                    if v.tensor_id not in self._unstrided:
+                        self.report.skipped[(p.node.name, "reads a tensor without storage (sparse...) that the op "
+                                                          "making it did not give")] += 1  # fmt: skip
+                        return
+                    fills.append((i, self._unstrided[v.tensor_id]))
+                    args.append(None)
                 else:
                     args.append(v)
         except (RuntimeError, ValueError, TypeError, OverflowError, MemoryError) as e:
@@ -590,6 +610,9 @@ class Replay:
                 s = self._bind(item, v, in_storages, op) if isinstance(item, TensorRef) else None
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
+        if _unstrided(out) and isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            slot = self._unstrided[out.value] = self._new_slot()
+            return slot
         return None
 
     def _liveness(self) -> None:
@@ -769,6 +792,10 @@ def _refs_of_value(v: Any) -> list[TensorRef]:
     if isinstance(v, ListValue):
         return [r for item in v.items for r in _refs_of_value(item)]
     return []
+
+
+def _unstrided(v: Any) -> bool:
+    return isinstance(v, Scalar) and v.type == NO_STORAGE
 
 
 def _kind(v: Any) -> str:

@@ -390,9 +390,10 @@ class _ValueParser:
                 raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
         if device == "" and sid == itemsize == 0:
             # A tensor without a strided storage (sparse, nested, MKL-DNN): the writer records
-            # neither its memory nor its device. Kept as an opaque value: the ops that read it
-            # are skipped with the reason, the rest of the trace replays.
-            return Scalar(NO_STORAGE, elem)
+            # neither its memory nor its device, only its id. Kept as an opaque value holding the
+            # id: an op that reads what a replayed op made reads that; one that reads an input of
+            # the trace is skipped with the reason, the rest of the trace replays.
+            return Scalar(NO_STORAGE, tid)
         if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
             raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
         shp = self.dims(shape, "shape")

@@ -299,9 +299,12 @@ def test_autocast_ops_replay_their_casts_and_the_low_precision_op(tmp_path):
     assert linear_types == [torch.bfloat16, torch.bfloat16]
 
 
-def test_tensors_without_storage_skip_only_their_readers(tmp_path):
-    """A sparse gradient (``nn.Embedding(sparse=True)``) is recorded without storage or device.
-    The trace loads; the ops that read it are skipped with that reason, the rest replay."""
+def test_tensors_without_storage_are_read_from_the_op_that_made_them(tmp_path):
+    """A sparse gradient (``nn.Embedding(sparse=True)``) is recorded without storage or device,
+    only its id. The ops that read it (SparseAdam's coalescing, masking, in-place adds) read
+    what the replayed backward made, and every op replays. A sparse tensor that is an input of
+    the step, which no replayed op made, cannot be rebuilt: only its readers are skipped, with the
+    reason."""
     emb = torch.nn.Embedding(1000, 16, sparse=True)
     opt = torch.optim.SparseAdam(emb.parameters())
     idx = torch.randint(0, 1000, (64, 4))
@@ -313,10 +316,22 @@ def test_tensors_without_storage_skip_only_their_readers(tmp_path):
 
     replay = _captured(tmp_path, "sparse", step)
     rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    layouts = []
+    replay.run(lambda s, r: layouts.append((r[0] if isinstance(r, tuple) else r).layout)
+               if s.name == "aten::embedding_backward" else None)  # fmt: skip
+    assert layouts == [torch.sparse_coo]
+    for _ in range(2):
+        replay.reset_state()
+        replay.run()
+
+    sp = torch.randn(50, 40).relu().to_sparse()
+    dense = torch.randn(40, 8)
+    replay = _captured(tmp_path, "sparse_input", lambda: (torch.sparse.mm(sp, dense) * 2).sum())
+    rep = replay.report
     reasons = {s["reason"] for s in rep.skipped_list()}
-    assert reasons and all("recorded without storage" in r for r in reasons), reasons
+    assert reasons and all("recorded without storage" in r and "no replayed op made" in r for r in reasons), reasons
     assert rep.ops_replayed > 0 and rep.ops_replayed + rep.ops_skipped == rep.ops_total
-    assert any(s.name == "aten::embedding" for s in replay.steps)
     replay.run()
 
 
