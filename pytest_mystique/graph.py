@@ -9,7 +9,7 @@ selected operator are its implementation and run when it runs, so they are not s
 
 from __future__ import annotations
 
-from .trace import Node, Trace
+from .trace import ListValue, Node, TensorRef, Trace
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 _CASTS = ("aten::to", "aten::_to_copy")
@@ -31,30 +31,117 @@ def _redispatching(trace: Trace) -> set[int]:
 
 def select_ops(trace: Trace) -> list[Node]:
     """Outermost operator nodes in execution (id) order (computed once per trace), looking
-    through operators that only cast their inputs and call themselves again (autocast)."""
+    through operators that only cast their inputs and call themselves again (autocast) and
+    operators inside which a tensor was made that a later operator reads (:func:`_hidden_outputs`)."""
     if trace.selected is not None:
         return list(trace.selected)
+    above = _op_parents(trace)
+    through = _redispatching(trace)
+    opened = _hidden_outputs(trace, above, _outermost(trace, above, through), through)
+    trace.selected, trace.opened = _outermost(trace, above, through | opened), sorted(opened)
+    return list(trace.selected)
+
+
+def _op_parents(trace: Trace) -> dict[int, int | None]:
+    """Each node's nearest ancestor that is an operator (None for a top-level one), through labels."""
     by_id = trace.by_id
-    wrappers = _redispatching(trace)
-    # under_op[id]: some strict ancestor of the node is an operator.
-    under_op: dict[int, bool] = {}
+    above: dict[int, int | None] = {}
     for node in trace.nodes:  # parent links were checked acyclic at load time
-        chain = []
-        cur = node
-        while cur.id not in under_op:
+        chain, cur = [], node
+        while cur.id not in above:
             chain.append(cur)
             parent = by_id.get(cur.parent)
             if parent is None or parent.id == cur.id:
-                under_op[cur.id] = False
+                above[cur.id] = None
                 chain.pop()
                 break
             cur = parent
-        # Fill in from the topmost known node down to ``node``.
         for child in reversed(chain):
             parent = by_id[child.parent]
-            under_op[child.id] = under_op[parent.id] or (parent.is_op and parent.id not in wrappers)
-    trace.selected = [n for n in trace.nodes if n.is_op and not under_op[n.id] and n.id not in wrappers]
-    return list(trace.selected)
+            above[child.id] = parent.id if parent.is_op else above[parent.id]
+    return above
+
+
+def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) -> list[Node]:
+    """Operators with no operator above them but ones in ``through`` (looked through), nor in it."""
+    clear: dict[int, bool] = {}  # the operator, and every one above it, is looked through
+
+    def open_above(nid: int) -> bool:
+        up = above.get(nid)
+        return up is None or (up in through and open_path(up))
+
+    def open_path(nid: int) -> bool:
+        if nid not in clear:
+            clear[nid] = open_above(nid)
+        return clear[nid]
+
+    return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
+
+
+def _tensors(values) -> list[TensorRef]:
+    return [ref for v in values for ref in (v.items if isinstance(v, ListValue) else (v,))
+            if isinstance(ref, TensorRef) and ref.defined]  # fmt: skip
+
+
+def _storages(values) -> set[int]:
+    return {ref.storage_id for ref in _tensors(values)}
+
+
+def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int]) -> set[int]:
+    """Selected operators to look through because a later operator reads memory that only one of
+    their inner operators made. A composite operator returns some of what its parts make and
+    keeps the rest for the backward pass: ``cross_entropy_loss`` its ``log_softmax``'s
+    log-probabilities, ``batch_norm`` the batch's mean and inverse deviation, ``dropout`` its mask,
+    ``max_pool2d`` the indices of the maxima, ``layer_norm`` and attention their statistics.
+    Replayed whole, the operator makes them internally and the backward op reads seeded data in
+    their place (or, where the writer reused the ids, some other tensor: a ResNet's backward read
+    the logits of the step before as log-probabilities, and its gradients overflowed). Its parts
+    are replayed instead, down to the one that makes the memory read (each part is looked at the
+    same way). Memory counts as made inside only where the operator does not read it itself: the
+    transposed weight ``linear`` makes is a view of its own input, which the replay has anyway."""
+    chosen = {n.id for n in selected}
+    by_id = trace.by_id
+    last: dict[int, tuple[int, set]] = {}  # storage id -> the operator that last output a tensor in it,
+    # and where those tensors lie (ids are reused once the memory is freed: another type or shape
+    # in the same storage id is another tensor; the same place under a new tensor id is the same
+    # one, as autograd unpacks what it saved)
+    opens: set[int] = set()
+
+    def top(nid: int) -> int | None:
+        cur: int | None = nid
+        while cur is not None and cur not in chosen:
+            cur = above.get(cur)
+        return cur
+
+    for node in trace.nodes:
+        if not node.is_op or node.id in through:
+            continue
+        if node.id in chosen:
+            for ref in _tensors(node.inputs):
+                sid = ref.storage_id
+                maker, made = last.get(sid, (None, ()))
+                if ref.placement not in made:  # another tensor, or none made
+                    continue
+                outer = top(maker)
+                if outer is None or outer == maker or outer == node.id:
+                    continue
+                inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
+                while inner[-1] != outer:
+                    inner.append(above[inner[-1]])
+                for nid in reversed(inner):  # from ``outer`` in
+                    if nid == maker:
+                        break
+                    n = by_id[nid]
+                    if sid in _storages(n.outputs) or sid in _storages(n.inputs):
+                        break
+                    opens.add(nid)
+        for ref in _tensors(node.outputs):
+            maker, made = last.get(ref.storage_id, (None, None))
+            if maker != node.id:
+                made = set()
+                last[ref.storage_id] = (node.id, made)
+            made.add(ref.placement)
+    return opens
 
 
 #: The ``record_function`` range PyTorch's optimizers wrap their ``step`` in.

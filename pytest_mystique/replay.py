@@ -209,7 +209,7 @@ class Replay:
             for out in node.outputs:
                 for ref in _refs_of_value(out):
                     made.add(ref.key)
-                    placed[_placement(ref)] = ref
+                    placed[ref.placement] = ref
                     if node.name in _UNINITIALISED:
                         unwritten.add(ref.key)
                     if derives and ref.key not in read:  # not the input itself (an in-place op's or out= result)
@@ -217,6 +217,11 @@ class Replay:
         if self.trace.orphans:
             self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
                               f"read as top-level"] += 1  # fmt: skip
+        if self.trace.opened:
+            kinds = Counter(self.trace.by_id[i].name for i in self.trace.opened)
+            self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
+                              f"tensor one of their parts made and they do not return (saved for the backward pass): "
+                              f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
@@ -556,7 +561,7 @@ class Replay:
                 continue
             if slot in self.permanent:
                 self._mutated.add(slot)
-            elif isinstance(env[slot], torch.Tensor):
+            elif isinstance(env[slot], torch.Tensor) and env[slot].layout == torch.strided:
                 # written through an op's output that lies in an input's memory (a parameter the
                 # optimizer reaches through an alias autograd made of it)
                 base = self._input_storages.get(env[slot].untyped_storage().data_ptr())
@@ -753,10 +758,6 @@ def _fill(step: Step, env: list) -> list:
     return args
 
 
-def _placement(ref: TensorRef) -> tuple:
-    return (ref.storage_id, ref.dtype, ref.offset, ref.shape, ref.layout_strides())
-
-
 def _same_tensor(v: Any, made: set, placed: dict) -> Any:
     """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
     earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
@@ -768,11 +769,11 @@ def _same_tensor(v: Any, made: set, placed: dict) -> Any:
     if isinstance(v, TensorArg):
         ref = v.ref
         if ref.key not in made:
-            hit = placed.get(_placement(ref))
+            hit = placed.get(ref.placement)
             if hit is not None:
                 return TensorArg(hit)
     elif isinstance(v, TensorListArg):
-        refs = [r if r is None or r.key in made else placed.get(_placement(r), r) for r in v.refs]
+        refs = [r if r is None or r.key in made else placed.get(r.placement, r) for r in v.refs]
         if refs != v.refs:
             return TensorListArg(refs)
     return v

@@ -98,6 +98,12 @@ class TensorRef:
     def key(self) -> tuple[int, int]:
         return (self.tensor_id, self.storage_id)
 
+    @property
+    def placement(self) -> tuple:
+        """Where the tensor lies: storage, type, offset, shape and strides (two tensor objects
+        with the same placement are views of the same elements)."""
+        return (self.storage_id, self.dtype, self.offset, self.shape, self.layout_strides())
+
     def layout_strides(self) -> tuple[int, ...]:
         if self.strides is not None and len(self.strides) == len(self.shape):
             return self.strides
@@ -145,22 +151,18 @@ class Node:
         self.attrs = attrs if attrs is not None else {}
         self._inputs = inputs
         self._outputs = outputs
-        self._source = source  # callable returning (inputs, outputs)
-
-    def _parse(self) -> None:
-        self._inputs, self._outputs = self._source() if self._source else ([], [])
-        self._source = None
+        self._source = source  # callable: source("inputs") or source("outputs") -> that side's values
 
     @property
     def inputs(self) -> list[Value]:
         if self._inputs is None:
-            self._parse()
+            self._inputs = self._source("inputs") if self._source else []
         return self._inputs
 
     @property
     def outputs(self) -> list[Value]:
         if self._outputs is None:
-            self._parse()
+            self._outputs = self._source("outputs") if self._source else []
         return self._outputs
 
     @property
@@ -179,6 +181,7 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     by_id: dict[int, Node] = field(init=False, repr=False)
     selected: list[Node] | None = field(default=None, init=False, repr=False)  # cache of graph.select_ops
+    opened: list[int] = field(default_factory=list, init=False, repr=False)  # operators graph.select_ops looked into
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
 
     def __post_init__(self) -> None:
@@ -433,11 +436,9 @@ def _node_flat(raw: dict, path: Path) -> Node:
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
 
-    def source():
-        return (
-            _values(p, raw.get("inputs", []), raw.get("input_shapes"), raw.get("input_types", []), None, "inputs"),
-            _values(p, raw.get("outputs", []), raw.get("output_shapes"), raw.get("output_types", []), None, "outputs"),
-        )
+    def source(side: str) -> list[Value]:
+        one = side[:-1]  # input, output
+        return _values(p, raw.get(side, []), raw.get(f"{one}_shapes"), raw.get(f"{one}_types", []), None, side)
 
     return Node(nid, raw["name"], raw.get("parent", nid), schema, attrs=attrs, source=source)
 
@@ -456,14 +457,9 @@ def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
 
-    def source():
-        sides = []
-        for side in ("inputs", "outputs"):
-            block = raw.get(side, {})
-            sides.append(
-                _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
-            )
-        return sides
+    def source(side: str) -> list[Value]:
+        block = raw.get(side, {})
+        return _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
 
     return Node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, attrs=attrs, source=source)
 

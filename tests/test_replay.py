@@ -502,7 +502,8 @@ def resnet_ddp():
 
 
 def test_cudnn_only_ops_are_substituted_on_cpu(resnet_ddp):
-    data = extract_ops(resnet_ddp, {"aten::cudnn_batch_norm_backward", "aten::batch_norm"}, limit=2)
+    # batch_norm is replayed through its part that returns the statistics its backward reads
+    data = extract_ops(resnet_ddp, {"aten::cudnn_batch_norm_backward", "aten::_batch_norm_impl_index"}, limit=2)
     replay = Replay(parse_trace(data, "bn"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
@@ -714,3 +715,42 @@ def test_dynamically_quantized_linears_get_packed_weights_of_their_shape(tmp_pat
     assert sorted(shapes) == sorted([("quantized::linear_dynamic", (16, 96)), ("quantized::linear_dynamic", (16, 10)),
                                      ("quantized::linear_dynamic_fp16", (16, 96)),
                                      ("quantized::linear_dynamic_fp16", (16, 10))])  # fmt: skip
+
+
+def test_tensors_a_composite_op_keeps_for_its_backward_are_the_ones_it_made(tmp_path):
+    """``cross_entropy_loss`` returns the loss and keeps its ``log_softmax``'s log-probabilities
+    for the backward; ``batch_norm`` keeps the batch statistics, ``max_pool2d`` the indices of the
+    maxima, ``dropout`` its mask. Replayed whole, such an op makes them internally and the
+    backward reads seeded data in their place. They are replayed through their parts, reported,
+    and the backward reads what the parts made: the log-softmax gradient of each row sums to zero,
+    as it does only for true log-probabilities."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(8 * 7 * 7, 10))  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "composite", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    opened = {replay.trace.by_id[i].name for i in replay.trace.opened}
+    assert {"aten::cross_entropy_loss", "aten::batch_norm", "aten::max_pool2d", "aten::dropout"} <= opened, opened
+    [note] = [n for n in rep.notes if "replayed through their parts" in n]
+    assert "aten::cross_entropy_loss x1" in note
+    names = [s.name for s in replay.steps]
+    assert "aten::cross_entropy_loss" not in names and "aten::log_softmax" in names
+    grads = []
+    for _ in range(3):
+        replay.reset_state()
+        replay.run(lambda s, r: grads.append(r[0] if isinstance(r, tuple) else r)
+                   if s.name == "aten::_log_softmax_backward_data" else None)  # fmt: skip
+    assert len(grads) == 3
+    for g in grads:
+        assert g.shape == (16, 10) and torch.isfinite(g).all()
+        assert g.sum(dim=1).abs().max() < 1e-5 and g.abs().max() < 1.0
