@@ -22,8 +22,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: centred, optimizer state from zero, inputs from a pool of draws, FBGEMM's table metadata derived
 #: (baselines recorded before lack the field); 3 = index ranges passed back to the inputs they come
 #: from, 0-dim integers 1 or 2, parameters written through an alias refilled, tensors filled outside
-#: the ops seeded, autocast wrappers looked through.
-REPLAY_VERSION = 3
+#: the ops seeded, autocast wrappers looked through; 4 = composite operators whose parts made what a
+#: later op reads replayed through those parts, Cholesky inputs positive-definite, quantized linears'
+#: packed weights and sparse tensors made by replayed ops rebuilt.
+REPLAY_VERSION = 4
 
 
 @lru_cache(maxsize=1)

@@ -101,29 +101,33 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     transposed weight ``linear`` makes is a view of its own input, which the replay has anyway."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
-    last: dict[int, tuple[int, set]] = {}  # storage id -> the operator that last output a tensor in it,
-    # and where those tensors lie (ids are reused once the memory is freed: another type or shape
-    # in the same storage id is another tensor; the same place under a new tensor id is the same
-    # one, as autograd unpacks what it saved)
+    # storage id -> the operator that last output tensors in it, and those tensors (ids are reused
+    # once the memory is freed: another type or shape in the same storage is another tensor, the
+    # same place under a new tensor id the same one, as autograd unpacks what it saved)
+    last: dict[int, tuple[int, list[TensorRef]]] = {}
+    tops: dict[int, int | None] = {}
     opens: set[int] = set()
 
-    def top(nid: int) -> int | None:
-        cur: int | None = nid
-        while cur is not None and cur not in chosen:
+    def top(nid: int) -> int | None:  # the selected operator ``nid`` runs inside (or is)
+        chain, cur = [], nid
+        while cur is not None and cur not in tops and cur not in chosen:
+            chain.append(cur)
             cur = above.get(cur)
-        return cur
+        found = cur if cur is None or cur in chosen else tops[cur]
+        for c in chain:
+            tops[c] = found
+        return found
 
     for node in trace.nodes:
         if not node.is_op or node.id in through:
             continue
         if node.id in chosen:
             for ref in _tensors(node.inputs):
-                sid = ref.storage_id
-                maker, made = last.get(sid, (None, ()))
-                if ref.placement not in made:  # another tensor, or none made
-                    continue
-                outer = top(maker)
+                maker, made = last.get(ref.storage_id, (None, ()))
+                outer = top(maker) if maker is not None else None
                 if outer is None or outer == maker or outer == node.id:
+                    continue
+                if ref.placement not in {r.placement for r in made}:  # another tensor in that memory
                     continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:
@@ -132,15 +136,15 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                     if nid == maker:
                         break
                     n = by_id[nid]
-                    if sid in _storages(n.outputs) or sid in _storages(n.inputs):
+                    if ref.storage_id in _storages(n.outputs) or ref.storage_id in _storages(n.inputs):
                         break
                     opens.add(nid)
         for ref in _tensors(node.outputs):
-            maker, made = last.get(ref.storage_id, (None, None))
-            if maker != node.id:
-                made = set()
-                last[ref.storage_id] = (node.id, made)
-            made.add(ref.placement)
+            entry = last.get(ref.storage_id)
+            if entry is None or entry[0] != node.id:
+                last[ref.storage_id] = (node.id, [ref])
+            else:
+                entry[1].append(ref)
     return opens
 
 
