@@ -4,7 +4,10 @@ The replayer runs the *outermost operators*: nodes that carry an ``op_schema`` a
 ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
 ``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
 thread/process roots) have no schema and are descended through. Operators nested inside a
-selected operator are its implementation and run when it runs, so they are not selected again.
+selected operator are its implementation and run when it runs, so they are not selected again,
+with two exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
+(:func:`_redispatching`), and a composite whose parts made a tensor that a later operator reads
+(:func:`_hidden_outputs`).
 """
 
 from __future__ import annotations
@@ -64,15 +67,20 @@ def _op_parents(trace: Trace) -> dict[int, int | None]:
 
 def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) -> list[Node]:
     """Operators with no operator above them but ones in ``through`` (looked through), nor in it."""
-    clear: dict[int, bool] = {}  # the operator, and every one above it, is looked through
+    clear: dict[int | None, bool] = {None: True}  # every operator above this one is looked through
 
     def open_above(nid: int) -> bool:
-        up = above.get(nid)
-        return up is None or (up in through and open_path(up))
-
-    def open_path(nid: int) -> bool:
-        if nid not in clear:
-            clear[nid] = open_above(nid)
+        chain, cur = [], nid
+        while cur not in clear:
+            chain.append(cur)
+            up = above.get(cur)
+            if up is not None and up not in through:
+                clear[cur] = False
+                chain.pop()
+                break
+            cur = up
+        for c in reversed(chain):
+            clear[c] = clear[above.get(c)]
         return clear[nid]
 
     return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
