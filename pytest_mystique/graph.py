@@ -40,8 +40,10 @@ def select_ops(trace: Trace) -> list[Node]:
         return list(trace.selected)
     above = _op_parents(trace)
     through = _redispatching(trace)
-    opened = _hidden_outputs(trace, above, _outermost(trace, above, through), through)
-    trace.selected, trace.opened = _outermost(trace, above, through | opened), sorted(opened)
+    outermost = _outermost(trace, above, through)
+    opened = _hidden_outputs(trace, above, outermost, through)
+    trace.selected = _outermost(trace, above, through | opened) if opened else outermost
+    trace.opened = sorted(opened)
     return list(trace.selected)
 
 
@@ -109,12 +111,16 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     transposed weight ``linear`` makes is a view of its own input, which the replay has anyway."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
-    # storage id -> the operator that last output tensors in it, and those tensors (ids are reused
-    # once the memory is freed: another type or shape in the same storage is another tensor, the
-    # same place under a new tensor id the same one, as autograd unpacks what it saved)
-    last: dict[int, tuple[int, list[TensorRef]]] = {}
+    last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
     tops: dict[int, int | None] = {}
+    seen: dict[int, set[int]] = {}
     opens: set[int] = set()
+
+    def exposed(nid: int) -> set[int]:  # the storages an operator reads or returns
+        if nid not in seen:
+            n = by_id[nid]
+            seen[nid] = _storages(n.outputs) | _storages(n.inputs)
+        return seen[nid]
 
     def top(nid: int) -> int | None:  # the selected operator ``nid`` runs inside (or is)
         chain, cur = [], nid
@@ -131,28 +137,24 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
             continue
         if node.id in chosen:
             for ref in _tensors(node.inputs):
-                maker, made = last.get(ref.storage_id, (None, ()))
+                maker = last.get(ref.storage_id)
                 outer = top(maker) if maker is not None else None
-                if outer is None or outer == maker or outer == node.id:
+                if outer is None or outer == maker or outer == node.id or ref.storage_id in exposed(outer):
                     continue
-                if ref.placement not in {r.placement for r in made}:  # another tensor in that memory
+                # the same place under another id is the same tensor (autograd unpacks what it
+                # saved as a new one); another type or shape in that storage is another tensor
+                # (ids are reused once the memory is freed)
+                if ref.placement not in {r.placement for r in _tensors(by_id[maker].outputs)}:
                     continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:
                     inner.append(above[inner[-1]])
                 for nid in reversed(inner):  # from ``outer`` in
-                    if nid == maker:
-                        break
-                    n = by_id[nid]
-                    if ref.storage_id in _storages(n.outputs) or ref.storage_id in _storages(n.inputs):
+                    if nid == maker or ref.storage_id in exposed(nid):
                         break
                     opens.add(nid)
-        for ref in _tensors(node.outputs):
-            entry = last.get(ref.storage_id)
-            if entry is None or entry[0] != node.id:
-                last[ref.storage_id] = (node.id, [ref])
-            else:
-                entry[1].append(ref)
+        for sid in node.output_storages():
+            last[sid] = node.id
     return opens
 
 

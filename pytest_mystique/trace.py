@@ -140,18 +140,25 @@ class Node:
     has many nested operators whose values the replayer never looks at (the operators it selects
     are parsed, and so validated, when the trace is loaded)."""
 
-    __slots__ = ("id", "name", "parent", "op_schema", "attrs", "_inputs", "_outputs", "_source")
+    __slots__ = ("id", "name", "parent", "op_schema", "is_op", "_attrs", "_inputs", "_outputs", "_source")
 
     def __init__(self, id: int, name: str, parent: int, op_schema: str, inputs: list | None = None,
-                 outputs: list | None = None, attrs: dict | None = None, source=None):  # fmt: skip
+                 outputs: list | None = None, attrs=None, source=None):  # fmt: skip
         self.id = id
         self.name = name
         self.parent = parent
         self.op_schema = op_schema
-        self.attrs = attrs if attrs is not None else {}
+        self.is_op = bool(op_schema)  # an operator (it has a schema), not a label
+        self._attrs = attrs if attrs is not None else {}  # a dict, or a callable that makes it
         self._inputs = inputs
         self._outputs = outputs
-        self._source = source  # callable: source("inputs") or source("outputs") -> that side's values
+        self._source = source  # source(side) -> that side's values; source(side, storages=True) -> ids
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        if callable(self._attrs):
+            self._attrs = self._attrs()
+        return self._attrs
 
     @property
     def inputs(self) -> list[Value]:
@@ -165,9 +172,14 @@ class Node:
             self._outputs = self._source("outputs") if self._source else []
         return self._outputs
 
-    @property
-    def is_op(self) -> bool:
-        return bool(self.op_schema)
+    def output_storages(self) -> set[int]:
+        """Storage ids of the tensors among the outputs, read without parsing them when they are
+        not parsed yet (op selection looks at every operator's; a hint only: what it leads to
+        is checked on the parsed values)."""
+        if self._outputs is not None or self._source is None:
+            return {r.storage_id for v in self.outputs for r in (v.items if isinstance(v, ListValue) else (v,))
+                    if isinstance(r, TensorRef) and r.defined}  # fmt: skip
+        return self._source("outputs", storages=True)
 
     def __repr__(self) -> str:
         return f"Node(id={self.id}, name={self.name!r})"
@@ -416,6 +428,20 @@ class _ValueParser:
         return tuple(dims)
 
 
+def _raw_storages(values, types) -> set[int]:
+    """The storage ids (second field) of the tensor values of one side, unparsed and unchecked."""
+    out: set[int] = set()
+    if not isinstance(values, list) or not isinstance(types, list):
+        return out
+    for v, t in zip(values, types):
+        if not isinstance(t, str) or not isinstance(v, list):
+            continue
+        for x in (v,) if t.startswith("Tensor") else v if t.startswith("GenericList[Tensor") else ():
+            if isinstance(x, list) and len(x) > 1 and type(x[1]) is int:
+                out.add(x[1])
+    return out
+
+
 def _values(p: _ValueParser, values, shapes, types, strides, side: str) -> list[Value]:
     if not isinstance(values, list) or not isinstance(types, list):
         raise p.fail(f"{side} values and types must be lists")
@@ -436,8 +462,10 @@ def _node_flat(raw: dict, path: Path) -> Node:
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
 
-    def source(side: str) -> list[Value]:
+    def source(side: str, storages: bool = False):
         one = side[:-1]  # input, output
+        if storages:
+            return _raw_storages(raw.get(side, []), raw.get(f"{one}_types", []))
         return _values(p, raw.get(side, []), raw.get(f"{one}_shapes"), raw.get(f"{one}_types", []), None, side)
 
     return Node(nid, raw["name"], raw.get("parent", nid), schema, attrs=attrs, source=source)
@@ -449,16 +477,21 @@ def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     raw_attrs = raw.get("attrs", [])
     if not isinstance(raw_attrs, list):
         raise p.fail("'attrs' must be a list")
-    attrs: dict[str, Any] = {a["name"]: a.get("value") for a in raw_attrs if type(a) is dict and type(a.get("name")) is str}
     for side in ("inputs", "outputs"):
         if not isinstance(raw.get(side, {}), dict):
             raise p.fail(f"'{side}' must be an object with values/shapes/types")
-    schema = attrs.get("op_schema") or ""
+    schema = next((a.get("value") for a in reversed(raw_attrs) if type(a) is dict and a.get("name") == "op_schema"), "")
+    schema = schema or ""
+
+    def attrs() -> dict[str, Any]:  # made when asked: most nodes' are never read
+        return {a["name"]: a.get("value") for a in raw_attrs if type(a) is dict and type(a.get("name")) is str}
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
 
-    def source(side: str) -> list[Value]:
+    def source(side: str, storages: bool = False):
         block = raw.get(side, {})
+        if storages:
+            return _raw_storages(block.get("values", []), block.get("types", []))
         return _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
 
     return Node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, attrs=attrs, source=source)
@@ -502,7 +535,7 @@ def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
 
     for node in select_ops(trace):  # validate what will be replayed now, the rest on demand
         try:
-            node.inputs  # noqa: B018 - parses
+            node.inputs, node.outputs  # noqa: B018 - parses
         except RecursionError:
             raise TraceError(path, f"node {node.id}: value nested too deeply") from None
     return trace
