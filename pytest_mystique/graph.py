@@ -12,7 +12,7 @@ with two exceptions, whose parts are selected in their place: an automatic mixed
 
 from __future__ import annotations
 
-from .trace import ListValue, Node, TensorRef, Trace
+from .trace import Node, Trace, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 _CASTS = ("aten::to", "aten::_to_copy")
@@ -88,13 +88,8 @@ def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) ->
     return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
 
 
-def _tensors(values) -> list[TensorRef]:
-    return [ref for v in values for ref in (v.items if isinstance(v, ListValue) else (v,))
-            if isinstance(ref, TensorRef) and ref.defined]  # fmt: skip
-
-
 def _storages(values) -> set[int]:
-    return {ref.storage_id for ref in _tensors(values)}
+    return {ref.storage_id for ref in tensors_of(values)}
 
 
 def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int]) -> set[int]:
@@ -136,7 +131,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
         if not node.is_op or node.id in through:
             continue
         if node.id in chosen:
-            for ref in _tensors(node.inputs):
+            for ref in tensors_of(node.inputs):
                 maker = last.get(ref.storage_id)
                 outer = top(maker) if maker is not None else None
                 if outer is None or outer == maker or outer == node.id or ref.storage_id in exposed(outer):
@@ -144,7 +139,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                 # the same place under another id is the same tensor (autograd unpacks what it
                 # saved as a new one); another type or shape in that storage is another tensor
                 # (ids are reused once the memory is freed)
-                if ref.placement not in {r.placement for r in _tensors(by_id[maker].outputs)}:
+                if ref.placement not in {r.placement for r in tensors_of(by_id[maker].outputs)}:
                     continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:

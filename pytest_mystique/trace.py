@@ -135,6 +135,12 @@ class Scalar:
 Value = TensorRef | ListValue | Scalar
 
 
+def tensors_of(values: list[Value]) -> list[TensorRef]:
+    """The defined tensors among ``values``, those inside lists too."""
+    return [ref for v in values for ref in (v.items if isinstance(v, ListValue) else (v,))
+            if isinstance(ref, TensorRef) and ref.defined]  # fmt: skip
+
+
 class Node:
     """One trace node. Its input and output values are parsed on first access: a large trace
     has many nested operators whose values the replayer never looks at (the operators it selects
@@ -177,8 +183,7 @@ class Node:
         not parsed yet (op selection looks at every operator's; a hint only: what it leads to
         is checked on the parsed values)."""
         if self._outputs is not None or self._source is None:
-            return {r.storage_id for v in self.outputs for r in (v.items if isinstance(v, ListValue) else (v,))
-                    if isinstance(r, TensorRef) and r.defined}  # fmt: skip
+            return {r.storage_id for r in tensors_of(self.outputs)}
         return self._source("outputs", storages=True)
 
     def __repr__(self) -> str:
@@ -480,13 +485,13 @@ def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     for side in ("inputs", "outputs"):
         if not isinstance(raw.get(side, {}), dict):
             raise p.fail(f"'{side}' must be an object with values/shapes/types")
-    schema = next((a.get("value") for a in reversed(raw_attrs) if type(a) is dict and a.get("name") == "op_schema"), "")
-    schema = schema or ""
+    schema = next((a.get("value") for a in reversed(raw_attrs) if type(a) is dict and a.get("name") == "op_schema"),
+                  None) or ""  # fmt: skip
+    if not isinstance(schema, str):
+        raise p.fail("'op_schema' must be a string")
 
     def attrs() -> dict[str, Any]:  # made when asked: most nodes' are never read
         return {a["name"]: a.get("value") for a in raw_attrs if type(a) is dict and type(a.get("name")) is str}
-    if not isinstance(schema, str):
-        raise p.fail("'op_schema' must be a string")
 
     def source(side: str, storages: bool = False):
         block = raw.get(side, {})
