@@ -11,6 +11,12 @@ from conftest import corpus, read_json, write_json
 
 FAST = ["--mystique-iters=10", "--mystique-budget=1", "--mystique-warmup=1", "--mystique-threads=1",
         "-p", "no:cacheprovider"]  # fmt: skip
+# For comparisons of an unchanged trace whose verdict is not what a test is about (the pooling, the
+# drift, the raw-time fallback): one process per side within a 1 s budget, on a host that moves by
+# 10-30% between runs seconds apart, judges an A/A session slower now and then at 5% (clean-clone CI
+# saw +9.3%, p 0.009, raw medians +13%). The tolerance of test_plugin's A/A tests: an unchanged trace
+# passes, one doing twice the work still fails.
+CALM = [*FAST, "--mystique-tolerance=0.4"]
 
 
 @pytest.fixture
@@ -72,10 +78,10 @@ def _rewrite_vit_baseline(pytester, rewrite):
     d = pytester.path / "traces"
     d.mkdir()
     shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
-    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM).assert_outcomes(passed=1)
     [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
     path.write_text(yaml.safe_dump(rewrite(yaml.safe_load(path.read_text()))))
-    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
+    result = pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=out.json", "-rA")
     result.assert_outcomes(passed=1)
     cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     return cmp, result
@@ -143,8 +149,8 @@ def test_session_drift_from_the_history_widens_the_interval(pytester):
     d = pytester.path / "traces"
     d.mkdir()
     shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
-    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
-    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=first.json").assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM).assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=first.json").assert_outcomes(passed=1)
     first = json.loads((pytester.path / "first.json").read_text())["benchmarks"][0]["extra_info"]
     assert first["comparison"]["drift"] == pytest.approx(0.01)  # the default: the history has one session
     db = pytester.path / ".mystique" / "baselines" / "history.sqlite"
@@ -157,14 +163,14 @@ def test_session_drift_from_the_history_widens_the_interval(pytester):
         cmp = dict(last["comparison"], ratio=math.exp(0.08 * (-1) ** i))
         store.record(f"earlier-{i}", {"trace": "vit", "file": rows[-1]["file"], "status": "same",
                                       "hardware_key": last["hardware_key"], "comparison": cmp})
-    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json", "-rA")
+    result = pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=out.json", "-rA")
     cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert cmp["drift"] > 0.04
     assert math.log(cmp["ci_high"] / cmp["ratio"]) > 2 * math.log1p(0.04)
     result.stdout.fnmatch_lines(["*session-to-session drift for this trace is *% (from its last 1? sessions*"])
     # another hardware key's or another baseline's sessions are not this one's evidence
-    assert pytester.runpytest("--mystique", "traces", *FAST, "--mystique-update").ret == 0
-    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=new.json")
+    assert pytester.runpytest("--mystique", "traces", *CALM, "--mystique-update").ret == 0
+    pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=new.json")
     cmp = json.loads((pytester.path / "new.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert cmp["drift"] == pytest.approx(0.01)
 
@@ -249,8 +255,8 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     d = pytester.path / "traces"
     d.mkdir()
     shutil.copyfile(corpus("vit_infer.json.gz"), d / "vit.json.gz")
-    pytester.runpytest("--mystique", "traces", *FAST).assert_outcomes(passed=1)
-    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=first.json").assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM).assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=first.json").assert_outcomes(passed=1)
     first = json.loads((pytester.path / "first.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert first["reference_sessions"] == 0  # no earlier session of this baseline yet
     store = HistoryStore(pytester.path / ".mystique" / "baselines" / "history.sqlite")
@@ -272,7 +278,7 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     plant("changed", math.exp(-0.2), status="faster")  # a session that found a change
     for i in range(REFERENCE_SESSIONS + 3):  # the baseline's session ran 3% fast: later ones sit 3% above it
         plant(f"later-{i}", math.exp(0.03 + 0.002 * (-1) ** i))
-    pytester.runpytest("--mystique", "traces", *FAST, "--mystique-json=out.json").assert_outcomes(passed=1)
+    pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=out.json").assert_outcomes(passed=1)
     pooled = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert pooled["reference_sessions"] == REFERENCE_SESSIONS
     # the reference moved most of the way to the later sessions' level
