@@ -12,7 +12,7 @@ with two exceptions, whose parts are selected in their place: an automatic mixed
 
 from __future__ import annotations
 
-from .trace import Node, Trace, tensors_of
+from .trace import Node, Trace, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 _CASTS = ("aten::to", "aten::_to_copy")
@@ -88,10 +88,6 @@ def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) ->
     return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
 
 
-def _storages(values) -> set[int]:
-    return {ref.storage_id for ref in tensors_of(values)}
-
-
 def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int]) -> set[int]:
     """Selected operators to look through because a later operator reads memory that only one of
     their inner operators made. A composite operator returns some of what its parts make and
@@ -114,7 +110,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     def exposed(nid: int) -> set[int]:  # the storages an operator reads or returns
         if nid not in seen:
             n = by_id[nid]
-            seen[nid] = _storages(n.outputs) | _storages(n.inputs)
+            seen[nid] = storages_of(n.outputs) | storages_of(n.inputs)
         return seen[nid]
 
     def top(nid: int) -> int | None:  # the selected operator ``nid`` runs inside (or is)

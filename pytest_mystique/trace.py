@@ -141,6 +141,11 @@ def tensors_of(values: list[Value]) -> list[TensorRef]:
             if isinstance(ref, TensorRef) and ref.defined]  # fmt: skip
 
 
+def storages_of(values: list[Value]) -> set[int]:
+    """The storage ids of :func:`tensors_of`."""
+    return {ref.storage_id for ref in tensors_of(values)}
+
+
 class Node:
     """One trace node. Its input and output values are parsed on first access: a large trace
     has many nested operators whose values the replayer never looks at (the operators it selects
@@ -183,7 +188,7 @@ class Node:
         not parsed yet (op selection looks at every operator's; a hint only: what it leads to
         is checked on the parsed values)."""
         if self._outputs is not None or self._source is None:
-            return {r.storage_id for r in tensors_of(self.outputs)}
+            return storages_of(self.outputs)
         return self._source("outputs", storages=True)
 
     def __repr__(self) -> str:
