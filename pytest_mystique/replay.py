@@ -541,7 +541,8 @@ class Replay:
         results = (result,) if step.single else tuple(result)
         if not p.collective and self._rebuilt_with_numbers(p, results):
             return
-        if self._first_nonfinite is None and _nonfinite(results):
+        # an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data
+        if self._first_nonfinite is None and p.node.name not in _UNINITIALISED and _nonfinite(results):
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         for i, out in enumerate(p.node.outputs[: len(results)]):
