@@ -456,14 +456,20 @@ class Replay:
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
 
     def _slot_for(self, ref: TensorRef) -> int:
+        slot = self._produced_slot(ref)
+        return self._external(ref) if slot is None else slot
+
+    def _produced_slot(self, ref: TensorRef) -> int | None:
+        """The slot of the replayed op's output that ``ref`` is (same ids and layout; ids alone are
+        reused once the memory is freed), or None where ``ref`` reads seeded data."""
         if ref.key in self._seeded:
-            return self._external(ref)
+            return None
         hit = self._produced.get(ref.key)
         if hit is not None:
             slot, made = hit
             if made.shape == ref.shape and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides():
                 return slot
-        return self._external(ref)
+        return None
 
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
@@ -582,7 +588,7 @@ class Replay:
         the op has such inputs, the step is built again with them passed as numbers (their seeded
         values); returns whether it was."""
         wrapped = [i for i, v in enumerate(p.values) if isinstance(v, TensorArg) and v.ref.shape == ()
-                   and v.ref.dtype in ("float64", "int64", "complex128") and v.ref.key not in self._produced]  # fmt: skip
+                   and v.ref.dtype in ("float64", "int64", "complex128") and self._produced_slot(v.ref) is None]  # fmt: skip
         if not wrapped or not any(isinstance(out, TensorRef) and out.defined and isinstance(r, torch.Tensor)
                                   and str(r.dtype)[6:] != out.dtype for out, r in zip(p.node.outputs, results)):  # fmt: skip
             return False
