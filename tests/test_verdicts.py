@@ -311,7 +311,7 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.23, abs=0.08)
     assert cmp.ratio > 1.15  # what the division alone says
     assert abs(cmp.raw_change) < 0.1 and cmp.verdict in ("same", "unsure") and cmp.ci_low < 1
-    assert any("the machine-speed probe's time moved -2" in n and "spans the raw and the probe-normalised" in n
-               for n in cur.notes)  # fmt: skip
+    moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # about -23%, as measured
+    assert any(moved in n and "spans the raw and the probe-normalised" in n for n in cur.notes)
     honest = sample(replay, **kw, baseline=base.segments, baseline_signature=base.probe_signature).comparison
     assert not honest.spanned and abs(honest.probe_shift) < 0.1
