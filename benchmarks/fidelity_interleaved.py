@@ -6,7 +6,9 @@ For the bundled traces the original step can be rebuilt (scripts/make_traces.py)
 ``transformers`` installed so can small models of the kinds the corpus holds and others, built
 from a config (no weights downloaded): encoders (BERT, DistilBERT, DeBERTa-v2), decoders (GPT-2,
 Llama with grouped-query attention, Mixtral's mixture of experts), encoder-decoders (T5, BART,
-Whisper over audio features), vision models (ViT, ConvNeXt, Swin), training and inference; and,
+Whisper over audio features), vision models (ViT, ConvNeXt, Swin), models whose step is thousands
+of small ops (Mamba's selective scan and RWKV's recurrence, on a CPU loops over positions),
+training and inference; and,
 beside the bundled CNN inference and recommender training, a residual CNN's training, a
 recommender's inference of other shapes and an LSTM language model's training. Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
@@ -90,6 +92,13 @@ def _hf_model(tf, kind: str):
                                                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                                                    decoder_start_token_id=1, **heads)), \
             {"input_features": torch.randn(2, 40, 200), "labels": torch.randint(0, vocab, (2, 16))}  # fmt: skip
+    if kind == "mamba":  # a state-space model: on a CPU its selective scan is a loop of small ops per position
+        return tf.MambaForCausalLM(tf.MambaConfig(vocab_size=vocab, hidden_size=128, num_hidden_layers=2,
+                                                  state_size=16)), lm  # fmt: skip
+    if kind == "rwkv":  # a linear-attention RNN: on a CPU a loop of small elementwise ops per position
+        return tf.RwkvForCausalLM(tf.RwkvConfig(vocab_size=vocab, hidden_size=128, num_hidden_layers=2,
+                                                attention_hidden_size=128, intermediate_size=256,
+                                                context_length=seq)), lm  # fmt: skip
     if kind == "convnext":  # a modern CNN: depthwise 7x7 convolutions, layer norm, GELU
         return tf.ConvNextForImageClassification(tf.ConvNextConfig(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1],
                                                                    num_labels=10, image_size=64)), \
@@ -136,7 +145,8 @@ HF_MODELS = {f"hf_{k}_{'train' if t else 'infer'}": _hf(k, t)
              for k, t in (("bert", True), ("bert", False), ("distilbert", True), ("gpt2", True), ("llama", True),
                           ("llama", False), ("t5", True), ("vit", True), ("vit", False), ("deberta", True),
                           ("mixtral", True), ("mixtral", False), ("bart", True), ("whisper", True),
-                          ("convnext", False), ("swin", False))}  # fmt: skip
+                          ("convnext", False), ("swin", False), ("mamba", True), ("mamba", False),
+                          ("rwkv", True), ("rwkv", False))}  # fmt: skip
 
 
 def _lstm_train():

@@ -24,8 +24,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: from, 0-dim integers 1 or 2, parameters written through an alias refilled, tensors filled outside
 #: the ops seeded, autocast wrappers looked through; 4 = composite operators whose parts made what a
 #: later op reads replayed through those parts, Cholesky inputs positive-definite, quantized linears'
-#: packed weights and sparse tensors made by replayed ops rebuilt.
-REPLAY_VERSION = 4
+#: packed weights and sparse tensors made by replayed ops rebuilt; 5 = ops called through their Python
+#: bindings, arguments equal to their default left out (a step of many small ops runs faster), a
+#: training step's forward recording autograd graphs, outputs whose shape the data decide not bound.
+REPLAY_VERSION = 5
 
 
 @lru_cache(maxsize=1)

@@ -153,14 +153,28 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
 OPTIMIZER_STEP = "Optimizer.step#"
 
 
+#: The range the autograd engine records around each backward function it runs.
+BACKWARD = "autograd::engine::evaluate_function"
+
+
 def optimizer_step_ops(trace: Trace) -> set[int]:
     """Ids of the selected operators that ran inside an optimizer's ``step``."""
+    return _inside(trace, OPTIMIZER_STEP)
+
+
+def backward_ops(trace: Trace) -> set[int]:
+    """Ids of the selected operators that the autograd engine ran: the backward pass."""
+    return _inside(trace, BACKWARD)
+
+
+def _inside(trace: Trace, label: str) -> set[int]:
+    """Ids of the selected operators that ran inside a range whose name starts with ``label``."""
     by_id = trace.by_id
     inside: set[int] = set()
     for node in select_ops(trace):
         cur = by_id.get(node.parent)
         while cur is not None:
-            if cur.name.startswith(OPTIMIZER_STEP):
+            if cur.name.startswith(label):
                 inside.add(node.id)
                 break
             nxt = by_id.get(cur.parent)

@@ -159,6 +159,15 @@ def arg_specs(overload) -> tuple[ArgSpec, ...]:
     return specs
 
 
+#: An argument without a default value (in :attr:`SchemaFacts.defaults`).
+NO_DEFAULT = object()
+
+#: Where torch's generated Python bindings of aten ops live: ``torch.add``, ``torch._C._nn.linear``,
+#: ``torch._C._linalg.linalg_norm``..., and the tensor methods (``Tensor.add_``).
+_BINDING_MODULES = (torch._C._VariableFunctions, torch._C._nn, torch._C._linalg, torch._C._special, torch._C._fft,
+                    torch._C.TensorBase)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaFacts:
     """What the build needs of a schema besides its arguments, read once per overload."""
@@ -166,6 +175,9 @@ class SchemaFacts:
     qualname: str  # namespace::name.overload
     returns: int
     writes: tuple[bool, ...]  # per argument: the op writes it in place (its alias annotation says so)
+    defaults: tuple = ()  # per argument: its default value, or NO_DEFAULT
+    binding: object = None  # the op's Python binding (see python_binding), or None
+    dynamic: bool = False  # its output's shape depends on its input's values (see dynamic_shape)
 
 
 _facts: dict = {}
@@ -174,14 +186,52 @@ _facts: dict = {}
 def schema_facts(overload) -> SchemaFacts:
     """The :class:`SchemaFacts` of a resolved ``OpOverload`` (cached), or of any object with a
     ``_schema`` (a collective's call: not cached, there is one per node)."""
-    facts = _facts.get(overload) if isinstance(overload, torch._ops.OpOverload) else None
+    op = isinstance(overload, torch._ops.OpOverload)
+    facts = _facts.get(overload) if op else None
     if facts is None:
         schema = overload._schema
         facts = SchemaFacts(f"{schema.name}.{schema.overload_name or 'default'}", len(schema.returns),
-                            tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))  # fmt: skip
-        if isinstance(overload, torch._ops.OpOverload):
+                            tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments),
+                            tuple(a.default_value if a.has_default_value() else NO_DEFAULT for a in schema.arguments),
+                            python_binding(schema.name) if op else None,
+                            op and dynamic_shape(overload))  # fmt: skip
+        if op:
             _facts[overload] = facts
     return facts
+
+
+#: Composite ops whose output's shape depends on the data through the op they call (they lack the tag).
+_DYNAMIC_COMPOSITES = {"aten::where.default", "aten::nonzero_numpy.default", "aten::argwhere.default",
+                       "aten::repeat_interleave.self_Tensor"}  # fmt: skip
+
+
+def dynamic_shape(overload) -> bool:
+    """The op's output's shape depends on its input's values (torch tags such ops
+    ``dynamic_output_shape``: ``nonzero``, ``masked_select``, ``unique``, indexing, which is dynamic
+    only with a boolean mask, ``one_hot`` without a class count...), or it calls one that does
+    (``torch.where(mask)``, ``argwhere``)."""
+    schema = overload._schema
+    return (torch.Tag.dynamic_output_shape in overload.tags
+            or f"{schema.name}.{schema.overload_name or 'default'}" in _DYNAMIC_COMPOSITES)  # fmt: skip
+
+
+def python_binding(name: str):
+    """The generated Python binding of the aten op ``name`` (``aten::add``: ``torch.add``), the
+    function a program calls; None for other namespaces and ops without one. Called with the
+    same arguments, it runs the same kernels as the ``OpOverload``, whose boxed call converts
+    every argument through the schema and takes 0.3-2 us more (most with keyword arguments:
+    ``aten::zeros`` 4.5 us against ``torch.zeros``'s 2.1 us): on a step of many small ops that
+    makes the replay slower than the original. The binding picks its overload by the arguments'
+    types, which are the recorded overload's."""
+    namespace, _, short = name.partition("::")
+    if namespace != "aten":
+        return None
+    for module in _BINDING_MODULES:
+        f = getattr(module, short, None)
+        if f is not None:
+            # a generated function or method (not a property such as Tensor.real or Tensor.name)
+            return f if type(f).__name__ in ("builtin_function_or_method", "method_descriptor") else None
+    return None
 
 
 def base_type(arg_type) -> str:

@@ -30,18 +30,22 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .graph import compiled_regions, optimizer_step_ops, select_ops
+from .graph import backward_ops, compiled_regions, optimizer_step_ops, select_ops
 from .measure import gc_paused
-from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
+from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
 from .substitute import NO_EFFECT, substitute_for
-from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
+from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
 #: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
 _UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
+
+#: Ops whose output is drawn at random: it is not the original's data even when their inputs are.
+_RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomial", "exponential", "cauchy",
+                 "geometric", "poisson", "rrelu")
 
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -74,7 +78,7 @@ class PlannedOp:
     collective: bool = False  # a c10d op, called through torch.distributed (collectives.py)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One call of the replay loop."""
 
@@ -89,6 +93,8 @@ class Step:
     frees: tuple[int, ...] = ()
     name: str = ""
     node_id: int = -1
+    out: int | None = None  # where ``outs`` is just the single result's slot (most ops): that slot
+    grad: bool = False  # it runs with autograd recording (a training step's forward op)
     op: str = ""  # the overload called, "namespace::name.overload"
 
 
@@ -159,9 +165,18 @@ class Replay:
         # from its own data)
         self._seeded: set[tuple[int, int]] = set()
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
+        # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
+        # causal mask) or of such slots; NaN or inf there (a mask's -inf, the log of a 0) was the original's.
+        # A 0-dim input counts as such: most often a Python number the program passed, whose value the
+        # trace does not hold (seeded, it keeps the zeros and signs of what it scales)
+        self._original: set[int] = set()
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
+        # a training step's forward: the ops that run with autograd recording their graph, and the
+        # allocations of the parameters (they require grad)
+        self._recording: set[int] = set()
+        self._parameters: set[tuple[int, str]] = set()
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -185,7 +200,13 @@ class Replay:
             except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
                 self.report.skipped[(node.name, f"malformed arguments in the trace: {_reason(e)}")] += 1
                 continue
-            p.values = [_same_tensor(v, made, placed) for v in p.values]
+            same = [_same_tensor(v, made, placed) for v in p.values]
+            for before, after in zip(p.values, same):
+                if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
+                    for old, new in zip(_refs(before), _refs(after)):
+                        if old in self.factory.ranges and new is not old:
+                            self.factory.constrain(new, self.factory.ranges[old])
+            p.values = same
             planned.append(p)
             writes = () if p.collective else schema_facts(p.overload).writes
             read: set[tuple[int, int]] = set()
@@ -195,7 +216,7 @@ class Replay:
                     self.factory.reserve(ref)
                     if ref.key in unwritten:
                         unwritten.discard(ref.key)
-                        if not (p.collective or (pos < len(writes) and writes[pos])):
+                        if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self._seeded.add(ref.key)  # the program filled it outside the ops
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
@@ -240,6 +261,7 @@ class Replay:
 
         self.factory.pass_back(sources_of)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
+        self._record_forward(planned, in_step, elsewhere)
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:
@@ -262,6 +284,33 @@ class Replay:
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
+
+    def _record_forward(self, planned: list[PlannedOp], in_step: set[int], elsewhere: set[TensorRef]) -> None:
+        """In a training step, the original's forward ops ran with autograd recording the graph
+        of every op that reads a parameter or what was computed from one: a node per op, the
+        tensors it saves, version counters. That work is part of the step's time (on a CPU, 2-5%
+        of a small transformer's training step) and is not an op of the trace. The parameters
+        (inputs that ops outside the optimizer's step read, in allocations that the step writes)
+        require grad, and the ops that ran neither in the backward pass nor in the optimizer's
+        step run with grad mode on, as they did; the backward pass is replayed from its own
+        recorded ops, so the graphs are never used. Without an optimizer's step the parameters
+        are not known, and nothing records."""
+        backward = backward_ops(self.trace)
+        read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
+        params = set()
+        for p in planned:
+            if p.node.id in in_step and not p.collective:
+                writes = schema_facts(p.overload).writes
+                params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
+                              for ref in _refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
+        params &= read
+        if not backward or not params:
+            return
+        self._parameters = params
+        self._recording = {p.node.id for p in planned
+                           if p.node.id not in backward and p.node.id not in in_step and not p.collective}  # fmt: skip
+        self.report.notes[f"{len(self._recording)} forward op(s) run with autograd recording their graph, as in the "
+                          f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
@@ -434,6 +483,10 @@ class Replay:
             slot = self._new_slot(t)
             self._externals[key] = slot
             self.permanent.add(slot)
+            if ref.shape == ():  # most often a number the program passed: its sign and scale pass
+                self._original.add(slot)
+            if (ref.storage_id, ref.dtype) in self._parameters:
+                t.requires_grad_(True)
             if t.untyped_storage().nbytes():
                 self._input_storages.setdefault(t.untyped_storage().data_ptr(), slot)
         return slot
@@ -479,6 +532,14 @@ class Replay:
             self.free_s += time.perf_counter() - t0
 
     def _build_step(self, p: PlannedOp) -> None:
+        divisor = p.values[1].ref if len(p.values) > 1 and isinstance(p.values[1], TensorArg) else None
+        if integer_divisor(p.node.name, divisor) and self._produced_slot(divisor) is not None:
+            # computed from the replay's data, an integer divisor may be 0 in some iteration (where
+            # the data change: dropout, training; a quotient of seeded numbers): it reads seeded
+            # values, never 0
+            self._seeded.add(divisor.key)
+            self.report.notes[f"{p.node.name}: an integer divisor computed from the replay's data reads seeded "
+                              f"values (1 or 2), as it could be 0"] += 1  # fmt: skip
         args, fills, list_fills = [], [], []
         try:
             for i, v in enumerate(p.values):
@@ -501,21 +562,39 @@ class Replay:
             # A recorded layout torch refuses (sizes, strides, offsets out of range).
             self.report.skipped[(p.node.name, f"cannot build its input tensors: {_reason(e)}")] += 1
             return
-        npos = len(args) - len(p.kwnames)
+        npos, kwnames = len(args) - len(p.kwnames), p.kwnames
         fn = p.overload._op
         facts = schema_facts(p.overload)
-        qualname = facts.qualname
-        step = Step(fn, args, fills, list_fills, npos, p.kwnames, [], True, name=p.node.name, node_id=p.node.id,
-                    op=qualname)  # fmt: skip
+        writes = facts.writes
+        kept = _kept(args, npos, kwnames, {pos for pos, _ in (*fills, *list_fills)}, facts)
+        if kept is not None:  # arguments equal to their default left out: the call is shorter
+            moved = {old: new for new, old in enumerate(kept)}
+            args, writes = [args[i] for i in kept], tuple(writes[i] if i < len(writes) else False for i in kept)
+            fills = [(moved[pos], slot) for pos, slot in fills]
+            list_fills = [(moved[pos], slots) for pos, slots in list_fills]
+            kwnames = tuple(kwnames[i - npos] for i in kept if i >= npos)
+            npos = len(args) - len(kwnames)
+        step = Step(fn, args, fills, list_fills, npos, kwnames, [], True, name=p.node.name, node_id=p.node.id,
+                    op=facts.qualname, grad=p.node.id in self._recording)  # fmt: skip
         env = self.env
         call = _fill(step, env)
         if self.progress is not None:  # a canary build (runner.build_canary): say which op runs now
             os.write(self.progress, f"{p.node.name} (node {p.node.id})\n".encode())
         t0 = time.perf_counter()
         try:
-            result = fn(*call[:npos], **dict(zip(p.kwnames, call[npos:]))) if p.kwnames else fn(*call)
+            torch._C._set_grad_enabled(step.grad)
+            result = _bound_call(step, facts, call, p.node.outputs)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
+            torch._C._set_grad_enabled(False)
             self.probe_s += time.perf_counter() - t0
+            if step.grad and _runs_without_grad(step, call):
+                # autograd refused to record it (an in-place write to a parameter...): it runs as is
+                self._recording.discard(p.node.id)
+                self.report.notes[f"{p.node.name}: run without autograd recording, which refused it "
+                                  f"({_reason(e)[:80]})"] += 1  # fmt: skip
+                del call
+                self._build_step(p)
+                return
             computed = [ref for v in p.values for ref in _refs(v)
                         if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
             if computed and _out_of_range(e):
@@ -542,19 +621,32 @@ class Replay:
                     pass
             self.report.skipped[(p.node.name, _reason(e))] += 1
             return
+        torch._C._set_grad_enabled(False)
         self.probe_s += time.perf_counter() - t0
         step.single = facts.returns <= 1
         results = (result,) if step.single else tuple(result)
         if not p.collective and self._rebuilt_with_numbers(p, results):
             return
-        # an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data
-        if self._first_nonfinite is None and p.node.name not in _UNINITIALISED and _nonfinite(results):
+        # its output holds the original's values where all its inputs do and it draws nothing at random
+        inputs = [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]
+        exact = (p.substitution is None and not p.collective and p.node.name not in _UNINITIALISED
+                 and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
+        # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
+        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact and _nonfinite(results)
+                and not _nonfinite_inputs(call)):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
-        for i, out in enumerate(p.node.outputs[: len(results)]):
-            bound = self._bind(out, results[i], in_storages, p.node.name)
-            if bound is not None:
-                step.outs.append((i, bound))
+        if facts.dynamic and not exact and _dynamic_here(p):
+            # Its output's shape follows the replay's data, which differ from the original's and may
+            # differ between iterations (dropout, a router's choice): its consumers read seeded
+            # inputs of the recorded shapes, and their shapes stay the trace's.
+            self.report.notes[f"{p.node.name}: its output's shape depends on the data (a mask, a router's choice); "
+                              f"its consumers read seeded inputs of the recorded shape"] += 1  # fmt: skip
+        else:
+            for i, out in enumerate(p.node.outputs[: len(results)]):
+                bound = self._bind(out, results[i], in_storages, p.node.name)
+                if bound is not None:
+                    step.outs.append((i, bound))
         for i, slot in step.outs:
             pairs = [(slot, results[i])] if isinstance(slot, int) else zip(slot, results[i])
             for s, value in pairs:
@@ -562,10 +654,15 @@ class Replay:
                     env[s] = value
         self.steps.append(step)
         self.report.ops_replayed += 1
-        writes = facts.writes
+        for _, out in step.outs:
+            for s in (out,) if isinstance(out, int) else out:
+                if exact and s >= 0:
+                    self._original.add(s)
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
             if not (p.collective or (pos < len(writes) and writes[pos])):
                 continue
+            if not exact:
+                self._original.discard(slot)
             if slot in self.permanent:
                 self._mutated.add(slot)
             elif isinstance(env[slot], torch.Tensor) and env[slot].layout == torch.strided:
@@ -607,7 +704,7 @@ class Replay:
         if isinstance(out, TensorRef):
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
-            if tuple(value.shape) != out.shape or str(value.dtype)[6:] != out.dtype:
+            if not _as_recorded(out, value):
                 self.report.notes[f"{op}: an output's shape or dtype differs from the trace (data-dependent?); "
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
@@ -648,6 +745,7 @@ class Replay:
                     if any(s >= 0 for s in kept):
                         outs.append((idx, kept))
             step.outs = outs
+            step.out = outs[0][1] if step.single and len(outs) == 1 and isinstance(outs[0][1], int) else None
         for slot, i in last_read.items():
             if slot not in self.permanent:
                 frees.setdefault(i, []).append(slot)
@@ -705,34 +803,39 @@ class Replay:
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:
         """One iteration of the selected ops, in order. ``after_step(step, result)``, when given, is
-        called after each op (for instrumented runs; the timed loop passes nothing)."""
+        called after each op with what it returned (for instrumented runs; the timed loop passes
+        nothing)."""
         env = self.env
         step = None
         grad_was = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)  # the recorded backward ops are replayed as ops
+        grad = False  # the recorded backward ops are replayed as ops; a forward op may record (Step.grad)
+        torch._C._set_grad_enabled(False)
         try:
             for step in self.steps:
-                if step.fills or step.list_fills:
-                    args = step.args.copy()
-                    for pos, slot in step.fills:
+                if step.grad is not grad:
+                    grad = step.grad
+                    torch._C._set_grad_enabled(grad)
+                args, fills, list_fills, kwnames = step.args, step.fills, step.list_fills, step.kwnames
+                if fills or list_fills:
+                    args = args.copy()
+                    for pos, slot in fills:
                         args[pos] = env[slot]
-                    for pos, slots in step.list_fills:
+                    for pos, slots in list_fills:
                         args[pos] = [env[s] if s >= 0 else None for s in slots]
-                else:
-                    args = step.args
-                if step.kwnames:
+                if kwnames:
                     n = step.npos
-                    result = step.fn(*args[:n], **dict(zip(step.kwnames, args[n:])))
+                    result = step.fn(*args[:n], **dict(zip(kwnames, args[n:])))
                 else:
                     result = step.fn(*args)
-                if step.outs:
-                    if step.single:
-                        result = (result,)
+                if step.out is not None:
+                    env[step.out] = result
+                elif step.outs:
+                    results = (result,) if step.single else result
                     for i, slot in step.outs:
                         if slot.__class__ is int:
-                            env[slot] = result[i]
+                            env[slot] = results[i]
                         else:
-                            for s, value in zip(slot, result[i]):
+                            for s, value in zip(slot, results[i]):
                                 if s >= 0:
                                     env[s] = value
                 for s in step.frees:
@@ -754,6 +857,80 @@ def default_memory_limit(device: torch.device) -> int:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
     except (ValueError, OSError, AttributeError, RuntimeError):
         return 64 << 30
+
+
+def _dynamic_here(p: PlannedOp) -> bool:
+    """Whether an op tagged as of data-dependent output shape is so in this call: indexing only
+    with a boolean mask, ``one_hot`` only without a class count."""
+    name = p.node.name
+    if name in ("aten::index", "aten::_unsafe_index"):
+        return any(isinstance(v, TensorListArg) and any(r is not None and r.dtype in ("bool", "uint8") for r in v.refs)
+                   for v in p.values)  # fmt: skip
+    if name == "aten::one_hot":
+        return not any(isinstance(v, int) and v > 0 for v in p.values[1:])
+    return True
+
+
+def _runs_without_grad(step: Step, args: list) -> bool:
+    """The op, which failed with grad mode on, runs with it off: autograd was what refused it (an
+    op's own complaint, an index out of range, comes again and is handled as such)."""
+    try:
+        _call(step.fn, args, step.npos, step.kwnames)
+    except Exception:  # noqa: BLE001 - not autograd's doing
+        return False
+    return True
+
+
+def _kept(args: list, npos: int, kwnames: tuple[str, ...], filled: set[int], facts) -> list[int] | None:
+    """The positions of ``args`` to pass: all but the trailing positional ones and the keyword-only
+    ones whose value is the schema's default (a parameter is never left out). None where nothing
+    is left out, or the schema does not describe ``args``."""
+    defaults = facts.defaults
+    if len(args) > len(defaults):
+        return None
+
+    def default(i: int) -> bool:
+        v, d = args[i], defaults[i]
+        if i in filled or d is NO_DEFAULT:
+            return False
+        if v is None or d is None:
+            return v is d
+        return type(v) is type(d) and (repr(v) == repr(d) if isinstance(v, float) else v == d)
+
+    n = npos
+    while n and default(n - 1):
+        n -= 1
+    kept = [*range(n), *(i for i in range(npos, len(args)) if not default(i))]
+    return kept if len(kept) < len(args) else None
+
+
+def _call(fn, args: list, npos: int, kwnames: tuple[str, ...]):
+    return fn(*args[:npos], **dict(zip(kwnames, args[npos:]))) if kwnames else fn(*args)
+
+
+def _bound_call(step: Step, facts, args: list, outputs: list):
+    """The op's first call, through its Python binding where it has one (:func:`ops.python_binding`),
+    which then becomes ``step.fn``; through the ``OpOverload`` where the binding does not take
+    these arguments (a Python signature that differs from the schema's: ``Tensor.to``'s memory
+    format is keyword-only) or returns tensors of other shapes or types than the trace records."""
+    binding = facts.binding
+    if binding is not None:
+        try:
+            result = _call(binding, args, step.npos, step.kwnames)
+        except TypeError:  # the binding's argument parser; an op's own errors come again below
+            pass
+        else:
+            results = (result,) if facts.returns <= 1 else tuple(result)
+            if all(not isinstance(out, TensorRef) or not out.defined or _as_recorded(out, r)
+                   for out, r in zip(outputs, results)):  # fmt: skip
+                step.fn = binding
+                return result
+    return _call(step.fn, args, step.npos, step.kwnames)
+
+
+def _as_recorded(out: TensorRef, value: Any) -> bool:
+    """``value`` is a tensor of the shape and type the trace records for the output ``out``."""
+    return isinstance(value, torch.Tensor) and tuple(value.shape) == out.shape and str(value.dtype)[6:] == out.dtype
 
 
 def _fill(step: Step, env: list) -> list:
@@ -835,6 +1012,19 @@ def _nonfinite(v: Any) -> bool:
             or not v.is_contiguous()):  # fmt: skip
         return False  # (a view's values were checked where its base was made)
     return not math.isfinite(v.view(-1)[:256].sum(dtype=torch.float64).item())
+
+
+def _nonfinite_inputs(args: list[Any]) -> bool:
+    """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
+    NaN or inf came from them, not from the op. A whole check, made only when an output had some."""
+    for a in args:
+        if isinstance(a, float) and not math.isfinite(a):
+            return True
+        if isinstance(a, (list, tuple)) and _nonfinite_inputs(list(a)):
+            return True
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not torch.isfinite(a).all():
+            return True
+    return False
 
 
 def _out_of_range(e: BaseException) -> bool:

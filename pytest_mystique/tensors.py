@@ -190,6 +190,11 @@ _RNNS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 _INT_DIVISIONS = {"floor_divide", "floor_divide_", "div", "div_", "remainder", "remainder_", "fmod", "fmod_"}
 
 
+def integer_divisor(op: str, ref: TensorRef | None) -> bool:
+    """``ref`` is the divisor of the integer division ``op`` (which raises when it is 0)."""
+    return op.split("::")[-1] in _INT_DIVISIONS and isinstance(ref, TensorRef) and ref.defined and _integral(ref)
+
+
 def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
     """Value ranges the op ``node`` needs for its integer tensor inputs.
 
@@ -370,6 +375,8 @@ class TensorFactory:
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
     _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     _constrained: dict[tuple[int, str], bool] = field(default_factory=dict)
+    # per allocation: the element spans that views with an index range were filled for, and the range
+    _index_spans: dict[tuple[int, str], list[tuple[int, int, IntRange]]] = field(default_factory=dict)
     _generator: torch.Generator | None = None
     _pools: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
     _pool_at: int = 0
@@ -457,9 +464,27 @@ class TensorFactory:
             whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
             self.fill(whole, ref)
             self._constrained[key] = self._has_requirement(ref)
+            self._index_spans[key] = []
+            made = True
+        else:
+            made = False
         t = torch.empty(0, dtype=dtype, device=self.device)
         t.set_(base.untyped_storage(), ref.offset, ref.shape, ref.layout_strides())
-        if not self._constrained[key] and self._has_requirement(ref):
+        rng = self.ranges.get(ref)
+        if rng is not None and rng.kind == "uniform":
+            # Index tensors in one allocation with ranges of their own (the row and the column
+            # indices torch.where returns): each view gets values in its range, narrowed by those
+            # of the views it overlaps so that their values stay valid too.
+            start, stop = ref.offset, ref.offset + ref.extent()
+            want = rng
+            for s, e, other in self._index_spans[key]:
+                if s < stop and start < e:
+                    want = want.narrow(other)
+            if not made and torch._debug_has_internal_overlap(t) == 0:  # (an expanded view cannot be written)
+                self.fill(t, ref, want)
+            self._index_spans[key].append((start, stop, want))
+            self._constrained[key] = True
+        elif not self._constrained[key] and self._has_requirement(ref):
             self.fill(t, ref)
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -469,10 +494,11 @@ class TensorFactory:
     def _has_requirement(self, ref: TensorRef) -> bool:
         return ref in self.ranges or ref in self.float_bounds
 
-    def fill(self, t: torch.Tensor, ref: TensorRef) -> None:
-        """Seeded data for ``t``. Large contiguous tensors repeat one random block of TILE
-        elements: drawing gigabytes of random numbers would dominate the setup time and
-        buys nothing for timing (values keep their range and are not degenerate)."""
+    def fill(self, t: torch.Tensor, ref: TensorRef, rng: IntRange | None = None) -> None:
+        """Seeded data for ``t`` (integers in ``rng``, else in ``ref``'s range). Large contiguous
+        tensors repeat one random block of TILE elements: drawing gigabytes of random numbers
+        would dominate the setup time and buys nothing for timing (values keep their range and
+        are not degenerate)."""
         n = t.numel()
         if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes:
             return
@@ -482,7 +508,8 @@ class TensorFactory:
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(self.seed)
-        rng = self.ranges.get(ref, IntRange(0, 2) if ref.shape else IntRange(1, 3))
+        if rng is None:
+            rng = self.ranges.get(ref, IntRange(0, 2) if ref.shape else IntRange(1, 3))
         with torch.no_grad():
             if t.is_contiguous() and t.dtype.is_floating_point and n >= POOL_MIN:
                 self._fill_from_pool(t.view(-1), *self._float_range(ref))

@@ -244,6 +244,30 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
     assert len(divided) == 6 and all(torch.isfinite(r).all() for r in divided)
 
 
+def test_non_finite_values_the_original_had_too_are_not_reported(tmp_path):
+    """A causal mask of ``-inf`` (``torch.full``, or ``where`` with ``-inf`` as a number), and the log
+    of a relative position that is 0 (T5's position buckets): the replay computes them from the
+    trace's constants and the program's numbers, as the original did, so their ``inf`` is the
+    original's and no NaN note is made. An empty ``torch.tensor([])`` holds nothing to seed.
+    The log of seeded data that comes out NaN is still reported (the test above)."""
+    x = torch.randn(2, 8, 8)
+
+    def step():
+        mask = torch.full((8, 8), float("-inf")).triu(1)
+        causal = torch.where(torch.ones(8, 8, dtype=torch.bool).tril(), 0.0, float("-inf"))
+        pos = torch.arange(8)[None, :] - torch.arange(8)[:, None]
+        buckets = torch.log(pos.abs().float() / 4).clamp(min=0).long()
+        past = torch.cat([torch.tensor([]), x.flatten()])
+        return (x + mask + causal).softmax(-1).sum() + buckets.sum() + past.sum()
+
+    replay = _captured(tmp_path, "masks", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert not [n for n in replay.report.notes if "NaN or inf" in n or "read before" in n], replay.report.notes
+    results = []
+    replay.run(lambda s, r: results.append(r))
+    assert torch.isfinite(results[-1]).all()
+
+
 def _captured(tmp_path, name, step):
     capture_step(step, tmp_path / f"{name}.json.gz", warmup=1, runs=1, min_warmup_s=0)
     return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
@@ -643,8 +667,157 @@ def test_out_overloads_foreach_noarg_and_custom_namespace_ops(tmp_path):
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     add = next(s for s in replay.steps if s.name == "aten::add")
-    assert add.kwnames == ("alpha", "out")
+    # alpha=1 is its default, and left out of the call
+    assert add.op == "aten::add.out" and add.kwnames == ("out",), (add.op, add.kwnames)
     replay.run()
+
+
+def test_ops_are_called_through_the_python_binding_a_program_calls(tmp_path):
+    """The replay calls ``torch.add``, ``torch._C._nn.linear``, ``Tensor.add_``: what the program
+    called, without the boxed ``OpOverload`` call's cost, which made steps of small ops slower
+    than their original. Arguments equal to their default are left out. An op whose binding does
+    not take the recorded arguments (``Tensor.to`` with a memory format, keyword-only there) keeps
+    the ``OpOverload``. Either way the outputs are the same."""
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+
+    def step():
+        y = lin(x).add(1.0)
+        y.add_(x[:, :8], alpha=2.0)
+        z = x.view(4, 4, 2, 2).to(torch.float64, memory_format=torch.channels_last)
+        return y.sum() + z.sum()
+
+    replay = _captured(tmp_path, "bindings", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    fns = {s.op: s for s in replay.steps}
+    assert fns["aten::linear.default"].fn is torch._C._nn.linear
+    add = fns["aten::add.Tensor"]
+    assert add.fn is torch._C._VariableFunctions.add and add.kwnames == () and len(add.args) == 2, add
+    assert fns["aten::add_.Tensor"].fn is torch._C.TensorBase.add_ and fns["aten::add_.Tensor"].kwnames == ("alpha",)
+    to = fns["aten::to.dtype"]
+    assert to.fn is torch.ops.aten.to.dtype._op, to.fn
+    compared = []
+    for s in replay.steps:  # each out-of-place op's output against the OpOverload's, on the same inputs
+        name, overload = s.op.split("::")[1].split(".")
+        if s.fn is not to.fn and not name.endswith("_"):
+            op = getattr(getattr(torch.ops.aten, name), overload)
+
+            def both(*a, _fn=s.fn, _op=op, **k):
+                got, want = _fn(*a, **k), _op(*a, **k)
+                compared.append(_op)
+                assert got.dtype == want.dtype and torch.equal(got, want), _op
+                return got
+
+            s.fn = both
+    replay.run()
+    assert torch.ops.aten.linear.default in compared and torch.ops.aten.add.Tensor in compared, compared
+
+
+def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path):
+    """The original's forward ops ran with autograd recording a graph (a node per op, the tensors
+    it saves): work that is part of the step's time and not an op of the trace. The replay gives
+    the parameters (what the optimizer updates and the forward reads) requires_grad and runs the
+    forward ops with grad mode on; the backward and the optimizer's ops run without, as the
+    autograd engine and the optimizer ran them. An op that autograd refuses to record (an
+    in-place clamp of a parameter, which the program did under no_grad) runs without recording,
+    with a note. An inference step records nothing."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(8, 16)
+
+    def step():
+        opt.zero_grad()
+        with torch.no_grad():
+            model[0].weight.clamp_(-1, 1)  # a max-norm constraint
+        model(x).square().mean().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "train", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any("forward op(s) run with autograd recording" in n and "4 parameter" in n for n in rep.notes), rep.notes
+    assert any("aten::clamp_: run without autograd recording" in n for n in rep.notes), rep.notes
+    leaves = [t for _, t in replay.inputs() if t.requires_grad]  # the parameters, and views of them
+    assert len({t.untyped_storage().data_ptr() for t in leaves}) == 4, leaves
+    assert {tuple(p.shape) for p in model.parameters()} <= {tuple(t.shape) for t in leaves}
+    seen = {}
+
+    def look(s, r):
+        out = r[0] if isinstance(r, tuple) else r
+        if isinstance(out, torch.Tensor):  # (a view written in place under no_grad has no grad_fn to read)
+            seen.setdefault(s.name, []).append((s.grad, out.requires_grad, s.grad and out.grad_fn is not None))
+
+    grad_before = torch.is_grad_enabled()
+    replay.run(look)
+    assert torch.is_grad_enabled() == grad_before  # the caller's grad mode is restored
+    assert all(g and req and fn for g, req, fn in seen["aten::linear"]), seen["aten::linear"]
+    backward = [v for name, vs in seen.items() for v in vs if name in ("aten::mm", "aten::threshold_backward", "aten::sum")]
+    assert backward and not any(g or req for g, req, _ in backward), backward
+    infer = _captured(tmp_path, "infer", lambda: model(x).sum())
+    assert not any(s.grad for s in infer.steps) and not any("autograd recording" in n for n in infer.report.notes)
+
+
+def test_shapes_the_data_decide_keep_their_consumers_on_the_recorded_shapes(tmp_path):
+    """A router's choice (here a dropout mask) decides how many rows ``torch.where(mask)`` and
+    boolean-mask indexing return, in the original and in every iteration of the replay. Their
+    consumers read seeded inputs of the recorded shapes: bound to the replay's outputs they would
+    fail when an iteration picks another count (``reshape`` to the recorded shape, as a Switch
+    Transformer's experts do). The two index tensors ``torch.where`` returns lie in one
+    allocation, and each gets values in its own consumer's range (the row index below 1, the
+    column index below 64)."""
+    x, probs = torch.randn(1, 64, 16), torch.rand(64, 1, 1)
+
+    def step():
+        keep = torch.nn.functional.dropout(torch.ones(1, 64), 0.5, training=True) > 0
+        rows, cols = torch.where(keep)
+        picked = x[:, cols].reshape(1, -1, 16)
+        weights = probs[cols, rows]
+        masked = x[0][keep[0]]
+        return picked.sum() + weights.sum() + masked.sum()
+
+    replay = _captured(tmp_path, "routed", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert any("shape depends on the data" in n and "aten::where" in n for n in replay.report.notes), replay.report.notes
+    for _ in range(5):  # every iteration draws another mask
+        replay.reset_state()
+        replay.run()
+
+
+def test_index_views_of_one_allocation_each_get_their_range_even_expanded(tmp_path):
+    """Two index tensors of the step lie in one allocation: one picks rows of a 4-row table, the
+    other, expanded (stride 0, so it cannot be written element by element), gathers from 64
+    columns. Each reads values valid for its own consumer."""
+    base = torch.randint(0, 4, (16,))
+    rows, cols = base[:8], base[8:].view(1, 8).expand(4, 8)
+    table, x = torch.randn(4, 32), torch.randn(4, 64)
+
+    def step():
+        return table[rows].sum() + x.gather(1, cols).sum()
+
+    replay = _captured(tmp_path, "views", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    picked = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (8,)]
+    assert picked and 0 <= int(picked[0].min()) and int(picked[0].max()) < 4, picked
+    replay.run()
+
+
+def test_integer_divisors_computed_from_the_replays_data_are_never_zero(tmp_path):
+    """Sizes a program computes with tensors (Longformer's chunk counts): a quotient of seeded
+    numbers, which are 1 or 2, can be 0 where the original's was not, and a division by it
+    raises. A divisor computed from the replay's data reads seeded values instead, in every
+    iteration, and the report says so."""
+    a, b, c = torch.tensor(0), torch.tensor(3), torch.tensor(12)
+
+    def step():
+        d = torch.div(b, a + b, rounding_mode="trunc")  # 1 in the original; 0 from seeded 1s and 2s
+        return torch.div(c, d, rounding_mode="floor") + torch.remainder(c, d)
+
+    replay = _captured(tmp_path, "sizes", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert any("integer divisor computed" in n for n in replay.report.notes), replay.report.notes
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
 
 
 def test_op_library_is_loaded_for_its_namespace_or_the_reason_given(tmp_path, monkeypatch):

@@ -1,0 +1,218 @@
+"""Coverage and fidelity over transformers architectures that no other part of the project uses.
+
+Each model is built small from its config (no weights downloaded), a training step (AdamW) and an
+inference step are captured with the capture helper, and the trace is replayed on the CPU at one
+thread: ops replayed / selected, skipped, substituted, notes (not counting the optimizer state's
+and the composites'), whether three iterations run, and a quick ratio of the replay's median to the
+original's over six alternated blocks of two (a rough figure: these steps are 1-300 ms and the
+host drifts; benchmarks/fidelity_interleaved.py measures fidelity properly). Causal and masked
+language models (GPT-Neo, OPT, BLOOM's ALiBi, Falcon, Phi, Qwen2 and its mixture of experts,
+Gemma, Gemma 2, Mistral, GPT-J, CodeGen, StarCoder's multi-query attention, Mamba, RWKV, RoBERTa,
+ALBERT, ELECTRA, MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFormer, MPNet,
+Longformer), encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1
+routing, mT5, LongT5), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer,
+MobileViT, PoolFormer, ConvNeXt V2, Swin V2) and speech models (wav2vec 2.0, HuBERT, WavLM with CTC
+losses, Speech2Text). The last lines count the traces that replay every op and run.
+
+    python benchmarks/model_zoo.py [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.recorder import capture_step  # noqa: E402
+from pytest_mystique.replay import Replay  # noqa: E402
+from pytest_mystique.trace import load_trace  # noqa: E402
+
+TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+           max_position_embeddings=128)
+S2S = dict(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+           decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
+           pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
+tf = None  # transformers, imported by main()
+
+#: model type -> (Auto class, config, inputs)
+MODELS = {  # fmt: skip
+ # causal LMs
+ "gpt_neo": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], max_position_embeddings=128, window_size=16), "lm"),
+ "opt": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128, word_embed_proj_dim=64, max_position_embeddings=128), "lm"),
+ "bloom": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, n_layer=2, n_head=4), "lm"),
+ "falcon": ("AutoModelForCausalLM", dict(TXT, num_kv_heads=2, new_decoder_architecture=True, alibi=False), "lm"),
+ "phi": ("AutoModelForCausalLM", dict(TXT), "lm"),
+ "qwen2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "gemma": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
+ "gemma2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, sliding_window=16), "lm"),
+ "mistral": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, sliding_window=16), "lm"),
+ "gptj": ("AutoModelForCausalLM", dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128), "lm"),
+ "codegen": ("AutoModelForCausalLM", dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128, n_ctx=128), "lm"),
+ "gpt_bigcode": ("AutoModelForCausalLM", dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128, multi_query=True), "lm"),
+ "qwen2_moe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, moe_intermediate_size=64, shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2), "lm"),
+ "mamba": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8), "lm"),
+ "rwkv": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64, intermediate_size=128, context_length=128), "lm"),
+ # encoders
+ "roberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=1), "lm"),
+ "albert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
+ "electra": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
+ "mobilebert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32, num_feedforward_networks=2), "lm"),
+ "funnel": ("AutoModelForMaskedLM", dict(vocab_size=1000, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], num_decoder_layers=1), "lm"),
+ "fnet": ("AutoModelForMaskedLM", dict(TXT), "lm"),
+ "big_bird": ("AutoModelForMaskedLM", dict(TXT, attention_type="original_full"), "lm"),
+ "xlnet": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, n_layer=2, n_head=4, d_inner=128), "lm"),
+ "roformer": ("AutoModelForMaskedLM", dict(TXT, embedding_size=64), "lm"),
+ "mpnet": ("AutoModelForMaskedLM", dict(TXT), "lm"),
+ "longformer": ("AutoModelForMaskedLM", dict(TXT, attention_window=16), "lm"),
+ # encoder-decoders
+ "pegasus": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "marian": ("AutoModelForSeq2SeqLM", dict(S2S, decoder_vocab_size=1000), "s2s"),
+ "mbart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "led": ("AutoModelForSeq2SeqLM", dict(S2S, max_encoder_position_embeddings=128, max_decoder_position_embeddings=128, attention_window=16), "s2s"),
+ "m2m_100": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "switch_transformers": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, num_experts=4, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ "mt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ "longt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, local_radius=8, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ # vision
+ "resnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
+ "regnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=10), "img"),
+ "mobilenet_v2": ("AutoModelForImageClassification", dict(depth_multiplier=0.35, image_size=64, num_labels=10), "img"),
+ "beit": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, use_relative_position_bias=True, num_labels=10), "img"),
+ "dinov2": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
+ "segformer": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], decoder_hidden_size=64, num_labels=10), "img"),
+ "mobilevit": ("AutoModelForImageClassification", dict(image_size=64, hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 8, 16, 16, 32, 32, 64], num_labels=10), "img"),
+ "poolformer": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
+ "convnextv2": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
+ "swinv2": ("AutoModelForImageClassification", dict(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10), "img"),
+ # audio
+ "wav2vec2": ("AutoModelForCTC", dict(TXT, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
+ "hubert": ("AutoModelForCTC", dict(TXT, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
+ "wavlm": ("AutoModelForCTC", dict(TXT, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0, num_buckets=32, max_bucket_distance=64), "audio"),
+ "speech_to_text": ("AutoModelForSpeechSeq2Seq", dict(S2S, input_feat_per_channel=40, num_conv_layers=2, conv_channels=64, max_source_positions=256, max_target_positions=64), "fbank"),
+}
+
+def inputs(kind: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    if kind == "lm":
+        ids = torch.randint(3, 1000, (2, 64), generator=g)
+        return {"input_ids": ids, "labels": ids}
+    if kind == "s2s":
+        return {"input_ids": torch.randint(3, 1000, (2, 64), generator=g),
+                "labels": torch.randint(3, 1000, (2, 32), generator=g)}  # fmt: skip
+    if kind == "img":
+        return {"pixel_values": torch.randn(4, 3, 64, 64, generator=g),
+                "labels": torch.randint(0, 10, (4,), generator=g)}  # fmt: skip
+    if kind == "audio":  # half a second at 16 kHz, CTC targets
+        return {"input_values": torch.randn(2, 8000, generator=g), "labels": torch.randint(1, 32, (2, 20), generator=g)}
+    return {"input_features": torch.randn(2, 200, 40, generator=g),  # filter-bank features
+            "labels": torch.randint(3, 1000, (2, 16), generator=g)}  # fmt: skip
+
+
+def make(name: str, train: bool):
+    """The model's training step (loss, backward, AdamW) or inference step (no grad)."""
+    cls, kw, kind = MODELS[name]
+    torch.manual_seed(0)
+    model = getattr(tf, cls).from_config(tf.AutoConfig.for_model(name, **kw))
+    x = inputs(kind)
+    if not train:
+        model.eval()
+        x = {k: v for k, v in x.items() if k != "labels" or kind in ("s2s", "fbank")}  # a decoder needs its input
+
+        def infer():
+            with torch.no_grad():
+                model(**x)
+
+        return infer
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad()
+        model(**x).loss.backward()
+        opt.step()
+
+    return step
+
+
+def timed(f, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+#: Notes every training step gets, left out of the table's count.
+ROUTINE = ("optimizer state", "through their parts", "autograd recording their graph")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", help="some of: " + ", ".join(MODELS))
+    args = ap.parse_args()
+    global tf
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    steady_allocator()  # as the plugin does before timing
+    tmp = Path(tempfile.mkdtemp(prefix="zoo."))
+    print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}  notes")
+    full = total = 0
+    ratios = []
+    for name in args.models or list(MODELS):
+        for train in (True, False):
+            label = f"{name}_{'train' if train else 'infer'}"
+            total += 1
+            try:
+                step = make(name, train)
+                path = tmp / f"{label}.json.gz"
+                capture_step(step, path, warmup=2, runs=1, min_warmup_s=0)
+                replay = Replay(load_trace(path), "cpu").prepare()
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                print(f"{label:<28} failed: {type(e).__name__}: {str(e)[:120]}")
+                continue
+            rep = replay.report
+
+            def run(replay=replay):
+                with torch.no_grad():
+                    replay.run()
+
+            runs, ratio = "ok", None
+            try:
+                orig, rep_t = [], []
+                for _ in range(6):
+                    orig += timed(step, 2)
+                    replay.reset_state()
+                    rep_t += timed(run, 2)
+                ratio = statistics.median(rep_t) / statistics.median(orig)
+                ratios.append(ratio)
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                runs = "failed"
+                print(f"   run failed: {str(e)[:160]}")
+            notes = [n for n in rep.notes if not any(w in n for w in ROUTINE)]
+            full += rep.ops_skipped == 0 and runs == "ok"
+            ops = f"{rep.ops_replayed}/{rep.ops_total}"
+            shown = f"{ratio:6.3f}" if ratio else "     -"
+            print(f"{label:<28} {ops:>11} {rep.ops_skipped:>4} {sum(rep.substitutions.values()):>5} {len(notes):>5} "
+                  f"{runs:>4} {statistics.median(orig) * 1e3 if ratio else 0:8.2f} {shown}  {'; '.join(n[:70] for n in notes)[:160]}")  # fmt: skip
+            for s in rep.skipped_list()[:3]:
+                print(f"   skipped {s['count']}x {s['op']}: {s['reason'][:120]}")
+    print(f"model zoo: {full}/{total} traces replay every op and run; replay/original "
+          f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
