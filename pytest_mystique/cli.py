@@ -18,6 +18,10 @@ from .runner import Options, release, replay_file, with_original_timing
 from .units import fmt_bytes, fmt_seconds
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 def _replay(args: argparse.Namespace) -> int:
     opts = Options(device=args.device, warmup=args.warmup, iters=args.iters, threads=args.threads)
     run = None
@@ -40,7 +44,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=None if args.compact else 2, default=str))
         return 0
     print(f"{summary['trace']}: {summary['ops_replayed']}/{summary['ops_total']} ops replayed on {summary['device']} "
-          f"({summary['threads']} threads)")  # fmt: skip
+          f"({_threads(summary['threads'])})")  # fmt: skip
     print(f"  load {summary['load_s']:.3f} s, setup {summary['setup_s']:.3f} s")
     print(f"  median {fmt_seconds(summary['median_s'])} over {len(summary['samples_s'])} iterations "
           f"(min {fmt_seconds(min(summary['samples_s']))})")  # fmt: skip
@@ -49,8 +53,8 @@ def _replay(args: argparse.Namespace) -> int:
         for note in summary.get("fidelity_unlike", ()):
             print(f"    unlike: {note}")
     elif "original_median_s" in summary:
-        print(f"  original step {fmt_seconds(summary['original_median_s'])} at {summary['original_threads']} threads: "
-              f"replay at {summary['threads']} threads is not comparable (use --threads)")  # fmt: skip
+        print(f"  original step {fmt_seconds(summary['original_median_s'])} at {_threads(summary['original_threads'])}: "
+              f"replay at {_threads(summary['threads'])} is not comparable (use --threads)")  # fmt: skip
     if "peak_bytes" in summary:
         print(f"  peak tensor memory {fmt_bytes(summary['peak_bytes'])} (trace: {fmt_bytes(summary['trace_peak_bytes'])} live)")
     if "per_op_median_s" in summary:

@@ -17,13 +17,14 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .sidecar import sidecar_path, write_sidecar
+from .sidecar import add_to_sidecar, sidecar_path, write_sidecar
 
 
 @dataclass
@@ -118,4 +119,31 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
         samples.append(time.perf_counter() - t0)
     with capture(path, what=what, samples_s=samples) as result:
         step()
+    _check_runs_alike(step, result.path)
     return result
+
+
+def _check_runs_alike(step, path: Path) -> None:
+    """Record ``step()`` once more and compare its operators with the trace's. A step whose
+    control flow is random (LayerDrop skips a layer now and then) or follows the data runs other
+    operators from one call to the next: the trace holds one call, the timing covers others, and
+    a replay of the trace cannot take the timed step's time. The sidecar then records both counts
+    (``recorded_ops``), a replay's fidelity report names it, and a warning says so now. Skipped
+    in a distributed job (every rank would have to take part)."""
+    import torch.distributed as dist
+
+    from .graph import select_ops
+    from .trace import load_trace
+
+    if dist.is_available() and dist.is_initialized():
+        return
+    with tempfile.TemporaryDirectory() as d:
+        again = Path(d) / "again.json"
+        with capture(again):
+            step()
+        ops = [[n.name for n in select_ops(load_trace(p))] for p in (path, again)]
+    if ops[0] != ops[1]:
+        add_to_sidecar(path, recorded_ops=[len(ops[0]), len(ops[1])])
+        warnings.warn(f"{path}: two recorded calls of the step ran different operators ({len(ops[0])} and "
+                      f"{len(ops[1])}): its control flow is random or follows the data (LayerDrop, an early "
+                      f"exit); the trace holds one call, the original's timing covers others", stacklevel=3)  # fmt: skip

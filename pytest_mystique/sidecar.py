@@ -68,6 +68,15 @@ def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what
     return path
 
 
+def add_to_sidecar(trace_path: str | os.PathLike, **fields) -> None:
+    """Add ``fields`` to the trace's sidecar (written atomically)."""
+    from .baseline import atomic_write
+
+    data = load_sidecar(trace_path) or {}
+    data.update(fields)
+    atomic_write(sidecar_path(trace_path), json.dumps(data, indent=1))
+
+
 def unlike(side: dict, *, threads: int | None, allocator: str) -> list[str]:
     """How the original run of a sidecar differs from this replay in what moves a step's time
     besides the trace (the fidelity ratio compares unlike things then): threads, CPU model,
@@ -82,4 +91,8 @@ def unlike(side: dict, *, threads: int | None, allocator: str) -> list[str]:
     if side.get("allocator") and side["allocator"] != allocator:
         notes.append(f"the original ran with the {side['allocator']} C heap, the replay with the {allocator} one "
                      f"(alone up to 30% on CPU)")  # fmt: skip
+    counts = side.get("recorded_ops")
+    if isinstance(counts, list) and len(set(counts)) > 1:
+        notes.append(f"two recorded calls of the original step ran {' and '.join(map(str, counts))} operators (random "
+                     f"or data-dependent control flow): its timing covers steps other than the one traced")  # fmt: skip
     return notes

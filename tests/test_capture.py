@@ -78,3 +78,30 @@ def test_malformed_sidecar_names_the_file(tmp_path):
     (tmp_path / "t.meta.json").write_text("{oops")
     with pytest.raises(ValueError, match=r"t\.meta\.json: malformed"):
         load_sidecar(tmp_path / "t.json.gz")
+
+
+def test_a_step_whose_operators_vary_between_calls_is_named(tmp_path, capsys):
+    """LayerDrop skips a layer now and then: the trace holds one call, the original's timing
+    covers others, and no replay of the trace can take the timed step's time. The helper records
+    one more call; where its operators differ from the trace's, it warns, the sidecar keeps both
+    counts, and a replay's fidelity line names it. A step that runs the same operators every time
+    gets neither."""
+    layers = [torch.nn.Linear(16, 16) for _ in range(3)]
+    x = torch.randn(4, 16)
+    calls = iter(range(10**6))
+
+    def layerdrop():
+        h, n = x, next(calls)
+        for i, layer in enumerate(layers):
+            if i == 0 or n % 2:  # every other call skips the last two layers
+                h = layer(h)
+        return h.sum()
+
+    with pytest.warns(UserWarning, match="different operators"):
+        res = capture_step(layerdrop, tmp_path / "drop.json.gz", warmup=1, runs=3, min_warmup_s=0)
+    counts = load_sidecar(res.path)["recorded_ops"]
+    assert len(counts) == 2 and all(c > 0 for c in counts), counts
+    assert main(["replay", str(res.path), "--iters", "2", "--warmup", "0"]) == 0
+    assert "two recorded calls of the original step ran" in capsys.readouterr().out
+    steady = capture_step(tiny_step(), tmp_path / "steady.json.gz", warmup=1, runs=3, min_warmup_s=0)
+    assert "recorded_ops" not in load_sidecar(steady.path)
