@@ -14,7 +14,13 @@ recommender's inference of other shapes and an LSTM language model's training. E
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
-    python benchmarks/fidelity_interleaved.py [--rounds 15] [--block 5] [NAME ...]
+With ``--ops N`` it then profiles N more iterations of each side, alternated, and compares the
+time spent inside operators (``measure.inside_operators``: the profiler's self time of every
+operator event): the part of a step that a trace holds. The original's remaining time (its Python
+module code, the autograd engine's and the optimizer's own work) is not in a trace, and no
+operator replay takes it; the ``host`` columns give its share of each side's profiled step.
+
+    python benchmarks/fidelity_interleaved.py [--rounds 15] [--block 5] [--ops 10] [NAME ...]
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
-from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
@@ -247,13 +253,16 @@ def main() -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block", type=int, default=5)
+    ap.add_argument("--ops", type=int, default=0, metavar="N",
+                    help="then compare the time inside operators over N profiled iterations of each side")
     args = ap.parse_args()
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     table = models()
     tmp = Path(tempfile.mkdtemp(prefix="fidelity."))
-    print(f"{'trace':<20} {'ops':>5} {'original ms':>12} {'replay ms':>10} {'ratio':>7} {'block ratio IQR':>16}")
-    errors = []
+    extra = f" {'ops ratio':>9} {'host orig':>9} {'host repl':>9}" if args.ops else ""
+    print(f"{'trace':<20} {'ops':>5} {'original ms':>12} {'replay ms':>10} {'ratio':>7} {'block ratio IQR':>16}{extra}")
+    errors, op_errors = [], []
     for name in args.names or list(table):
         torch.manual_seed(0)
         step, _ = table[name]()
@@ -282,11 +291,25 @@ def main() -> int:
         ratio = statistics.median(rep) / statistics.median(orig)
         errors.append(abs(ratio - 1))
         q = statistics.quantiles(ratios, n=4)
+        extra = ""
+        if args.ops:
+            sides: list[list] = [[], []]
+            for _ in range(args.ops):  # one profiled iteration at a time, alternated
+                for i, fn in enumerate((step, run_replay)):
+                    sides[i].append(inside_operators(fn, calls=1, between=resets[fn]))
+            (o_ops, o_share), (r_ops, r_share) = ((statistics.median(g.ops_s for g in x),
+                                                   statistics.median(g.share for g in x)) for x in sides)  # fmt: skip
+            op_errors.append(abs(r_ops / o_ops - 1))
+            extra = f" {r_ops / o_ops:>9.3f} {1 - o_share:>9.1%} {1 - r_share:>9.1%}"
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
-              f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}")  # fmt: skip
+              f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
     geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors))
     print(f"interleaved fidelity: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(errors) * 100:.1f}%, "
           f"within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
+    if op_errors:
+        geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in op_errors))
+        print(f"time inside operators: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(op_errors) * 100:.1f}%, "
+              f"within 5%: {sum(e <= 0.05 for e in op_errors)}/{len(op_errors)}")  # fmt: skip
     return 0
 
 

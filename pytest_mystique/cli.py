@@ -11,10 +11,10 @@ from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .errors import MystiqueError
-from .measure import per_op_medians, torch_threads
+from .measure import inside_operators, per_op_medians, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
 from .report import skipped_lines
-from .runner import Options, release, replay_file, with_original_timing
+from .runner import Options, host_share_note, release, replay_file, with_original_timing
 from .units import fmt_bytes, fmt_seconds
 
 
@@ -32,6 +32,11 @@ def _replay(args: argparse.Namespace) -> int:
             if "ranks" not in summary:  # a multi-rank replay's tensors live in its rank processes
                 summary["peak_bytes"] = replay_peak_bytes(run.replay)
                 summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
+            if "original_ops_s" in summary and run.replay.device.type == "cpu":
+                got = inside_operators(run.replay.run, between=run.replay.reset_state)
+                if got is not None:
+                    summary["ops_s"], summary["host_share"] = got.ops_s, 1 - got.share
+                    summary["ops_fidelity_ratio"] = got.ops_s / summary["original_ops_s"]
             if args.per_op:
                 per_op = per_op_medians(run.replay, iters=max(3, min(args.iters, 10)))
                 summary["per_op_median_s"] = dict(sorted(per_op.items(), key=lambda kv: -kv[1]))
@@ -52,6 +57,10 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"  original step {fmt_seconds(summary['original_median_s'])}: ratio {summary['fidelity_ratio']:.3f}")
         for note in summary.get("fidelity_unlike", ()):
             print(f"    unlike: {note}")
+        if "ops_fidelity_ratio" in summary:
+            print(f"  inside operators: replay {fmt_seconds(summary['ops_s'])}, original "
+                  f"{fmt_seconds(summary['original_ops_s'])}: ratio {summary['ops_fidelity_ratio']:.3f} "
+                  f"({host_share_note(summary['original_host_share'], summary['host_share'])})")  # fmt: skip
     elif "original_median_s" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])} at {_threads(summary['original_threads'])}: "
               f"replay at {_threads(summary['threads'])} is not comparable (use --threads)")  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import statistics
 import time
 from contextlib import contextmanager
@@ -179,6 +180,52 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
                 torch.cuda.synchronize(replay.device)
         samples = time_replay(replay, iters, between=replay.reset_state)
     return Measurement(samples, str(replay.device), n, done, setup)
+
+
+#: Profiler events that are operators (``aten::mm``, ``quantized::linear``, ``c10d::allreduce_``), not
+#: the autograd engine's ranges and functions or ``record_function`` labels (``Optimizer.step#...``).
+_OPERATOR_EVENT = re.compile(r"(?!autograd::|torch::autograd::)[a-z][a-z0-9_]*::[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?")
+
+
+@dataclass
+class InsideOperators:
+    """How long a step spends inside its operators: ``ops_s`` seconds per call (median), which is
+    ``share`` of the call's time (median of the calls' shares), both taken under the profiler."""
+
+    ops_s: float
+    share: float
+
+
+def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | None:
+    """Time inside operators per call of ``fn``, over ``calls`` profiled calls: the CPU
+    profiler's self time of the operator events, summed (None where the profiler cannot run).
+    What a step does outside them, its Python (module code, an optimizer's loop) and the
+    autograd engine's own scheduling, is not in an execution trace, and no replay of the trace's
+    operators takes that time: this tells the two apart. The profiler's own cost per event is in
+    the figures alike for an original step and its replay. CPU time only: on CUDA the GPU's work
+    is not in it."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # Kineto's lines on every start and stop, before its first use
+    ops, shares = [], []
+    for _ in range(calls):
+        if between is not None:
+            between()
+        try:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                t0 = time.perf_counter()
+                fn()
+                wall = time.perf_counter() - t0
+        except RuntimeError as e:  # the profiler's, not the step's own error
+            if "profiler" not in str(e).lower():
+                raise
+            return None
+        inside = sum(e.self_cpu_time_total for e in prof.key_averages() if _OPERATOR_EVENT.fullmatch(e.key)) / 1e6
+        ops.append(inside)
+        shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)
+    return InsideOperators(statistics.median(ops), statistics.median(shares))
 
 
 def per_op_medians(replay, iters: int = 5) -> dict[str, float]:

@@ -377,6 +377,7 @@ class TraceItem(pytest.Item):
 
     def _record(self, result: dict) -> None:
         from . import report
+        from .runner import host_share_note
 
         for name, value in report.junit_properties(result):
             if value is not None:
@@ -394,6 +395,8 @@ class TraceItem(pytest.Item):
             if result.get("fidelity_ratio"):
                 head += f", {result['fidelity_ratio']:.2f}x the original step"
                 head += "".join(f" ({note})" for note in result.get("fidelity_unlike", ()))
+                if result.get("original_host_share") is not None:
+                    head += f" ({host_share_note(result['original_host_share'])})"
             lines.insert(0, head)
         if lines:
             self.add_report_section("call", "mystique", "\n".join(lines))

@@ -119,8 +119,16 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
         samples.append(time.perf_counter() - t0)
     with capture(path, what=what, samples_s=samples) as result:
         step()
-    _check_runs_alike(step, result.path)
+    if not _distributed():
+        _check_runs_alike(step, result.path)
+        _time_inside_operators(step, result.path)
     return result
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _check_runs_alike(step, path: Path) -> None:
@@ -128,15 +136,11 @@ def _check_runs_alike(step, path: Path) -> None:
     control flow is random (LayerDrop skips a layer now and then) or follows the data runs other
     operators from one call to the next: the trace holds one call, the timing covers others, and
     a replay of the trace cannot take the timed step's time. The sidecar then records both counts
-    (``recorded_ops``), a replay's fidelity report names it, and a warning says so now. Skipped
-    in a distributed job (every rank would have to take part)."""
-    import torch.distributed as dist
-
+    (``recorded_ops``), a replay's fidelity report names it, and a warning says so now. Not in a
+    distributed job (every rank would have to take part)."""
     from .graph import select_ops
     from .trace import load_trace
 
-    if dist.is_available() and dist.is_initialized():
-        return
     with tempfile.TemporaryDirectory() as d:
         again = Path(d) / "again.json"
         with capture(again):
@@ -147,3 +151,19 @@ def _check_runs_alike(step, path: Path) -> None:
         warnings.warn(f"{path}: two recorded calls of the step ran different operators ({len(ops[0])} and "
                       f"{len(ops[1])}): its control flow is random or follows the data (LayerDrop, an early "
                       f"exit); the trace holds one call, the original's timing covers others", stacklevel=3)  # fmt: skip
+
+
+def _time_inside_operators(step, path: Path) -> None:
+    """The original step's time inside operators over three more calls
+    (:func:`.measure.inside_operators`), kept in the sidecar (``original_ops_s``,
+    ``original_ops_share``): a replay sets its own against it, and its report says how much of
+    the original step was its Python and the autograd engine's own work, which a trace does not
+    hold. CPU steps only (on CUDA the GPU's time is not in it)."""
+    from .measure import inside_operators
+    from .sidecar import load_sidecar
+
+    if (load_sidecar(path) or {}).get("device") != "cpu":
+        return
+    got = inside_operators(step, calls=3)
+    if got is not None and got.ops_s > 0:
+        add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share)

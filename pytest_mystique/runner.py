@@ -226,10 +226,20 @@ def with_original_timing(summary: dict, trace_path) -> dict:
         summary["original_threads"] = side.get("threads")
         if side.get("threads") in (None, summary.get("threads")):
             summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
+            if side.get("original_ops_s") and side.get("original_ops_share") is not None:  # the capture helper's
+                summary["original_ops_s"] = side["original_ops_s"]
+                summary["original_host_share"] = 1 - side["original_ops_share"]
         unlike_notes = unlike(side, threads=summary.get("threads"), allocator=allocator_regime())
         if unlike_notes:
             summary["fidelity_unlike"] = unlike_notes
     return summary
+
+
+def host_share_note(share: float, replay_share: float | None = None) -> str:
+    """What the capture helper's profile of the original step says of its time outside operators."""
+    replay = f", the replay {replay_share:.0%}" if replay_share is not None else ""
+    return (f"outside operators: {share:.0%} of the original's profiled step{replay}; the original's Python and "
+            f"the autograd engine's own work there are not in a trace")  # fmt: skip
 
 
 def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,

@@ -32,6 +32,10 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     med = data.get("original_median_s")
     if med is not None and not (isinstance(med, (int, float)) and math.isfinite(med) and med > 0):
         raise ValueError(f"{path}: malformed timing sidecar: original_median_s must be a positive number")
+    for key, top in (("original_ops_s", math.inf), ("original_ops_share", 1.0)):
+        v = data.get(key)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= top):
+            raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
     return data
 
 

@@ -3,6 +3,7 @@
 import gzip
 import json
 import platform
+import time
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from pytest_mystique import capture, capture_step
 from pytest_mystique.cli import main
 from pytest_mystique.environment import cpu_model
-from pytest_mystique.measure import allocator_regime
+from pytest_mystique.measure import allocator_regime, torch_threads
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.trace import load_trace
 
@@ -105,3 +106,48 @@ def test_a_step_whose_operators_vary_between_calls_is_named(tmp_path, capsys):
     assert "two recorded calls of the original step ran" in capsys.readouterr().out
     steady = capture_step(tiny_step(), tmp_path / "steady.json.gz", warmup=1, runs=3, min_warmup_s=0)
     assert "recorded_ops" not in load_sidecar(steady.path)
+
+
+def test_the_original_steps_time_outside_operators_is_measured_and_set_against_the_replay(tmp_path, capsys):
+    """The capture helper profiles the step and keeps its time inside operators and their share
+    of the step; a replay measures its own. A step that spends most of its time in Python between
+    its operators (as module code does) shows most of it outside operators in the original and
+    little in the replay, which runs the operators alone and is that much faster; a step that is
+    one large product shows little outside in either, and the same time inside."""
+    a = torch.randn(192, 192)
+
+    def python_heavy():
+        y = a @ a
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.004:  # 4 ms of Python between two operators
+            pass
+        return y.relu()
+
+    def product():
+        return (a @ a @ a @ a).relu()
+
+    def replayed(res) -> dict:
+        assert main(["replay", str(res.path), "--iters", "5", "--warmup", "2", "--threads", "1", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    with torch_threads(1), torch.autograd.profiler.record_function("not an operator"):  # a label is no operator
+        res = capture_step(python_heavy, tmp_path / "heavy.json.gz", warmup=2, runs=5, min_warmup_s=0)
+    side = load_sidecar(res.path)
+    assert 0 < side["original_ops_s"] < side["original_median_s"] and side["original_ops_share"] < 0.5, side
+    out = replayed(res)
+    assert out["original_host_share"] > 0.5 and out["host_share"] < 0.3, out
+    assert out["fidelity_ratio"] < 0.7 and out["ops_s"] < out["median_s"] * 1.5
+    with torch_threads(1):
+        res = capture_step(product, tmp_path / "product.json.gz", warmup=2, runs=5, min_warmup_s=0)
+    side = load_sidecar(res.path)
+    assert side["original_ops_share"] > 0.7, side
+    out = replayed(res)
+    assert out["original_host_share"] < 0.3 and out["host_share"] < 0.3 and 0.5 < out["ops_fidelity_ratio"] < 2, out
+    assert main(["replay", str(res.path), "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
+    assert "inside operators: replay" in capsys.readouterr().out
+
+
+def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path):
+    (tmp_path / "t.meta.json").write_text('{"original_median_s": 0.01, "original_ops_share": 1.7}')
+    with pytest.raises(ValueError, match=r"t\.meta\.json.*original_ops_share"):
+        load_sidecar(tmp_path / "t.json.gz")

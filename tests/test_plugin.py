@@ -201,10 +201,14 @@ def test_skipped_ops_are_reported(pytester, traces):
 
 
 def test_item_report_shows_coverage_and_fidelity(pytester, traces):
-    shutil.copyfile(corpus("vit_infer.meta.json"), traces / "vit.meta.json")  # recorded at 1 thread
+    """The capture helper's sidecar also says how much of the original's step was spent inside
+    operators: the item's report gives the rest, which a trace does not hold."""
+    side = json.loads(corpus("vit_infer.meta.json").read_text())  # recorded at 1 thread
+    (traces / "vit.meta.json").write_text(json.dumps(side | {"original_ops_s": 0.008, "original_ops_share": 0.83}))
     result = run_loose(pytester, "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines([r".*56/56 ops replayed on cpu, median .* over \d+ iterations in \d+ segments, \d+ process\(es\) \(\d+\.\d s\), \d+\.\d\dx the original step"])
+    result.stdout.fnmatch_lines(["*outside operators: 17% of the original's profiled step; the original's Python*"])
 
 
 def test_thread_count_follows_omp_num_threads(monkeypatch):
