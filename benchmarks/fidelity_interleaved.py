@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
-from pytest_mystique.measure import inside_operators, steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
@@ -293,14 +293,9 @@ def main() -> int:
         q = statistics.quantiles(ratios, n=4)
         extra = ""
         if args.ops:
-            sides: list[list] = [[], []]
-            for _ in range(args.ops):  # one profiled iteration at a time, alternated
-                for i, fn in enumerate((step, run_replay)):
-                    sides[i].append(inside_operators(fn, calls=1, between=resets[fn]))
-            (o_ops, o_share), (r_ops, r_share) = ((statistics.median(g.ops_s for g in x),
-                                                   statistics.median(g.share for g in x)) for x in sides)  # fmt: skip
-            op_errors.append(abs(r_ops / o_ops - 1))
-            extra = f" {r_ops / o_ops:>9.3f} {1 - o_share:>9.1%} {1 - r_share:>9.1%}"
+            o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state))
+            op_errors.append(abs(r.ops_s / o.ops_s - 1))
+            extra = f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
               f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
     geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors))

@@ -12,14 +12,18 @@ ALBERT, ELECTRA, MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFo
 Longformer), encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1
 routing, mT5, LongT5), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer,
 MobileViT, PoolFormer, ConvNeXt V2, Swin V2) and speech models (wav2vec 2.0, HuBERT, WavLM with CTC
-losses, Speech2Text). The last lines count the traces that replay every op and run.
+losses, Speech2Text). The last lines count the traces that replay every op and run. With
+``--ops N``, N alternated profiled calls of each side also compare the time inside operators (the
+part of a step that a trace holds) and give the original's share outside them (its Python, the
+autograd engine's own work).
 
-    python benchmarks/model_zoo.py [MODEL ...]
+    python benchmarks/model_zoo.py [--ops N] [MODEL ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -32,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
@@ -159,6 +163,9 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="some of: " + ", ".join(MODELS))
+    ap.add_argument("--ops", type=int, default=0, metavar="N",
+                    help="also compare the time inside operators over N alternated profiled calls of each side "
+                         "(measure.inside_operators): the part of a step that a trace holds")  # fmt: skip
     args = ap.parse_args()
     global tf
     import transformers as tf
@@ -168,9 +175,10 @@ def main() -> int:
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
-    print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}  notes")
+    extra = f" {'op ratio':>8} {'host':>5}" if args.ops else ""
+    print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = 0
-    ratios = []
+    ratios, op_ratios = [], []
     for name in args.models or list(MODELS):
         for train in (True, False):
             label = f"{name}_{'train' if train else 'infer'}"
@@ -189,7 +197,7 @@ def main() -> int:
                 with torch.no_grad():
                     replay.run()
 
-            runs, ratio = "ok", None
+            runs, ratio, extra = "ok", None, " " * 15 if args.ops else ""
             try:
                 orig, rep_t = [], []
                 for _ in range(6):
@@ -198,6 +206,10 @@ def main() -> int:
                     rep_t += timed(run, 2)
                 ratio = statistics.median(rep_t) / statistics.median(orig)
                 ratios.append(ratio)
+                if args.ops:
+                    o, r = inside_operators_alternated((step, run), args.ops, (None, replay.reset_state))
+                    op_ratios.append(r.ops_s / o.ops_s)
+                    extra = f" {r.ops_s / o.ops_s:8.3f} {1 - o.share:5.0%}"
             except Exception as e:  # noqa: BLE001 - reported in the table
                 runs = "failed"
                 print(f"   run failed: {str(e)[:160]}")
@@ -206,11 +218,17 @@ def main() -> int:
             ops = f"{rep.ops_replayed}/{rep.ops_total}"
             shown = f"{ratio:6.3f}" if ratio else "     -"
             print(f"{label:<28} {ops:>11} {rep.ops_skipped:>4} {sum(rep.substitutions.values()):>5} {len(notes):>5} "
-                  f"{runs:>4} {statistics.median(orig) * 1e3 if ratio else 0:8.2f} {shown}  {'; '.join(n[:70] for n in notes)[:160]}")  # fmt: skip
+                  f"{runs:>4} {statistics.median(orig) * 1e3 if ratio else 0:8.2f} {shown}{extra}  "
+                  f"{'; '.join(n[:70] for n in notes)[:160]}")  # fmt: skip
             for s in rep.skipped_list()[:3]:
                 print(f"   skipped {s['count']}x {s['op']}: {s['reason'][:120]}")
     print(f"model zoo: {full}/{total} traces replay every op and run; replay/original "
           f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2)")
+    if op_ratios:
+        errors = [abs(r - 1) for r in op_ratios]
+        print(f"time inside operators, replay/original: {min(op_ratios):.3f}-{max(op_ratios):.3f}, geomean "
+              f"|ratio-1| {100 * math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors)):.1f}%, within 5%: "
+              f"{sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
     return 0
 
 

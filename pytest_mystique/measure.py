@@ -228,6 +228,19 @@ def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | N
     return InsideOperators(statistics.median(ops), statistics.median(shares))
 
 
+def inside_operators_alternated(fns, n: int, befores=(None, None)) -> list[InsideOperators] | None:
+    """:func:`inside_operators` of each of ``fns`` (an original step and its replay), one profiled
+    call of each in turn, ``n`` times: the machine's drift then hits both alike. Medians."""
+    got: list[list[InsideOperators]] = [[] for _ in fns]
+    for _ in range(n):
+        for i, (fn, before) in enumerate(zip(fns, befores)):
+            one = inside_operators(fn, calls=1, between=before)
+            if one is None:
+                return None
+            got[i].append(one)
+    return [InsideOperators(statistics.median(g.ops_s for g in x), statistics.median(g.share for g in x)) for x in got]
+
+
 def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
     """Median seconds per iteration spent in each operator (summed over its calls), from
     ``iters`` instrumented iterations of a prepared replay. Each op is timed on its own (with a
