@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .sidecar import add_to_sidecar, sidecar_path, write_sidecar
+from .sidecar import add_to_sidecar, differing, sidecar_path, write_sidecar
 
 
 @dataclass
@@ -145,12 +145,12 @@ def _check_runs_alike(step, path: Path) -> None:
         again = Path(d) / "again.json"
         with capture(again):
             step()
-        ops = [[n.name for n in select_ops(load_trace(p))] for p in (path, again)]
+        ops = [[n.name for n in select_ops(load_trace(p, freeze=False))] for p in (path, again)]
     if ops[0] != ops[1]:
-        add_to_sidecar(path, recorded_ops=[len(ops[0]), len(ops[1])])
-        warnings.warn(f"{path}: two recorded calls of the step ran different operators ({len(ops[0])} and "
-                      f"{len(ops[1])}): its control flow is random or follows the data (LayerDrop, an early "
-                      f"exit); the trace holds one call, the original's timing covers others", stacklevel=3)  # fmt: skip
+        add_to_sidecar(path, recorded_ops=[len(ops[0]), len(ops[1])], recorded_ops_differ=True)
+        warnings.warn(f"{path}: two recorded calls of the step ran different operators ({differing(*ops)}): its "
+                      f"control flow is random or follows the data (LayerDrop, an early exit); the trace holds "
+                      f"one call, the original's timing covers others", stacklevel=3)  # fmt: skip
 
 
 def _time_inside_operators(step, path: Path) -> None:

@@ -41,11 +41,12 @@ from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
 #: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
-_UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
+_UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+                  "aten::empty_permuted"}
 
 #: Ops whose output is drawn at random: it is not the original's data even when their inputs are.
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomial", "exponential", "cauchy",
-                 "geometric", "poisson", "rrelu")
+                 "geometric", "poisson", "rrelu", "gamma", "binomial", "dirichlet")
 
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -96,6 +97,7 @@ class Step:
     out: int | None = None  # where ``outs`` is just the single result's slot (most ops): that slot
     grad: bool = False  # it runs with autograd recording (a training step's forward op)
     op: str = ""  # the overload called, "namespace::name.overload"
+    release: tuple[int, ...] = ()  # (a backward pass's first op) slots whose autograd graph is let go first
 
 
 @dataclass
@@ -177,6 +179,10 @@ class Replay:
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
         self._parameters: set[tuple[int, str]] = set()
+        self._backward: set[int] = set()  # the backward pass's ops, where the forward recorded
+        # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
+        # pass starts, with the forward's outputs
+        self._grad_inputs: list[int] = []
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -291,10 +297,12 @@ class Replay:
         tensors it saves, version counters. That work is part of the step's time (on a CPU, 2-5%
         of a small transformer's training step) and is not an op of the trace. The parameters
         (inputs that ops outside the optimizer's step read, in allocations that the step writes)
-        require grad, and the ops that ran neither in the backward pass nor in the optimizer's
-        step run with grad mode on, as they did; the backward pass is replayed from its own
-        recorded ops, so the graphs are never used. Without an optimizer's step the parameters
-        are not known, and nothing records."""
+        require grad, and the ops before the last backward op that ran neither in the backward
+        pass nor in the optimizer's step run with grad mode on, as they did (what follows the last
+        backward pass, such as an average of the weights, ran under ``torch.no_grad``). The
+        backward pass is replayed from its own recorded ops, so the graphs are never used; they
+        are released where it starts, as the original's backward frees what they saved. Without
+        an optimizer's step the parameters are not known, and nothing records."""
         backward = backward_ops(self.trace)
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
         params = set()
@@ -304,10 +312,11 @@ class Replay:
                 params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
                               for ref in _refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
         params &= read
-        if not backward or not params:
+        last = max((i for i, p in enumerate(planned) if p.node.id in backward), default=None)
+        if last is None or not params:
             return
-        self._parameters = params
-        self._recording = {p.node.id for p in planned
+        self._parameters, self._backward = params, backward
+        self._recording = {p.node.id for p in planned[:last]
                            if p.node.id not in backward and p.node.id not in in_step and not p.collective}  # fmt: skip
         self.report.notes[f"{len(self._recording)} forward op(s) run with autograd recording their graph, as in the "
                           f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
@@ -533,7 +542,9 @@ class Replay:
 
     def _build_step(self, p: PlannedOp) -> None:
         divisor = p.values[1].ref if len(p.values) > 1 and isinstance(p.values[1], TensorArg) else None
-        if integer_divisor(p.node.name, divisor) and self._produced_slot(divisor) is not None:
+        dividend = p.values[0].ref if p.values and isinstance(p.values[0], TensorArg) else (p.values or [None])[0]
+        rounding = dict(zip(p.kwnames, p.values[len(p.values) - len(p.kwnames):])).get("rounding_mode")
+        if integer_divisor(p.node.name, dividend, divisor, rounding) and self._produced_slot(divisor) is not None:
             # computed from the replay's data, an integer divisor may be 0 in some iteration (where
             # the data change: dropout, training; a quotient of seeded numbers): it reads seeded
             # values, never 0
@@ -633,7 +644,7 @@ class Replay:
                  and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
         if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact and _nonfinite(results)
-                and not _nonfinite_inputs(call)):  # fmt: skip
+                and not _nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
         if facts.dynamic and not exact and _dynamic_here(p):
@@ -751,6 +762,15 @@ class Replay:
                 frees.setdefault(i, []).append(slot)
         for i, step in enumerate(self.steps):
             step.frees = tuple(frees.get(i, ()))
+        # Where a backward pass starts, the outputs of recording ops still held, and the inputs they
+        # wrote, let go of their graphs (the saved tensors go with them, unless held otherwise)
+        recorded: set[int] = set()
+        for i, step in enumerate(self.steps):
+            if step.node_id in self._backward and (i == 0 or self.steps[i - 1].node_id not in self._backward):
+                alive = {s for s in recorded if last_read.get(s, -1) >= i}
+                step.release = tuple(sorted(alive.union(self._grad_inputs)))
+            if step.grad:
+                recorded.update(s for _, out in step.outs for s in ((out,) if isinstance(out, int) else out) if s >= 0)
 
     def prepare(self) -> Replay:
         if self.prepared:
@@ -793,6 +813,10 @@ class Replay:
         if self._first_nonfinite:
             self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
                               f"the ops after it may not take the original's time"] += 1  # fmt: skip
+        self._grad_inputs = [s for s in sorted(self.permanent)
+                             if isinstance(self.env[s], torch.Tensor) and self.env[s].grad_fn is not None]  # fmt: skip
+        for s in self._grad_inputs:  # (the build's own graph)
+            self.env[s] = self.env[s].detach()
         self._liveness()
         t0 = time.perf_counter()
         for i in range(len(self.env)):
@@ -815,6 +839,11 @@ class Replay:
                 if step.grad is not grad:
                     grad = step.grad
                     torch._C._set_grad_enabled(grad)
+                if step.release:
+                    for s in step.release:
+                        v = env[s]
+                        if v.__class__ is torch.Tensor and v.grad_fn is not None:
+                            env[s] = v.detach()
                 args, fills, list_fills, kwnames = step.args, step.fills, step.list_fills, step.kwnames
                 if fills or list_fills:
                     args = args.copy()
@@ -1016,13 +1045,16 @@ def _nonfinite(v: Any) -> bool:
 
 def _nonfinite_inputs(args: list[Any]) -> bool:
     """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
-    NaN or inf came from them, not from the op. A whole check, made only when an output had some."""
+    NaN or inf came from them, not from the op. A whole check, made only when an output had some,
+    by a sum in float64 (no tensor of the input's size is made; finite float32 values never
+    overflow it). The arguments an op writes are not its inputs here: they hold its output."""
     for a in args:
         if isinstance(a, float) and not math.isfinite(a):
             return True
         if isinstance(a, (list, tuple)) and _nonfinite_inputs(list(a)):
             return True
-        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not torch.isfinite(a).all():
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not math.isfinite(
+                a.sum(dtype=torch.float64).item()):  # fmt: skip
             return True
     return False
 

@@ -32,6 +32,10 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     med = data.get("original_median_s")
     if med is not None and not (isinstance(med, (int, float)) and math.isfinite(med) and med > 0):
         raise ValueError(f"{path}: malformed timing sidecar: original_median_s must be a positive number")
+    counts = data.get("recorded_ops")
+    if counts is not None and not (isinstance(counts, list) and len(counts) == 2
+                                   and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)):  # fmt: skip
+        raise ValueError(f"{path}: malformed timing sidecar: recorded_ops must be two operator counts")
     for key, top in (("original_ops_s", math.inf), ("original_ops_share", 1.0)):
         v = data.get(key)
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= top):
@@ -96,7 +100,13 @@ def unlike(side: dict, *, threads: int | None, allocator: str) -> list[str]:
         notes.append(f"the original ran with the {side['allocator']} C heap, the replay with the {allocator} one "
                      f"(alone up to 30% on CPU)")  # fmt: skip
     counts = side.get("recorded_ops")
-    if isinstance(counts, list) and len(set(counts)) > 1:
-        notes.append(f"two recorded calls of the original step ran {' and '.join(map(str, counts))} operators (random "
+    if counts and (side.get("recorded_ops_differ") is True or counts[0] != counts[1]):
+        notes.append(f"two recorded calls of the original step ran different operators ({differing(*counts)}; random "
                      f"or data-dependent control flow): its timing covers steps other than the one traced")  # fmt: skip
     return notes
+
+
+def differing(a, b) -> str:
+    """How two recorded calls' operators (or their counts) differ, in words."""
+    n, m = (len(x) if isinstance(x, list) else x for x in (a, b))
+    return f"{n} and {m}" if n != m else f"{n} each, in another order or of other kinds"

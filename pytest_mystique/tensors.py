@@ -29,10 +29,12 @@ conversion, a permutation) is passed back to that input (``TensorFactory.pass_ba
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -190,9 +192,18 @@ _RNNS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 _INT_DIVISIONS = {"floor_divide", "floor_divide_", "div", "div_", "remainder", "remainder_", "fmod", "fmod_"}
 
 
-def integer_divisor(op: str, ref: TensorRef | None) -> bool:
-    """``ref`` is the divisor of the integer division ``op`` (which raises when it is 0)."""
-    return op.split("::")[-1] in _INT_DIVISIONS and isinstance(ref, TensorRef) and ref.defined and _integral(ref)
+def integer_divisor(op: str, dividend: Any, divisor: Any, rounding_mode: Any = None) -> bool:
+    """``divisor`` is the divisor of an integer division ``op``, which raises when it is 0: both
+    operands are integral (a float operand makes it a float division, to inf), and ``div`` has a
+    rounding mode (without one it is a true division, to inf)."""
+    name = op.split("::")[-1]
+    if name not in _INT_DIVISIONS or not (isinstance(divisor, TensorRef) and divisor.defined and _integral(divisor)):
+        return False
+    if name in ("div", "div_") and rounding_mode is None:
+        return False
+    if isinstance(dividend, TensorRef):
+        return dividend.defined and _integral(dividend)
+    return isinstance(dividend, int) and not isinstance(dividend, bool)
 
 
 def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
@@ -410,13 +421,14 @@ class TensorFactory:
         exact values) only where the elements are the same ones in the same order. Tensors are
         taken latest-made first, so that each has all its requirements before it passes them on."""
         heap = []
+        order = itertools.count()  # ties (a writer's reused ids: two tensors of one key) never compare tensors
         for ref in self.ranges:
             found = sources_of(ref.key) if _integral(ref) else None
             if found is not None:
-                heapq.heappush(heap, (-found[1], ref.key, ref))
+                heapq.heappush(heap, (-found[1], ref.key, next(order), ref))
         done: set[tuple[int, int]] = set()
         while heap:
-            _, key, ref = heapq.heappop(heap)
+            _, key, _, ref = heapq.heappop(heap)
             if key in done:
                 continue
             done.add(key)
@@ -427,7 +439,7 @@ class TensorFactory:
                 self.constrain(src, rng)
                 found = sources_of(src.key)
                 if found is not None and src.key not in done:
-                    heapq.heappush(heap, (-found[1], src.key, src))
+                    heapq.heappush(heap, (-found[1], src.key, next(order), src))
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
         """The first op to consume a tensor sets its range (a weight is read first by its layer);
@@ -480,7 +492,7 @@ class TensorFactory:
             for s, e, other in self._index_spans[key]:
                 if s < stop and start < e:
                     want = want.narrow(other)
-            if not made and torch._debug_has_internal_overlap(t) == 0:  # (an expanded view cannot be written)
+            if not made and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
                 self.fill(t, ref, want)
             self._index_spans[key].append((start, stop, want))
             self._constrained[key] = True

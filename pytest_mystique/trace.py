@@ -579,8 +579,10 @@ def _check_parents(trace: Trace) -> None:
             state[nid] = 2
 
 
-def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> Trace:
-    """Read, decompress, decode and validate the trace at ``path``."""
+def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES, freeze: bool = True) -> Trace:
+    """Read, decompress, decode and validate the trace at ``path``. ``freeze=False`` in a process
+    that is not the replayer's own (the capture helper's, in the user's program): freezing leaves
+    everything alive there out of the cyclic collector's passes for good."""
     path = Path(path)
     raw = read_bytes(path, max_bytes)
     # Building hundreds of thousands of small objects triggers the cyclic GC over and over for
@@ -591,12 +593,13 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     # garbage cycles there are now are collected first, so that none is frozen with it (cheap
     # after the first load: what an earlier load froze is not walked again).
     was_enabled = gc.isenabled()
-    if was_enabled:
+    if was_enabled and freeze:
         gc.collect()
     gc.disable()
     try:
         trace = parse_trace(decode_json(raw, path), path)
-        gc.freeze()
+        if freeze:
+            gc.freeze()
         return trace
     finally:
         if was_enabled:

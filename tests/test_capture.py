@@ -1,5 +1,6 @@
 """The capture helper: a user's step becomes a trace plus its timing sidecar."""
 
+import gc
 import gzip
 import json
 import platform
@@ -12,7 +13,7 @@ from pytest_mystique import capture, capture_step
 from pytest_mystique.cli import main
 from pytest_mystique.environment import cpu_model
 from pytest_mystique.measure import allocator_regime, torch_threads
-from pytest_mystique.sidecar import load_sidecar, sidecar_path
+from pytest_mystique.sidecar import load_sidecar, sidecar_path, unlike
 from pytest_mystique.trace import load_trace
 
 
@@ -136,7 +137,7 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
     assert 0 < side["original_ops_s"] < side["original_median_s"] and side["original_ops_share"] < 0.5, side
     out = replayed(res)
     assert out["original_host_share"] > 0.5 and out["host_share"] < 0.3, out
-    assert out["fidelity_ratio"] < 0.7 and out["ops_s"] < out["median_s"] * 1.5
+    assert out["fidelity_ratio"] < 0.7 and out["ops_s"] > 0
     with torch_threads(1):
         res = capture_step(product, tmp_path / "product.json.gz", warmup=2, runs=5, min_warmup_s=0)
     side = load_sidecar(res.path)
@@ -151,3 +152,24 @@ def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path)
     (tmp_path / "t.meta.json").write_text('{"original_median_s": 0.01, "original_ops_share": 1.7}')
     with pytest.raises(ValueError, match=r"t\.meta\.json.*original_ops_share"):
         load_sidecar(tmp_path / "t.json.gz")
+
+
+def test_recorded_operator_counts_are_checked_and_equal_counts_still_named(tmp_path):
+    """Two recorded calls can run as many operators and still differ (other kinds, another
+    order): the sidecar says they differ, and the note says how. Counts that are not two numbers
+    are a malformed sidecar, named."""
+    notes = unlike({"recorded_ops": [120, 120], "recorded_ops_differ": True}, threads=None, allocator="steady")
+    assert any("different operators (120 each, in another order or of other kinds" in n for n in notes), notes
+    assert not unlike({"recorded_ops": [120, 120]}, threads=None, allocator="steady")
+    (tmp_path / "t.meta.json").write_text('{"original_median_s": 0.01, "recorded_ops": [[1], [2]]}')
+    with pytest.raises(ValueError, match=r"t\.meta\.json.*recorded_ops must be two operator counts"):
+        load_sidecar(tmp_path / "t.json.gz")
+
+
+def test_the_capture_helper_leaves_the_users_garbage_collector_as_it_was(tmp_path):
+    """The helper reads the traces it recorded back (to compare two calls' operators) in the
+    user's program: it must not freeze the program's objects out of the cyclic collector, as the
+    replayer does with its own traces."""
+    before = gc.get_freeze_count()
+    capture_step(tiny_step(), tmp_path / "t.json.gz", warmup=1, runs=2, min_warmup_s=0)
+    assert gc.get_freeze_count() == before
