@@ -26,7 +26,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: later op reads replayed through those parts, Cholesky inputs positive-definite, quantized linears'
 #: packed weights and sparse tensors made by replayed ops rebuilt; 5 = ops called through their Python
 #: bindings, arguments equal to their default left out (a step of many small ops runs faster), a
-#: training step's forward recording autograd graphs, outputs whose shape the data decide not bound.
+#: training step's forward recording autograd graphs (let go where the backward pass starts; nothing
+#: after the last backward pass records), outputs whose shape the data decide not bound.
 REPLAY_VERSION = 5
 
 
