@@ -281,8 +281,10 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
     pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=out.json").assert_outcomes(passed=1)
     pooled = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     assert pooled["reference_sessions"] == REFERENCE_SESSIONS
-    # the reference moved most of the way to the later sessions' level
-    assert 0.015 < pooled["reference_shift"] < 0.03
+    # the reference moved most of the way to the later sessions' level (the mean of the pooled ones: 3.04% with
+    # five), and never past it
+    level = sum(0.03 + 0.002 * (-1) ** i for i in range(REFERENCE_SESSIONS)) / REFERENCE_SESSIONS
+    assert level / 2 < pooled["reference_shift"] <= level + 1e-9
     # the sessions were stored against the baseline alone, so the drift evidence stays comparable
     newest = json.loads(store.results("vit")[-1]["details"])["comparison"]
     assert newest["reference_shift"] == pytest.approx(pooled["reference_shift"])
