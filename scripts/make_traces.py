@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pytest_mystique.measure import steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 
 
@@ -124,6 +125,9 @@ def main() -> int:
     ap.add_argument("names", nargs="*", default=list(MODELS))
     args = ap.parse_args()
     torch.set_num_threads(1)
+    # the C heap's regime the replay uses: the originals' timings then compare like with like (the
+    # sidecar records the regime; glibc's default one alone moves a CPU step by up to 30%)
+    steady_allocator()
     out = Path(args.out)
     print(f"{'trace':<20} {'nodes':>6} {'KB':>7} {'original median ms':>19}")
     for name in args.names:
