@@ -941,7 +941,8 @@ def _bound_call(step: Step, facts, args: list, outputs: list):
     """The op's first call, through its Python binding where it has one (:func:`ops.python_binding`),
     which then becomes ``step.fn``; through the ``OpOverload`` where the binding does not take
     these arguments (a Python signature that differs from the schema's: ``Tensor.to``'s memory
-    format is keyword-only) or returns tensors of other shapes or types than the trace records."""
+    format is keyword-only; an operator dunder such as ``Tensor.__and__`` says so by returning
+    ``NotImplemented``) or returns tensors of other shapes or types than the trace records."""
     binding = facts.binding
     if binding is not None:
         try:
@@ -949,6 +950,8 @@ def _bound_call(step: Step, facts, args: list, outputs: list):
         except TypeError:  # the binding's argument parser; an op's own errors come again below
             pass
         else:
+            if result is NotImplemented:  # (kept, the op would do nothing, whatever the trace records)
+                return _call(step.fn, args, step.npos, step.kwnames)
             results = (result,) if facts.returns <= 1 else tuple(result)
             if all(not isinstance(out, TensorRef) or not out.defined or _as_recorded(out, r)
                    for out, r in zip(outputs, results)):  # fmt: skip

@@ -892,6 +892,23 @@ def test_index_requirements_pass_back_where_a_writer_reused_a_tensors_ids():
     assert factory.ranges[source].high in (7, 10)
 
 
+def test_a_binding_that_declines_its_arguments_is_not_kept():
+    """An operator dunder (``Tensor.__and__``...) answers arguments it does not take with
+    ``NotImplemented`` rather than a TypeError. Kept as the op's call, it would do nothing in every
+    iteration, and an op without a recorded output has nothing to check it against: the
+    ``OpOverload`` is called instead, and stays the op's call."""
+    from types import SimpleNamespace
+
+    from pytest_mystique.replay import Step, _bound_call
+
+    overload = torch.ops.aten.bitwise_and.Tensor
+    step = Step(overload, [], [], [], 2, (), [], True)
+    facts = SimpleNamespace(binding=lambda *a: NotImplemented, returns=1)
+    a, b = torch.tensor([True, False]), torch.tensor([True, True])
+    result = _bound_call(step, facts, [a, b], [])
+    assert result is not NotImplemented and result.tolist() == [True, False] and step.fn is overload
+
+
 def test_integer_divisors_computed_from_the_replays_data_are_never_zero(tmp_path):
     """Sizes a program computes with tensors (Longformer's chunk counts): a quotient of seeded
     numbers, which are 1 or 2, can be 0 where the original's was not, and a division by it
