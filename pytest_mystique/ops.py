@@ -190,11 +190,12 @@ def schema_facts(overload) -> SchemaFacts:
     facts = _facts.get(overload) if op else None
     if facts is None:
         schema = overload._schema
-        facts = SchemaFacts(f"{schema.name}.{schema.overload_name or 'default'}", len(schema.returns),
+        qualname = f"{schema.name}.{schema.overload_name or 'default'}"
+        facts = SchemaFacts(qualname, len(schema.returns),
                             tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments),
                             tuple(a.default_value if a.has_default_value() else NO_DEFAULT for a in schema.arguments),
                             python_binding(schema.name) if op else None,
-                            op and dynamic_shape(overload))  # fmt: skip
+                            op and dynamic_shape(overload, qualname))  # fmt: skip
         if op:
             _facts[overload] = facts
     return facts
@@ -205,14 +206,12 @@ _DYNAMIC_COMPOSITES = {"aten::where.default", "aten::nonzero_numpy.default", "at
                        "aten::repeat_interleave.self_Tensor"}  # fmt: skip
 
 
-def dynamic_shape(overload) -> bool:
+def dynamic_shape(overload, qualname: str) -> bool:
     """The op's output's shape depends on its input's values (torch tags such ops
     ``dynamic_output_shape``: ``nonzero``, ``masked_select``, ``unique``, indexing, which is dynamic
     only with a boolean mask, ``one_hot`` without a class count...), or it calls one that does
-    (``torch.where(mask)``, ``argwhere``)."""
-    schema = overload._schema
-    return (torch.Tag.dynamic_output_shape in overload.tags
-            or f"{schema.name}.{schema.overload_name or 'default'}" in _DYNAMIC_COMPOSITES)  # fmt: skip
+    (``torch.where(mask)``, ``argwhere``). ``qualname``: ``namespace::name.overload``."""
+    return torch.Tag.dynamic_output_shape in overload.tags or qualname in _DYNAMIC_COMPOSITES
 
 
 def python_binding(name: str):

@@ -665,10 +665,8 @@ class Replay:
                     env[s] = value
         self.steps.append(step)
         self.report.ops_replayed += 1
-        for _, out in step.outs:
-            for s in (out,) if isinstance(out, int) else out:
-                if exact and s >= 0:
-                    self._original.add(s)
+        if exact:
+            self._original.update(_out_slots(step.outs))
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
             if not (p.collective or (pos < len(writes) and writes[pos])):
                 continue
@@ -770,7 +768,7 @@ class Replay:
                 alive = {s for s in recorded if last_read.get(s, -1) >= i}
                 step.release = tuple(sorted(alive.union(self._grad_inputs)))
             if step.grad:
-                recorded.update(s for _, out in step.outs for s in ((out,) if isinstance(out, int) else out) if s >= 0)
+                recorded.update(_out_slots(step.outs))
 
     def prepare(self) -> Replay:
         if self.prepared:
@@ -948,16 +946,19 @@ def _bound_call(step: Step, facts, args: list, outputs: list):
         try:
             result = _call(binding, args, step.npos, step.kwnames)
         except TypeError:  # the binding's argument parser; an op's own errors come again below
-            pass
-        else:
-            if result is NotImplemented:  # (kept, the op would do nothing, whatever the trace records)
-                return _call(step.fn, args, step.npos, step.kwnames)
+            result = NotImplemented
+        if result is not NotImplemented:  # (kept, a declining binding would do nothing in every iteration)
             results = (result,) if facts.returns <= 1 else tuple(result)
             if all(not isinstance(out, TensorRef) or not out.defined or _as_recorded(out, r)
                    for out, r in zip(outputs, results)):  # fmt: skip
                 step.fn = binding
                 return result
     return _call(step.fn, args, step.npos, step.kwnames)
+
+
+def _out_slots(outs: list[tuple[int, Any]]) -> list[int]:
+    """The slots a step's ``outs`` fill (a list output's slots one by one, its unbound items left out)."""
+    return [s for _, out in outs for s in ((out,) if isinstance(out, int) else out) if s >= 0]
 
 
 def _as_recorded(out: TensorRef, value: Any) -> bool:
@@ -1043,23 +1044,27 @@ def _nonfinite(v: Any) -> bool:
     if (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
             or not v.is_contiguous()):  # fmt: skip
         return False  # (a view's values were checked where its base was made)
-    return not math.isfinite(v.view(-1)[:256].sum(dtype=torch.float64).item())
+    return not _finite_sum(v.view(-1)[:256])
 
 
 def _nonfinite_inputs(args: list[Any]) -> bool:
     """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
-    NaN or inf came from them, not from the op. A whole check, made only when an output had some,
-    by a sum in float64 (no tensor of the input's size is made; finite float32 values never
-    overflow it). The arguments an op writes are not its inputs here: they hold its output."""
+    NaN or inf came from them, not from the op. A whole check (:func:`_finite_sum`), made only when
+    an output had some. The arguments an op writes are not its inputs here: they hold its output."""
     for a in args:
         if isinstance(a, float) and not math.isfinite(a):
             return True
         if isinstance(a, (list, tuple)) and _nonfinite_inputs(list(a)):
             return True
-        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not math.isfinite(
-                a.sum(dtype=torch.float64).item()):  # fmt: skip
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not _finite_sum(a):
             return True
     return False
+
+
+def _finite_sum(t: torch.Tensor) -> bool:
+    """``t``'s elements are all finite: their sum in float64 is (finite float32 values never overflow
+    it), one kernel call and no tensor of ``t``'s size."""
+    return math.isfinite(t.sum(dtype=torch.float64).item())
 
 
 def _out_of_range(e: BaseException) -> bool:
