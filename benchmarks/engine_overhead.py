@@ -2,7 +2,7 @@
 
 For each trace: one iteration is recorded (every op's concrete arguments and result). Then
   * bare loop:  for fn, args, kwargs in calls: fn(*args, **kwargs)
-  * engine:     Replay.run() (fills argument slots, binds outputs, releases dead tensors)
+  * engine:     Replay.run() (the steps as straight-line code: binds outputs, releases dead tensors)
 are timed twice: with the real ops, and with each op replaced by a stub returning its recorded
 result, which isolates the Python work around the calls. Target: engine - bare <= 2 us per op.
 Also prints load and setup time, and the build: setup less the ops' first calls and the freeing of
@@ -48,9 +48,11 @@ def record(replay: Replay) -> list[tuple]:
             calls.append((_fn, a, k, r))
             return r
         step.fn = rec
+    replay.invalidate()  # the timed iteration is code made from the steps' ops: made again
     replay.run()
     for step, fn in zip(replay.steps, originals):
         step.fn = fn
+    replay.invalidate()
     return calls
 
 
@@ -84,11 +86,13 @@ def main() -> int:
             stubs = [(lambda *a, _r=r, **k: _r) for _, _, _, r in calls]
             for step, stub in zip(replay.steps, stubs):
                 step.fn = stub
+            replay.invalidate()
             stub_calls = [(stub, a, k, r) for stub, (_, a, k, r) in zip(stubs, calls)]
             stub_bare = timed(lambda stub_calls=stub_calls: bare(stub_calls), 200)
             stub_engine = timed(replay.run, 200)
             for step, fn in zip(replay.steps, originals):
                 step.fn = fn
+            replay.invalidate()
         per_op = (stub_engine - stub_bare) / n * 1e6
         worst = max(worst, per_op)
         print(f"{trace_stem(path):<22} {n:>5} {load_s:>7.3f} {setup_s:>8.3f} {build_s:>8.3f} {real_bare * 1e3:>8.2f} "

@@ -12,8 +12,9 @@ Preparation runs in three passes:
 3. *liveness*: an op's output is released right after its last consumer, as the original
    program's allocator would have released it.
 
-:meth:`Replay.run` then executes one iteration: for each step, fill the tensor slots of a
-pre-built argument list and call the overload. Nothing else happens inside the loop.
+:meth:`Replay.run` then executes one iteration: the steps as straight-line code, each a call of
+the pre-bound op on its tensors' local variables and its constant arguments
+(:mod:`.straightline`). Nothing else happens inside the iteration.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .graph import backward_ops, compiled_regions, optimizer_step_ops, select_op
 from .measure import gc_paused
 from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
+from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
@@ -183,6 +185,7 @@ class Replay:
         # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
+        self._straight: StraightLine | None = None  # the steps as straight-line code, made at the first timed run
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -825,8 +828,13 @@ class Replay:
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:
         """One iteration of the selected ops, in order. ``after_step(step, result)``, when given, is
-        called after each op with what it returned (for instrumented runs; the timed loop passes
-        nothing)."""
+        called after each op with what it returned (for instrumented runs, which the interpreted
+        loop below serves); without it, the steps run as straight-line code
+        (:mod:`.straightline`), made at the first such call. Whoever changes ``steps`` after
+        that calls :meth:`invalidate`."""
+        if after_step is None and self.steps:
+            self._run_straight()
+            return
         env = self.env
         step = None
         grad_was = torch.is_grad_enabled()
@@ -870,6 +878,27 @@ class Replay:
                 if after_step is not None:
                     after_step(step, result)
         except Exception as e:
+            where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
+            raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
+        finally:
+            torch._C._set_grad_enabled(grad_was)
+
+
+    def invalidate(self) -> None:
+        """Forget the straight-line function: the steps changed (a benchmark swapping ops)."""
+        self._straight = None
+
+    def _run_straight(self) -> None:
+        line = self._straight
+        if line is None:
+            line = self._straight = straight_line(self.steps, self.permanent, self.env)
+        grad_was = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            line.fn()
+        except Exception as e:
+            i = line.failed_step(e.__traceback__)
+            step = self.steps[i] if i is not None else None
             where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
             raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
         finally:

@@ -1,6 +1,7 @@
 """The replay engine on real traces: coverage, tensor semantics, data, safety."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -1037,3 +1038,61 @@ def test_tensors_a_composite_op_keeps_for_its_backward_are_the_ones_it_made(tmp_
     for g in grads:
         assert g.shape == (16, 10) and torch.isfinite(g).all()
         assert g.sum(dim=1).abs().max() < 1e-5 and g.abs().max() < 1.0
+
+
+@pytest.mark.parametrize("name", ["transformer_train", "embbag_rec"])
+def test_straight_line_iteration_computes_what_the_loop_computes(name):
+    """The timed iteration (straight-line code) against the interpreted loop, from the same input
+    state: the inputs the step writes in place (weights, optimizer state) end bit for bit equal.
+    These traces switch autograd recording per op, let go of graphs where the backward starts,
+    pass keyword arguments, tensor lists and ops of several outputs."""
+    replay = Replay(load_trace(bundled(name)), "cpu").prepare()
+    assert replay._mutated and any(s.release for s in replay.steps) and any(s.kwnames for s in replay.steps)
+    replay.reset_state()
+    start = {s: replay.env[s].detach().clone() for s in replay.permanent if isinstance(replay.env[s], torch.Tensor)}
+    ends = []
+    for instrumented in (True, False):
+        with torch.no_grad():
+            for s, t in start.items():
+                replay.env[s].copy_(t)
+        torch.manual_seed(0)
+        replay.run(after_step=(lambda step, result: None) if instrumented else None)
+        ends.append({s: replay.env[s].detach().clone() for s in replay._mutated})
+    assert replay._straight is not None  # the second run was the straight-line one
+    changed = [s for s in replay._mutated if not torch.equal(ends[0][s], start[s])]
+    assert changed, "the step wrote its inputs"
+    assert all(torch.equal(ends[0][s], ends[1][s]) for s in replay._mutated)
+    assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
+
+
+def test_straight_line_source_holds_no_text_from_the_trace():
+    """The trace's strings (op names, keyword names, string arguments) reach the generated function
+    through its namespace: its source has no string literal at all, only generated names."""
+    replay = Replay(load_trace(corpus("llama_train.json.gz")), "cpu").prepare()
+    assert any(isinstance(v, str) for s in replay.steps for v in s.args), "the trace has string arguments"
+    assert any(s.kwnames for s in replay.steps)
+    replay.run()
+    source = replay._straight.source
+    assert "'" not in source and '"' not in source
+    names = set(re.findall(r"[A-Za-z_]\w*", source))
+    allowed = re.compile(r"(v\d+|f\d+|c\d+_\d+|k\d+|r|env|_grad|_T|dict|zip|None|True|False|if|is|not|and|"
+                         r"def|replay_iteration|detach|grad_fn|__class__)$")  # fmt: skip
+    assert all(allowed.match(n) for n in names), sorted(n for n in names if not allowed.match(n))
+
+
+def test_an_op_failing_in_the_straight_line_iteration_is_named():
+    replay = Replay(load_trace(bundled("mlp_train")), "cpu").prepare()
+    replay.run()
+    victim = replay.steps[len(replay.steps) // 2]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a kernel failed")
+
+    victim.fn = broken
+    replay.run()  # the straight-line function made before still calls the op it was made with
+    replay.invalidate()
+    with torch.enable_grad():
+        with pytest.raises(ReplayError, match=rf"op {victim.name} \(node {victim.node_id}\) failed during replay: "
+                                              r".*a kernel failed"):  # fmt: skip
+            replay.run()
+        assert torch.is_grad_enabled()  # the caller's autograd mode, restored
