@@ -200,6 +200,9 @@ class DistributedReplay:
                     raise ReplayError(self.trace.path, f"rank {rank} exited (code {p.exitcode}) without answering")
         return [answers[r] for r in range(len(self._conns))]
 
+    def invalidate(self) -> None:
+        """(The ranks' replays, and their straight-line code, live in the ranks' processes.)"""
+
     def close(self) -> None:
         for c in self._conns:
             try:

@@ -185,7 +185,7 @@ class Replay:
         # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
-        self._straight: StraightLine | None = None  # the steps as straight-line code, made at the first timed run
+        self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -824,14 +824,15 @@ class Replay:
             if i not in self.permanent:
                 self.env[i] = None
         self.free_s += time.perf_counter() - t0
+        self._straight = straight_line(self.steps, self.permanent, self.env)
 
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:
         """One iteration of the selected ops, in order. ``after_step(step, result)``, when given, is
         called after each op with what it returned (for instrumented runs, which the interpreted
         loop below serves); without it, the steps run as straight-line code
-        (:mod:`.straightline`), made at the first such call. Whoever changes ``steps`` after
-        that calls :meth:`invalidate`."""
+        (:mod:`.straightline`), made at the end of :meth:`prepare`. Whoever changes ``steps``
+        after that calls :meth:`invalidate`."""
         if after_step is None and self.steps:
             self._run_straight()
             return

@@ -387,6 +387,7 @@ def release(run: ReplayRun | None) -> None:
     if run is not None:
         run.replay.env.clear()
         run.replay.steps.clear()
+        run.replay.invalidate()  # its straight-line function holds the ops and their arguments
         if isinstance(run.replay, DistributedReplay):
             run.replay.close()
     gc.collect()

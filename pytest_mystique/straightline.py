@@ -38,7 +38,8 @@ class StraightLine:
         while tb is not None:
             if tb.tb_frame.f_code is code:
                 line = tb.tb_lineno - 1
-                return self.step_of_line[line] if 0 <= line < len(self.step_of_line) else None
+                i = self.step_of_line[line] if 0 <= line < len(self.step_of_line) else -1
+                return i if i >= 0 else None
             tb = tb.tb_next
         return None
 
@@ -56,16 +57,17 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
     rebound: set[int] = set()
 
     def read(s: int) -> str:
+        s = int(s)
         if s not in assigned:
             loaded.add(s)
         return f"v{s}"
 
     grad = False
     for i, step in enumerate(steps):
-        if step.grad is not grad:
-            grad = step.grad
+        if bool(step.grad) is not grad:
+            grad = bool(step.grad)
             body.append((f"_grad({grad})", i))
-        for s in step.release:
+        for s in map(int, step.release):
             v = read(s)
             body.append((f"if {v}.__class__ is _T and {v}.grad_fn is not None: {v} = {v}.detach()", i))
             assigned.add(s)
@@ -78,7 +80,7 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
                 parts.append(read(fills[j]))
             elif j in list_fills:
                 parts.append("[" + ", ".join(read(s) if s >= 0 else "None" for s in list_fills[j]) + "]")
-            elif a is None or type(a) in (bool, int):
+            elif a is None or type(a) is bool or type(a) is int:
                 parts.append(repr(a))
             else:
                 ns[f"c{i}_{j}"] = a
@@ -91,19 +93,20 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
             args += f"{', ' if args else ''}**dict(zip(k{i}, ({kw},)))"
         call = f"f{i}({args})"
         if step.out is not None:
-            body.append((f"v{step.out} = {call}", i))
-            assigned.add(step.out)
+            body.append((f"v{int(step.out)} = {call}", i))
+            assigned.add(int(step.out))
         elif step.outs:
             body.append((f"r = {call}" if not step.single else f"r = ({call},)", i))
             for k, slot in step.outs:
                 for n, s in ([(None, slot)] if isinstance(slot, int) else enumerate(slot)):
                     if s >= 0:
-                        body.append((f"v{s} = r[{k}]" + ("" if n is None else f"[{n}]"), i))
-                        assigned.add(s)
+                        body.append((f"v{int(s)} = r[{int(k)}]" + ("" if n is None else f"[{n}]"), i))
+                        assigned.add(int(s))
+            body.append(("r = None", i))  # (held, it would keep the op's other outputs, and their graph, alive)
         else:
             body.append((call, i))
         if step.frees:
-            body.append((" = ".join(f"v{s}" for s in step.frees) + " = None", i))
+            body.append((" = ".join(f"v{int(s)}" for s in step.frees) + " = None", i))
     head = [(f"v{s} = env[{s}]", -1) for s in sorted(loaded)]
     tail = [(f"env[{s}] = v{s}", -1) for s in sorted(rebound)]
     lines = [("def replay_iteration():", -1)] + [("    " + text, i) for text, i in head + body + tail]
@@ -111,4 +114,5 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
         lines.append(("    pass", -1))
     source = "\n".join(text for text, _ in lines) + "\n"
     exec(compile(source, _FILENAME, "exec"), ns)  # noqa: S102 (generated here from integers, see the module's docstring)
-    return StraightLine(ns["replay_iteration"], [i for _, i in lines], source)
+    fn = ns.pop("replay_iteration")  # (kept in its own globals, it would make a cycle through every input tensor)
+    return StraightLine(fn, [i for _, i in lines], source)

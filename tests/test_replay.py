@@ -723,6 +723,7 @@ def test_ops_are_called_through_the_python_binding_a_program_calls(tmp_path):
                 return got
 
             s.fn = both
+    replay.invalidate()
     replay.run()
     assert torch.ops.aten.linear.default in compared and torch.ops.aten.add.Tensor in compared, compared
 
@@ -1096,3 +1097,34 @@ def test_an_op_failing_in_the_straight_line_iteration_is_named():
                                               r".*a kernel failed"):  # fmt: skip
             replay.run()
         assert torch.is_grad_enabled()  # the caller's autograd mode, restored
+
+
+def test_an_unread_output_of_a_multi_output_op_is_freed_at_once(tmp_path):
+    """``sort`` returns values and indices; the step reads only the values. The indices are freed
+    as the op returns, as in the original program, not held until a later op of several outputs."""
+    import weakref
+
+    x = torch.randn(4096)
+
+    def step():
+        values, _ = torch.sort(x)
+        return (values * 2).sum()
+
+    replay = _captured(tmp_path, "sort", step)
+    i = next(i for i, s in enumerate(replay.steps) if s.name == "aten::sort")
+    sort, after = replay.steps[i], replay.steps[i + 1]
+    held, seen = [], []
+
+    def watched_sort(*a, _fn=sort.fn, **k):
+        out = _fn(*a, **k)
+        held.append(weakref.ref(out[1]))
+        return out
+
+    def check_then_call(*a, _fn=after.fn, **k):
+        seen.append(held[-1]() is None)
+        return _fn(*a, **k)
+
+    sort.fn, after.fn = watched_sort, check_then_call
+    replay.invalidate()
+    replay.run()
+    assert seen == [True]
