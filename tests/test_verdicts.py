@@ -17,6 +17,10 @@ FAST = ["--mystique-iters=10", "--mystique-budget=1", "--mystique-warmup=1", "--
 # saw +9.3%, p 0.009, raw medians +13%). The tolerance of test_plugin's A/A tests: an unchanged trace
 # passes, one doing twice the work still fails.
 CALM = [*FAST, "--mystique-tolerance=0.4"]
+# Raw times (a baseline the probe cannot divide) carry the host's whole move: +32% between two runs
+# seconds apart on a busy day here, a "slower" verdict at 0.4 (CI [+0.5%, +52.8%]). The tests that
+# compare on raw times are about the fallback and its note, not the verdict.
+RAW_CALM = [*FAST, "--mystique-tolerance=1.5"]
 
 
 @pytest.fixture
@@ -81,7 +85,7 @@ def _rewrite_vit_baseline(pytester, rewrite):
     pytester.runpytest("--mystique", "traces", *CALM).assert_outcomes(passed=1)
     [path] = (pytester.path / ".mystique" / "baselines").rglob("*.yaml")
     path.write_text(yaml.safe_dump(rewrite(yaml.safe_load(path.read_text()))))
-    result = pytester.runpytest("--mystique", "traces", *CALM, "--mystique-json=out.json", "-rA")
+    result = pytester.runpytest("--mystique", "traces", *RAW_CALM, "--mystique-json=out.json", "-rA")
     result.assert_outcomes(passed=1)
     cmp = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["comparison"]
     return cmp, result
@@ -297,13 +301,14 @@ def test_first_sessions_on_the_baselines_environment_are_pooled_with_it(pytester
 
 
 def test_a_baseline_whose_probe_was_off_raises_no_alarm():
-    """A baseline session whose probe ran 30% slow (a fresh process's probe is now and then far off
-    while its replay is not): divided by it alone, today's unchanged replay looks 30% slower. The
-    verdict judges the raw times too, passes, and the report says why."""
+    """A baseline session whose probe ran far slow (a fresh process's probe is now and then far off
+    while its replay is not): divided by it alone, today's unchanged replay looks much slower. The
+    verdict judges the raw times too, raises no alarm, and the report says why."""
     import dataclasses
 
     from pytest_mystique.replay import Replay
-    from pytest_mystique.sampling import _segment, sample
+    from pytest_mystique.sampling import _segment, judged_runs, probe_shift, sample
+    from pytest_mystique.stats import PROBE_SHIFT, compare_runs
     from pytest_mystique.trace import load_trace
 
     replay = Replay(load_trace(corpus("vit_infer.json.gz")), "cpu")
@@ -311,15 +316,22 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     def here(*, segments, segment_iters, probe):
         return [_segment(replay, segment_iters, probe=probe) for _ in range(segments)]
 
-    kw = dict(budget_s=6, segment_iters=10, threads=1, fresh_run=here, runs=3)
+    # this host's speed moves by 10-30% between samples seconds apart: the planted offset (the probe
+    # twice as slow) stays far outside that, and the tolerance of the A/A tests (CALM) absorbs it
+    kw = dict(budget_s=6, segment_iters=10, threads=1, fresh_run=here, runs=3, tolerance=0.4)
     base = sample(replay, **kw)
-    off = [dataclasses.replace(s, probe_s=[x * 1.3 for x in s.probe_s]) for s in base.segments]
+    off = [dataclasses.replace(s, probe_s=[x * 2 for x in s.probe_s]) for s in base.segments]
     cur = sample(replay, **kw, baseline=off, baseline_signature=base.probe_signature)
     cmp = cur.comparison
-    assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.23, abs=0.08)
-    assert cmp.ratio > 1.15  # what the division alone says
-    assert abs(cmp.raw_change) < 0.1 and cmp.verdict in ("same", "unsure") and cmp.ci_low < 1
-    moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # about -23%, as measured
+    assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.5, abs=0.15)
+    assert cmp.ratio > 1.5  # what the division alone says
+    assert abs(cmp.raw_change) < 0.4 and cmp.verdict in ("same", "unsure") and cmp.ci_low < 1
+    moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # about -50%, as measured
     assert any(moved in n and "spans the raw and the probe-normalised" in n for n in cur.notes)
-    honest = sample(replay, **kw, baseline=base.segments, baseline_signature=base.probe_signature).comparison
-    assert not honest.spanned and abs(honest.probe_shift) < 0.1
+    # the same current segments against the baseline as it was: the probe's move is the planted one
+    # less, and the comparison spans only where the probe itself moved beyond PROBE_SHIFT
+    shift = probe_shift(base.segments, cur.segments)
+    assert shift - cmp.probe_shift == pytest.approx(math.log(2))
+    honest = compare_runs(judged_runs(base.segments, True), judged_runs(cur.segments, True), tolerance=0.4,
+                          alpha=0.01, final=True, probe_shift=shift)  # fmt: skip
+    assert honest.spanned == (abs(shift) > PROBE_SHIFT) and honest.ratio == pytest.approx(cmp.ratio / 2)
