@@ -143,7 +143,10 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
     side = load_sidecar(res.path)
     assert side["original_ops_share"] > 0.7, side
     out = replayed(res)
-    assert out["original_host_share"] < 0.3 and out["host_share"] < 0.3 and 0.5 < out["ops_fidelity_ratio"] < 2, out
+    # the same time inside as the whole step says: capture and replay are seconds apart, and this
+    # host's speed moved by 2.7x between them once (clean-clone CI: time inside 0.36 of the original's)
+    assert out["original_host_share"] < 0.3 and out["host_share"] < 0.3, out
+    assert 0.7 < out["ops_fidelity_ratio"] / out["fidelity_ratio"] < 1.4, out
     assert main(["replay", str(res.path), "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
 

@@ -203,6 +203,15 @@ def _pytest_cmd(root: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "--mystique", "traces", *OPTS, "-q", *extra]
 
 
+def _stores_ok(returncode: int, out: str) -> bool:
+    """Passed, or failed by a verdict alone: runs seconds apart on a busy host move by 10-30%, and
+    a 1 s budget leaves an interval that reaches any tolerance (clean-clone CI: +28% on one of three
+    traces, judged slower). What these runs test is the stores."""
+    failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
+    return returncode == 0 or (returncode == 1 and bool(failed)
+                               and all("is slower than its baseline" in line for line in failed))  # fmt: skip
+
+
 def test_concurrent_runs_lose_nothing(tmp_path):
     """Two pytest processes and a pytest-xdist run write one baseline directory and history."""
     d = tmp_path / "traces"
@@ -212,9 +221,9 @@ def test_concurrent_runs_lose_nothing(tmp_path):
     procs = [subprocess.Popen(_pytest_cmd(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for _ in range(2)]  # fmt: skip
     outs = [p.communicate(timeout=300)[0].decode() for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    assert all(_stores_ok(p.returncode, out) for p, out in zip(procs, outs)), outs
     xdist = subprocess.run(_pytest_cmd(tmp_path, "-n", "2"), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert xdist.returncode == 0, xdist.stdout[-3000:]
+    assert _stores_ok(xdist.returncode, xdist.stdout), xdist.stdout[-3000:]
     files = baselines(tmp_path)
     assert len(files) == 3
     for f in files:
