@@ -879,11 +879,9 @@ class Replay:
                 if after_step is not None:
                     after_step(step, result)
         except Exception as e:
-            where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
-            raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
+            raise self._failed(step, e) from e
         finally:
             torch._C._set_grad_enabled(grad_was)
-
 
     def invalidate(self) -> None:
         """Forget the straight-line function: the steps changed (a benchmark swapping ops)."""
@@ -899,11 +897,14 @@ class Replay:
             line.fn()
         except Exception as e:
             i = line.failed_step(e.__traceback__)
-            step = self.steps[i] if i is not None else None
-            where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
-            raise ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}") from e
+            raise self._failed(self.steps[i] if i is not None else None, e) from e
         finally:
             torch._C._set_grad_enabled(grad_was)
+
+    def _failed(self, step: Step | None, e: Exception) -> ReplayError:
+        """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
+        where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
+        return ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}")
 
 
 def default_memory_limit(device: torch.device) -> int:
