@@ -404,8 +404,10 @@ def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, fin
              **fields) -> Comparison:  # fmt: skip
     """``span``: a second estimate lies at ``d + span`` with the same error (the raw times', when
     the probe moved too far to be trusted alone, :data:`PROBE_SHIFT`); the interval covers both,
-    a change is significant only where both say so, and the estimate judged when sampling stops
-    undecided is the one nearer no change."""
+    a change is called only where both estimates call it (significant, and not shown within the
+    tolerance: a real +14% with a probe run far slow is no alarm while the raw estimate's own
+    interval lies inside it), and the estimate judged when sampling stops undecided is the one
+    nearer no change. With no span these are the plain rules."""
     # imported here: scipy.stats takes most of a second to import, and a fresh replay process
     # (:mod:`.worker`), which imports this module through the sampler, never compares
     from scipy import stats as sps
@@ -421,11 +423,13 @@ def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, fin
     # interval without an upper end, which decides nothing
     lo, hi = math.exp(max(low - half, -700.0)), math.exp(high + half) if high + half < 700 else math.inf
     up, down = 1 + tolerance, 1 - tolerance
+    # the inner ends: the upper end of the lower estimate's interval, the lower end of the higher's
+    low_hi, high_lo = low + half, high - half
     if down < lo and hi < up:
         verdict = "same"
-    elif lo > 1 and hi >= up:
+    elif lo > 1 and low_hi >= math.log(up):
         verdict = "slower"
-    elif hi < 1 and lo <= down:
+    elif hi < 1 and down > 0 and high_lo <= math.log(down):
         verdict = "faster"
     elif not final:
         verdict = "undecided"
