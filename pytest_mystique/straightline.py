@@ -49,7 +49,7 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
     without ``after_step``: autograd recording switched per step, graphs let go where a backward
     pass starts, each output bound to its slot and each slot dropped after its last reader.
     The slots an iteration starts from (the inputs) are read from ``env`` at its start; the inputs
-    it rebinds (an input detached from a graph) are written back at its end."""
+    it rebinds (an input detached from a graph) are written back at its end, a failed one's too."""
     ns: dict[str, Any] = {"_grad": torch._C._set_grad_enabled, "_T": torch.Tensor, "env": env}
     body: list[tuple[str, int]] = []
     assigned: set[int] = set()
@@ -73,6 +73,7 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
             assigned.add(s)
             if s in permanent:
                 rebound.add(s)
+                loaded.add(s)  # (bound from the start, so the write-back never meets an unbound name)
         fills, list_fills = dict(step.fills), dict(step.list_fills)
         parts = []
         for j, a in enumerate(step.args):
@@ -108,8 +109,12 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
         if step.frees:
             body.append((" = ".join(f"v{int(s)}" for s in step.frees) + " = None", i))
     head = [(f"v{s} = env[{s}]", -1) for s in sorted(loaded)]
-    tail = [(f"env[{s}] = v{s}", -1) for s in sorted(rebound)]
-    lines = [("def replay_iteration():", -1)] + [("    " + text, i) for text, i in head + body + tail]
+    lines = [("def replay_iteration():", -1)] + [("    " + text, i) for text, i in head]
+    if rebound:  # written back however the iteration ends, as the loop's writes to env are
+        lines += [("    try:", -1)] + [("        " + text, i) for text, i in body or [("pass", -1)]]
+        lines += [("    finally:", -1)] + [(f"        env[{s}] = v{s}", -1) for s in sorted(rebound)]
+    else:
+        lines += [("    " + text, i) for text, i in body]
     if len(lines) == 1:
         lines.append(("    pass", -1))
     source = "\n".join(text for text, _ in lines) + "\n"

@@ -1077,7 +1077,7 @@ def test_straight_line_source_holds_no_text_from_the_trace():
     assert "'" not in source and '"' not in source
     names = set(re.findall(r"[A-Za-z_]\w*", source))
     allowed = re.compile(r"(v\d+|f\d+|c\d+_\d+|k\d+|r|env|_grad|_T|dict|zip|None|True|False|if|is|not|and|"
-                         r"def|replay_iteration|detach|grad_fn|__class__)$")  # fmt: skip
+                         r"def|replay_iteration|detach|grad_fn|__class__|try|finally|pass)$")  # fmt: skip
     assert all(allowed.match(n) for n in names), sorted(n for n in names if not allowed.match(n))
 
 
@@ -1097,6 +1097,39 @@ def test_an_op_failing_in_the_straight_line_iteration_is_named():
                                               r".*a kernel failed"):  # fmt: skip
             replay.run()
         assert torch.is_grad_enabled()  # the caller's autograd mode, restored
+
+
+def test_a_failed_straight_line_iteration_writes_back_its_rebound_inputs():
+    """An input that the step lets go of its graph (detached where the backward pass starts) is
+    rebound in the env by the interpreted loop at once; the straight-line iteration writes it back
+    too when an op after that fails, so both leave the env alike. (An input written in place while
+    autograd records is one; none of the bundled traces has one, so the test has the backward's
+    first step of mlp_train release two weights.)"""
+    replay = Replay(load_trace(bundled("mlp_train")), "cpu").prepare()
+    first = next(i for i, s in enumerate(replay.steps) if s.release)
+    rebound = sorted(s for s in replay._mutated if replay.env[s].is_floating_point())[:2]
+    assert len(rebound) == 2 and not set(rebound) & set(replay.steps[first].release)
+    replay.steps[first].release += tuple(rebound)
+    victim = replay.steps[first + 1]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a kernel failed")
+
+    ends = []
+    for instrumented in (True, False):
+        replay.reset_state()
+        for s in rebound:  # an input that still holds a graph, as one does when the step starts
+            replay.env[s] = replay.env[s].detach().requires_grad_() * 1
+        held = {s: replay.env[s] for s in rebound}
+        victim.fn, fn = broken, victim.fn
+        replay.invalidate()
+        try:
+            with pytest.raises(ReplayError, match="a kernel failed"):
+                replay.run(after_step=(lambda step, result: None) if instrumented else None)
+        finally:
+            victim.fn = fn
+        ends.append({s: (replay.env[s] is held[s], replay.env[s].grad_fn is None) for s in rebound})
+    assert ends[0] == ends[1] == {s: (False, True) for s in rebound}
 
 
 def test_an_unread_output_of_a_multi_output_op_is_freed_at_once(tmp_path):
