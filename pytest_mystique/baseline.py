@@ -72,6 +72,13 @@ class Baseline:
     def segment_iters(self) -> int | None:
         return self.data.get("segment_iters")
 
+    @property
+    def built(self) -> dict | None:
+        """What the replay whose timings these are was built from (:func:`.runner.build_identity`):
+        it built in this process without crashing it. Absent from baselines before the field."""
+        built = self.data.get("built")
+        return built if isinstance(built, dict) else None
+
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     try:
         out = subprocess.run(
@@ -149,7 +156,7 @@ def _positive_numbers(xs, at_least: int) -> bool:
 
 def make_record(trace_name: str, trace_file: str, sampled, environment: dict, *,
                 ops_total: int, ops_replayed: int, per_op_median_s: dict | None = None,
-                commit: str | None = None) -> dict:  # fmt: skip
+                commit: str | None = None, built: dict | None = None) -> dict:  # fmt: skip
     """A baseline from a :class:`~.sampling.Sampled` measurement."""
     samples_s = sampled.samples_s
     return {
@@ -172,6 +179,7 @@ def make_record(trace_name: str, trace_file: str, sampled, environment: dict, *,
         "segments": [{"samples_s": [float(x) for x in g.samples_s], "probe_s": [float(x) for x in g.probe_s],
                       "run": g.run} for g in sampled.segments],  # fmt: skip
         **({"per_op_median_s": per_op_median_s} if per_op_median_s else {}),
+        **({"built": built} if built else {}),
     }
 
 

@@ -175,7 +175,8 @@ def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -
             "extra_info": {
                 k: r.get(k) for k in ("status", "device", "threads", "ops_total", "ops_replayed", "ops_skipped",
                                       "baseline_median_s", "comparison", "sampling_s", "segments", "runs", "looks", "timed",
-                                      "xdist_worker", "median_s", "skipped", "substitutions", "notes")  # fmt: skip
+                                      "xdist_worker", "median_s", "skipped", "substitutions", "notes",
+                                      "build_canary")  # fmt: skip
             } | ({"world_size": r["world_size"], "ranks": r["ranks"]} if r.get("ranks") else {}),
             "options": {"warmup": r.get("warmup"), "timer": r.get("timer"), "min_rounds": len(r["samples_s"])},
             "stats": d,

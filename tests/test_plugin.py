@@ -1,5 +1,6 @@
 """The plugin end to end, through pytest itself (pytester)."""
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -189,6 +190,33 @@ def test_junit_properties_and_benchmark_json(pytester, traces):
     out = subprocess.run([str(cli), "compare", str(pytester.path / "bench.json")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "vit" in out.stdout
+
+
+def test_a_build_that_its_baseline_proves_safe_is_not_built_twice(pytester, traces):
+    """The canary (a build in a forked child first) doubles a CPU replay's build, the ops' first
+    calls included: a minute for the corpus's DDP ResNet. A baseline records what its replay was
+    built from (the trace's bytes, torch, the replay's version, the seed); where today's build is
+    that one, it built in process before and the canary is left out. A new capture under the same
+    name is built in a child again."""
+    import torch
+
+    from pytest_mystique.environment import REPLAY_VERSION
+
+    def canary(json_name):
+        run_loose(pytester, f"--mystique-json={json_name}").assert_outcomes(passed=1)
+        [bench] = json.loads((pytester.path / json_name).read_text())["benchmarks"]
+        return bench["extra_info"]["build_canary"]
+
+    assert canary("first.json") is True  # no baseline yet
+    [path] = baselines(pytester)
+    sha = hashlib.sha256((traces / "vit.json.gz").read_bytes()).hexdigest()
+    assert yaml.safe_load(path.read_text())["built"] == {"trace_sha256": sha, "torch": str(torch.__version__),
+                                                         "replay": REPLAY_VERSION, "seed": 0}  # fmt: skip
+    assert canary("second.json") is False
+    data = read_json(traces / "vit.json.gz")
+    data["finish_ts"] = data.get("finish_ts", 0) + 1  # captured again: other bytes, the same name
+    write_json(traces / "vit.json.gz", data)
+    assert canary("third.json") is True
 
 
 def test_skipped_ops_are_reported(pytester, traces):
