@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import hashlib
 import math
 import os
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from . import __version__
 from .baseline import BaselineExists, BaselineStore, git_commit, make_record
 from .collectives import Comms, has_collectives, local_world, topology
 from .defaults import (
@@ -156,21 +156,15 @@ def prepare_file(path, options: Options, *, ranks: dict | None = None, name: str
 
 
 def build_identity(replay, options: Options) -> dict | None:
-    """What decides whether building ``replay`` can crash its process: the trace's bytes (its
-    SHA-256), the torch that runs its kernels, the replay's version (how it makes their inputs) and
-    the seed of the data. A baseline recorded from a build of the same identity proves that build
-    safe in process: :func:`build_canary` is not needed again. None for a multi-rank job."""
-    if not isinstance(replay, Replay):
+    """What decides whether building ``replay`` can crash its process: the trace's bytes (their
+    SHA-256, as :func:`.trace.load_trace` read them), the torch that runs its kernels, this plugin
+    and the replay's version (how it makes their inputs) and the seed of the data. A baseline
+    recorded from a build of the same identity, in the same environment, proves that build safe in
+    process: :func:`build_canary` is not needed again. None for a multi-rank job."""
+    if not isinstance(replay, Replay) or not replay.trace.sha256:
         return None
-    digest = hashlib.sha256()
-    try:
-        with open(replay.trace.path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError:  # (gone since it was read: nothing proves this build)
-        return None
-    return {"trace_sha256": digest.hexdigest(), "torch": str(torch.__version__), "replay": REPLAY_VERSION,
-            "seed": int(options.seed)}  # fmt: skip
+    return {"trace_sha256": replay.trace.sha256, "torch": str(torch.__version__), "plugin": __version__,
+            "replay": REPLAY_VERSION, "seed": int(options.seed)}  # fmt: skip
 
 
 def build_canary(replay) -> bool:
@@ -314,7 +308,10 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         t0 = time.perf_counter()
         identity = build_identity(replay, options)
         # a baseline of this very build proves it does not crash: the canary would only double it
-        proven = identity is not None and baseline is not None and baseline.built == identity
+        # (the environment too: whether a read outside a buffer faults can depend on the OS, libc,
+        # the allocator's layout)
+        proven = (identity is not None and baseline is not None and baseline.built == identity
+                  and not differences(baseline.environment, env))  # fmt: skip
         canary = not proven and build_canary(replay)
         with torch_threads(threads):
             replay.prepare()

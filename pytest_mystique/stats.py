@@ -424,12 +424,14 @@ def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, fin
     lo, hi = math.exp(max(low - half, -700.0)), math.exp(high + half) if high + half < 700 else math.inf
     up, down = 1 + tolerance, 1 - tolerance
     # the inner ends: the upper end of the lower estimate's interval, the lower end of the higher's
-    low_hi, high_lo = low + half, high - half
+    # (with no span, ``hi`` and ``lo`` themselves, computed alike)
+    low_hi = math.exp(low + half) if low + half < 700 else math.inf
+    high_lo = math.exp(max(high - half, -700.0))
     if down < lo and hi < up:
         verdict = "same"
-    elif lo > 1 and low_hi >= math.log(up):
+    elif lo > 1 and low_hi >= up:
         verdict = "slower"
-    elif hi < 1 and down > 0 and high_lo <= math.log(down):
+    elif hi < 1 and high_lo <= down:
         verdict = "faster"
     elif not final:
         verdict = "undecided"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -205,6 +206,7 @@ class Trace:
     selected: list[Node] | None = field(default=None, init=False, repr=False)  # cache of graph.select_ops
     opened: list[int] = field(default_factory=list, init=False, repr=False)  # operators graph.select_ops looked into
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
+    sha256: str | None = field(default=None, init=False)  # of the file's bytes, as load_trace read them
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.nodes}
@@ -280,21 +282,25 @@ def read_head(path: str | os.PathLike, limit: int = HEAD_BYTES) -> bytes:
         return f.read(limit)
 
 
-def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
-    """The whole (decompressed) file, refusing to inflate past ``max_bytes``."""
+def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> tuple[bytes, str]:
+    """The whole (decompressed) file, refusing to inflate past ``max_bytes``, and the SHA-256 of
+    the file's bytes as read (what identifies the trace: :func:`.runner.build_identity`). A gzip
+    file larger than ``max_bytes`` is refused as it is: it inflates past the limit anyway."""
     try:
         size = path.stat().st_size
     except OSError as e:
         raise TraceError(path, f"cannot read file: {e.strerror or e}") from None
     if size == 0:
         raise TraceError(path, "empty file")
+    if size > max_bytes:
+        raise TraceError(path, f"file is {size} bytes, over the {max_bytes}-byte limit")
     try:
-        if not _is_gzip(path):
-            if size > max_bytes:
-                raise TraceError(path, f"file is {size} bytes, over the {max_bytes}-byte limit")
-            return path.read_bytes()
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if data[:2] != b"\x1f\x8b":
+            return data, digest
         out = io.BytesIO()
-        with gzip.open(path, "rb") as f:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as f:
             while True:
                 chunk = f.read(1 << 20)
                 if not chunk:
@@ -304,7 +310,7 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
                     raise TraceError(
                         path, f"gzip content inflates past the {max_bytes}-byte limit (a gzip bomb?)"
                     )
-        return out.getvalue()
+        return out.getvalue(), digest
     except EOFError:
         raise TraceError(path, "truncated gzip file (compressed stream ended early)") from None
     except (gzip.BadGzipFile, zlib.error) as e:
@@ -584,7 +590,7 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     that is not the replayer's own (the capture helper's, in the user's program): freezing leaves
     everything alive there out of the cyclic collector's passes for good."""
     path = Path(path)
-    raw = read_bytes(path, max_bytes)
+    raw, digest = read_bytes(path, max_bytes)
     # Building hundreds of thousands of small objects triggers the cyclic GC over and over for
     # nothing (nothing here is cyclic garbage): pause it while loading. Afterwards the objects
     # would still be walked by the collector's next passes, young and then old (a tenth of a
@@ -598,6 +604,7 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
     gc.disable()
     try:
         trace = parse_trace(decode_json(raw, path), path)
+        trace.sha256 = digest
         if freeze:
             gc.freeze()
         return trace

@@ -200,6 +200,7 @@ def test_a_build_that_its_baseline_proves_safe_is_not_built_twice(pytester, trac
     name is built in a child again."""
     import torch
 
+    from pytest_mystique import __version__
     from pytest_mystique.environment import REPLAY_VERSION
 
     def canary(json_name):
@@ -211,8 +212,13 @@ def test_a_build_that_its_baseline_proves_safe_is_not_built_twice(pytester, trac
     [path] = baselines(pytester)
     sha = hashlib.sha256((traces / "vit.json.gz").read_bytes()).hexdigest()
     assert yaml.safe_load(path.read_text())["built"] == {"trace_sha256": sha, "torch": str(torch.__version__),
-                                                         "replay": REPLAY_VERSION, "seed": 0}  # fmt: skip
+                                                         "plugin": __version__, "replay": REPLAY_VERSION, "seed": 0}  # fmt: skip
     assert canary("second.json") is False
+    # the baseline recorded in another environment (here: another numpy): the build is not proven here
+    data = yaml.safe_load(path.read_text())
+    data["environment"]["numpy"] = "0.0"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert canary("other_env.json") is True
     data = read_json(traces / "vit.json.gz")
     data["finish_ts"] = data.get("finish_ts", 0) + 1  # captured again: other bytes, the same name
     write_json(traces / "vit.json.gz", data)
