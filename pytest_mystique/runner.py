@@ -312,7 +312,9 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         # the allocator's layout)
         proven = (identity is not None and baseline is not None and baseline.built == identity
                   and not differences(baseline.environment, env))  # fmt: skip
-        canary = not proven and build_canary(replay)
+        # what the JSON says: "ran"; "proven" (its baseline's build was this one); "none" (not a
+        # CPU replay in this process, or no fork here)
+        canary = "proven" if proven else "ran" if build_canary(replay) else "none"
         with torch_threads(threads):
             replay.prepare()
         setup_s = time.perf_counter() - t0
