@@ -317,15 +317,6 @@ def test_a_probe_that_moved_too_far_is_not_trusted_alone():
     # +12% in the raw times, +34% normalised: slower either way
     real = compare_runs(base, [list(rng.normal(0.34, 0.01, 4)) for _ in range(2)], probe_shift=-0.22)
     assert real.spanned and real.verdict == "slower" and real.ci_low > 1.05
-    # a real +14% in the raw times, significant, and a probe run twice as slow (+128% normalised):
-    # the raw estimate's own interval lies inside a tolerance of 40%, so the two do not agree on a
-    # change and there is no alarm (CI, where the host moved 14% between two samples seconds apart)
-    small = [list(rng.normal(math.log(2.28), 0.01, 4)) for _ in range(2)]
-    held = compare_runs(base, small, tolerance=0.4, probe_shift=-math.log(2), final=True)
-    assert held.spanned and held.ci_low > 1.05 and held.verdict == "same"
-    assert held.raw_change == pytest.approx(0.14, abs=0.03)
-    assert compare_runs(base, small, tolerance=0.4, probe_shift=-math.log(2), final=False).verdict == "undecided"
-    assert compare_runs(base, small, tolerance=0.1, probe_shift=-math.log(2)).verdict == "slower"
     # where sampling stops with no significant change, the estimate nearer no change is judged
     wide = compare_runs(base[:1], cur[:1], probe_shift=-0.30, final=True)
     assert wide.verdict == "same"

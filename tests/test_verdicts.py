@@ -325,8 +325,12 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     cmp = cur.comparison
     assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.5, abs=0.15)
     assert cmp.ratio > 1.5  # what the division alone says
-    # no alarm, even where the host itself moved (significantly, +14% once in CI) between the two
-    assert abs(cmp.raw_change) < 0.4 and cmp.verdict in ("same", "unsure") and cmp.ci_low < 1.4
+    # the interval's lower end is the raw estimate's (the normalised one's lies near 2): no alarm,
+    # unless the host itself moved between the two samples so far that the raw times alone are
+    # significantly slower (+14% once in CI); then both ends say slower and the rule calls it, as
+    # it must to catch a real slowdown beside a host that sped up
+    assert abs(cmp.raw_change) < 0.4 and cmp.ci_low < 1.4
+    assert cmp.verdict in ("same", "unsure") or cmp.ci_low > 1
     moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # about -50%, as measured
     assert any(moved in n and "spans the raw and the probe-normalised" in n for n in cur.notes)
     # the same current segments against the baseline as it was: the probe's move is the planted one
