@@ -79,6 +79,7 @@ class Baseline:
         built = self.data.get("built")
         return built if isinstance(built, dict) else None
 
+
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     try:
         out = subprocess.run(

@@ -111,7 +111,7 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
     head = [(f"v{s} = env[{s}]", -1) for s in sorted(loaded)]
     lines = [("def replay_iteration():", -1)] + [("    " + text, i) for text, i in head]
     if rebound:  # written back however the iteration ends, as the loop's writes to env are
-        lines += [("    try:", -1)] + [("        " + text, i) for text, i in body or [("pass", -1)]]
+        lines += [("    try:", -1)] + [("        " + text, i) for text, i in body]  # (holds the release lines)
         lines += [("    finally:", -1)] + [(f"        env[{s}] = v{s}", -1) for s in sorted(rebound)]
     else:
         lines += [("    " + text, i) for text, i in body]

@@ -260,9 +260,12 @@ def parse_schema_version(schema: Any, path: Path) -> tuple[int, int, int]:
 # Reading bytes
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+        return f.read(2) == _GZIP_MAGIC
 
 
 def read_head(path: str | os.PathLike, limit: int = HEAD_BYTES) -> bytes:
@@ -297,7 +300,7 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> tuple[by
     try:
         data = path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        if data[:2] != b"\x1f\x8b":
+        if not data.startswith(_GZIP_MAGIC):
             return data, digest
         out = io.BytesIO()
         with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as f:
