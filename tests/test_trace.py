@@ -118,6 +118,11 @@ def test_structural_errors(tmp_path):
         "negative tensor size": lambda d: first_op(d)["inputs"]["shapes"].__setitem__(0, [-4, 3]),
         "unknown tensor element type": lambda d: first_op(d)["inputs"]["types"].__setitem__(
             0, "Tensor(quux)"),
+        "tensor storage id must be a non-negative integer": lambda d: first_op(d)["inputs"]["values"][0].__setitem__(1, -1),
+        "tensor offset must be a non-negative integer": lambda d: first_op(d)["inputs"]["values"][0].__setitem__(2, True),
+        "tensor shape must hold integers": lambda d: first_op(d)["inputs"]["shapes"].__setitem__(0, [2.0, 3]),
+        "tensor strides must hold integers": lambda d: first_op(d)["inputs"]["strides"].__setitem__(0, [True, 1]),
+        "tensor device must look like": lambda d: first_op(d)["inputs"]["values"][0].__setitem__(5, "cuda:x"),
     }  # fmt: skip
     for problem, mutate in cases.items():
         data = json.loads(json.dumps(good))
