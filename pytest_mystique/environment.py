@@ -28,8 +28,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: bindings, arguments equal to their default left out (a step of many small ops runs faster), a
 #: training step's forward recording autograd graphs (let go where the backward pass starts; nothing
 #: after the last backward pass records), outputs whose shape the data decide not bound; 6 = the timed
-#: iteration as straight-line code (0.2-0.3 us per op less: the steps of many small ops run faster).
-REPLAY_VERSION = 6
+#: iteration as straight-line code (0.2-0.3 us per op less: the steps of many small ops run faster);
+#: 7 = a CTC loss's labels and lengths seeded as a speech batch's (its work grows with the target
+#: lengths), its backward reading the forward's own outputs.
+REPLAY_VERSION = 7
 
 
 @lru_cache(maxsize=1)

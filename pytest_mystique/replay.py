@@ -50,6 +50,11 @@ _UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "ate
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomial", "exponential", "cauchy",
                  "geometric", "poisson", "rrelu", "gamma", "binomial", "dirichlet")
 
+#: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
+#: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
+#: yet), in the original's data too: NaN or inf is looked for only in the outputs before it.
+_LOG_TABLES = {"aten::_ctc_loss": 1, "aten::_cudnn_ctc_loss": 1}
+
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -646,7 +651,7 @@ class Replay:
         exact = (p.substitution is None and not p.collective and p.node.name not in _UNINITIALISED
                  and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
-        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact and _nonfinite(results)
+        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact and _nonfinite(results[: _LOG_TABLES.get(p.node.name)])
                 and not _nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
@@ -919,8 +924,11 @@ def default_memory_limit(device: torch.device) -> int:
 
 def _dynamic_here(p: PlannedOp) -> bool:
     """Whether an op tagged as of data-dependent output shape is so in this call: indexing only
-    with a boolean mask, ``one_hot`` only without a class count."""
+    with a boolean mask, ``one_hot`` only without a class count, a CTC loss only with its lengths
+    in tensors (given as lists of numbers, as the trace records them, they fix its table's size)."""
     name = p.node.name
+    if name in ("aten::_ctc_loss", "aten::_cudnn_ctc_loss"):
+        return any(isinstance(v, TensorArg) for v in p.values[2:4])
     if name in ("aten::index", "aten::_unsafe_index"):
         return any(isinstance(v, TensorListArg) and any(r is not None and r.dtype in ("bool", "uint8") for r in v.refs)
                    for v in p.values)  # fmt: skip

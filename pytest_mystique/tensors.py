@@ -220,6 +220,10 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         if isinstance(ref, TensorRef) and ref.defined and rng is not None and rng.high > rng.low:
             out[ref] = rng
 
+    def put_all(rngs: dict[str, IntRange | None]) -> None:
+        for arg, rng in rngs.items():
+            put(arg, rng)
+
     def rows(arg: str, dim: int = 0) -> IntRange | None:
         n = _dim_size(args.get(arg), dim)
         return IntRange(0, n) if n else None
@@ -275,6 +279,8 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         other = args.get("other")
         if isinstance(other, TensorRef) and _integral(other):
             put("other", IntRange(1, 3))  # an integer division by zero raises
+    elif name in _CTC:
+        put_all(_ctc_ranges(args, scalar("blank") or 0))
     elif name == "take":
         x = args.get("self")
         if isinstance(x, TensorRef):
@@ -282,6 +288,29 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
     for ref, rng in recorded.items():
         out[ref] = rng
     return out
+
+
+_CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}
+
+
+def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange | None]:
+    """A CTC loss's integer inputs as a speech or handwriting batch has them: the labels of the
+    targets in the class range but the blank (a blank in a target is no label), every input
+    sequence as long as the padded time axis, and every target as long as its padded length or
+    (targets concatenated in one row) lengths that add up to their count. The loss's work grows
+    with the target lengths (its table has 2 * length + 1 states a time step), which seeded at 0
+    or 1 would leave it nearly none; kept to half the time axis, an alignment always exists."""
+    lp, targets = args.get("log_probs"), args.get("targets")
+    if not isinstance(lp, TensorRef) or not lp.shape or not isinstance(targets, TensorRef) or not targets.shape:
+        return {}
+    classes, steps = lp.shape[-1], lp.shape[0]
+    labels = IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, blank)
+    if len(targets.shape) > 1:
+        most = max(min(targets.shape[-1], steps // 2), 1)
+        lengths = IntRange(most, most + 1)
+    else:
+        lengths = IntRange(0, targets.shape[0], "parts")
+    return {"targets": labels, "input_lengths": IntRange(steps, steps + 1), "target_lengths": lengths}
 
 
 def _running(total: int | None, ref, most: int | None) -> IntRange | None:

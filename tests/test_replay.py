@@ -1161,3 +1161,41 @@ def test_an_unread_output_of_a_multi_output_op_is_freed_at_once(tmp_path):
     replay.invalidate()
     replay.run()
     assert seen == [True]
+
+
+def test_a_ctc_loss_replays_a_speech_batch(tmp_path):
+    """A CTC loss (speech recognition's) reads integer labels and lengths that the trace records
+    no values of. Seeded as a speech batch has them: no label is the blank, every input runs the
+    whole time axis, every target its padded length (the loss's work grows with it; seeded 0 or
+    1 it would do nearly none). Its table of log-probabilities holds -inf for the states no
+    alignment reaches, in the original too: no NaN note. Its lengths given as numbers fix the
+    table's shape, so the backward reads the forward's own outputs."""
+    steps, batch, classes, length = 60, 3, 12, 8
+    head = torch.nn.Linear(16, classes)
+    feats = torch.randn(steps, batch, 16)
+    targets = torch.randint(1, classes, (batch, length))
+    in_lens, tg_lens = torch.full((batch,), steps), torch.full((batch,), length)
+
+    def train():
+        torch.nn.functional.ctc_loss(head(feats).log_softmax(-1), targets, in_lens, tg_lens).backward()
+
+    def evaluate():
+        with torch.no_grad():
+            return torch.nn.functional.ctc_loss(head(feats).log_softmax(-1), targets, in_lens, tg_lens)
+
+    replay = _captured(tmp_path, "ctc_train", train)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert not [n for n in replay.report.notes if "NaN or inf" in n or "depends on the data" in n], replay.report.notes
+    made = [t for _, t in replay.inputs() if t.dtype == torch.int64 and tuple(t.shape) == (batch, length)]
+    assert made and all(1 <= int(v) < classes for v in made[0].flatten()), made
+    results = []
+    replay.run(lambda s, r: results.append(r) if s.name == "aten::_ctc_loss_backward" else None)
+    assert len(results) == 1 and torch.isfinite(results[0]).all() and results[0].abs().sum() > 0
+
+    replay = _captured(tmp_path, "ctc_eval", evaluate)  # the loss whole: it reads the length tensors
+    assert [n for n in select_ops(replay.trace) if n.name == "aten::ctc_loss"], "the composite is replayed whole"
+    lengths = sorted(int(t[0]) for _, t in replay.inputs() if t.dtype == torch.int64 and tuple(t.shape) == (batch,))
+    assert lengths == [length, steps], lengths
+    losses = []
+    replay.run(lambda s, r: losses.append(r) if s.name == "aten::ctc_loss" else None)
+    assert len(losses) == 1 and torch.isfinite(losses[0]) and losses[0] > 0
