@@ -158,7 +158,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         replay = Replay(load_trace(args.trace), "cpu")
         with torch_threads(args.threads or 1):
-            replay.prepare()
+            replay.prepare(timed=False)
         source = export_script(replay, args.trace)
     except MystiqueError as e:
         print(f"mystique export: error: {e}", file=sys.stderr)

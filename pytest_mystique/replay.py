@@ -778,13 +778,18 @@ class Replay:
             if step.grad:
                 recorded.update(_out_slots(step.outs))
 
-    def prepare(self) -> Replay:
+    def prepare(self, *, timed: bool = True) -> Replay:
+        """Plan, make the inputs and call every op once. ``timed=False`` where no iteration will
+        run uninstrumented (a canary build, an export): the straight-line function of the timed
+        iteration is then left out of the build (its first uninstrumented run makes it)."""
         if self.prepared:
             return self
         # The trace's nodes are hundreds of thousands of Python objects: with the cyclic collector
         # on, each of its passes walks them all (a quarter of a large trace's build time).
         with gc_paused():
             self._prepare()
+            if timed:
+                self._straight = straight_line(self.steps, self.permanent, self.env)
         self.prepared = True
         return self
 
@@ -829,15 +834,14 @@ class Replay:
             if i not in self.permanent:
                 self.env[i] = None
         self.free_s += time.perf_counter() - t0
-        self._straight = straight_line(self.steps, self.permanent, self.env)
 
     # ---------------------------------------------------------------- run
     def run(self, after_step=None) -> None:
         """One iteration of the selected ops, in order. ``after_step(step, result)``, when given, is
         called after each op with what it returned (for instrumented runs, which the interpreted
         loop below serves); without it, the steps run as straight-line code
-        (:mod:`.straightline`), made at the end of :meth:`prepare`. Whoever changes ``steps``
-        after that calls :meth:`invalidate`."""
+        (:mod:`.straightline`), made at the end of :meth:`prepare` (or here, at its first use).
+        Whoever changes ``steps`` after that calls :meth:`invalidate`."""
         if after_step is None and self.steps:
             self._run_straight()
             return

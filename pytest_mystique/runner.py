@@ -185,7 +185,7 @@ def build_canary(replay) -> bool:
             os.close(read)
             torch.set_num_threads(1)  # a forked child must not wait on the parent's OpenMP threads
             replay.progress = write
-            replay.prepare()
+            replay.prepare(timed=False)
         except BaseException:  # noqa: BLE001 - the parent's own build meets it again and reports it
             code = 1
         os._exit(code)

@@ -1046,8 +1046,10 @@ def test_straight_line_iteration_computes_what_the_loop_computes(name):
     """The timed iteration (straight-line code) against the interpreted loop, from the same input
     state: the inputs the step writes in place (weights, optimizer state) end bit for bit equal.
     These traces switch autograd recording per op, let go of graphs where the backward starts,
-    pass keyword arguments, tensor lists and ops of several outputs."""
-    replay = Replay(load_trace(bundled(name)), "cpu").prepare()
+    pass keyword arguments, tensor lists and ops of several outputs. Built as a canary or an
+    export builds (``timed=False``), the replay makes its straight-line code at its first use."""
+    replay = Replay(load_trace(bundled(name)), "cpu").prepare(timed=False)
+    assert replay._straight is None
     assert replay._mutated and any(s.release for s in replay.steps) and any(s.kwnames for s in replay.steps)
     replay.reset_state()
     start = {s: replay.env[s].detach().clone() for s in replay.permanent if isinstance(replay.env[s], torch.Tensor)}
@@ -1199,3 +1201,4 @@ def test_a_ctc_loss_replays_a_speech_batch(tmp_path):
     losses = []
     replay.run(lambda s, r: losses.append(r) if s.name == "aten::ctc_loss" else None)
     assert len(losses) == 1 and torch.isfinite(losses[0]) and losses[0] > 0
+
