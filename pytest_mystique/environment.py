@@ -30,7 +30,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: after the last backward pass records), outputs whose shape the data decide not bound; 6 = the timed
 #: iteration as straight-line code (0.2-0.3 us per op less: the steps of many small ops run faster);
 #: 7 = a CTC loss's labels and lengths seeded as a speech batch's (its work grows with the target
-#: lengths), its backward reading the forward's own outputs.
+#: lengths), its backward reading the forward's own outputs; a tensor read with the ids or the place
+#: of one whose memory a later allocation took is not bound to that earlier tensor.
 REPLAY_VERSION = 7
 
 

@@ -160,7 +160,7 @@ class Replay:
         self.steps: list[Step] = []
         self.env: list[Any] = []
         self.factory = TensorFactory(self.device, seed)
-        self._produced: dict[tuple[int, int], tuple[int, TensorRef]] = {}
+        self._produced: dict[tuple[int, int], tuple[int, TensorRef, int]] = {}  # key -> slot, tensor, generation
         self._generation: dict[int, int] = {}
         self._externals: dict[tuple[TensorRef, int], int] = {}
         self.permanent: set[int] = set()
@@ -199,6 +199,7 @@ class Replay:
         planned = []
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
+        lying_in: dict[int, list[TensorRef]] = {}  # a storage id -> the produced tensors in its allocation
         external_bytes: dict[tuple, int] = {}
         in_step = optimizer_step_ops(self.trace)
         stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
@@ -241,14 +242,27 @@ class Replay:
                             stepped.add(ref)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             self._unstrided_made.update(v.value for v in node.outputs if _unstrided(v))
-            for out in node.outputs:
-                for ref in _refs_of_value(out):
-                    made.add(ref.key)
-                    placed[ref.placement] = ref
-                    if node.name in _UNINITIALISED:
-                        unwritten.add(ref.key)
-                    if derives and ref.key not in read:  # not the input itself (an in-place op's or out= result)
-                        producer[ref.key] = len(planned) - 1
+            outs = [ref for out in node.outputs for ref in _refs_of_value(out)]
+            # An output in a storage none of the op's inputs lies in is a new allocation: what lay
+            # there before was freed (memory a saved tensor holds is never reused), so a later
+            # input found there with an earlier tensor's ids or place is not that tensor (as
+            # _bind starts a new generation of the storage). Tensors of no elements have no memory.
+            inputs_in = {ref.storage_id for v in p.values for ref in _refs(v)}
+            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(inputs_in):
+                for old in lying_in.pop(sid, ()):
+                    placed.pop(old.placement, None)
+                    made.discard(old.key)
+                    producer.pop(old.key, None)
+                    unwritten.discard(old.key)
+            for ref in outs:
+                made.add(ref.key)
+                placed[ref.placement] = ref
+                if ref.numel:
+                    lying_in.setdefault(ref.storage_id, []).append(ref)
+                if node.name in _UNINITIALISED:
+                    unwritten.add(ref.key)
+                if derives and ref.key not in read:  # not the input itself (an in-place op's or out= result)
+                    producer[ref.key] = len(planned) - 1
         if self.trace.orphans:
             self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
                               f"read as top-level"] += 1  # fmt: skip
@@ -530,14 +544,17 @@ class Replay:
         return self._external(ref) if slot is None else slot
 
     def _produced_slot(self, ref: TensorRef) -> int | None:
-        """The slot of the replayed op's output that ``ref`` is (same ids and layout; ids alone are
-        reused once the memory is freed), or None where ``ref`` reads seeded data."""
+        """The slot of the replayed op's output that ``ref`` is (same ids and layout, made in the
+        storage's current allocation: ids alone are reused once the memory is freed, a tensor's
+        too; a tensor of no elements has no memory to be reused), or None where ``ref`` reads
+        seeded data."""
         if ref.key in self._seeded:
             return None
         hit = self._produced.get(ref.key)
         if hit is not None:
-            slot, made = hit
-            if made.shape == ref.shape and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides():
+            slot, made, generation = hit
+            if ((generation == self._generation.get(ref.storage_id, 0) or not ref.numel) and made.shape == ref.shape
+                    and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides()):  # fmt: skip
                 return slot
         return None
 
@@ -726,9 +743,10 @@ class Replay:
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
             slot = self._new_slot()
-            self._produced[out.key] = (slot, out)
             if out.storage_id not in in_storages:
                 self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
+                in_storages.add(out.storage_id)  # (the op's other outputs there are in this allocation too)
+            self._produced[out.key] = (slot, out, self._generation.get(out.storage_id, 0))
             return slot
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []

@@ -1202,3 +1202,47 @@ def test_a_ctc_loss_replays_a_speech_batch(tmp_path):
     replay.run(lambda s, r: losses.append(r) if s.name == "aten::ctc_loss" else None)
     assert len(losses) == 1 and torch.isfinite(losses[0]) and losses[0] > 0
 
+
+@pytest.mark.parametrize("reused", ["storage", "storage and tensor ids"])
+def test_an_input_in_memory_that_a_later_allocation_took_is_not_the_earlier_tensor(tmp_path, reused):
+    """Trace writers name a storage by its memory, and some a tensor too, so a block freed and
+    allocated again keeps its ids. Here the first linear's output is freed after the ReLU reads it
+    and the layer norm's output takes its block (whether malloc gives the same block varies from
+    run to run, so the captured trace gets the ids a reusing writer gives: the layer norm's
+    storage takes the first linear's id, and the view below that linear output's tensor id). The
+    second linear keeps a view of the layer norm's output for its backward (made inside the
+    linear, which the replay does not run on its own), and the backward's mm reads it: same
+    storage, place and shape as the first linear's output, but a later tensor. It must not be
+    bound to that output, an earlier generation of the memory (in GPT-BigCode's and mT5's training
+    steps: the attention scores, -inf or float32's lowest where masked, where the dropout's output
+    was, and the gradients overflowed)."""
+    torch.manual_seed(0)
+    lin1, lin2, norm = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.LayerNorm(64)
+    x = torch.randn(128, 64)
+
+    def step():
+        lin2(norm(lin1(x).relu().view(2, 64, 64))).sum().backward()
+
+    path = tmp_path / "reused.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    ops = {n["name"]: n for n in reversed(data["nodes"])}  # the first of each name
+    tensors = [v for n in data["nodes"] for side in ("inputs", "outputs") for v in n[side]["values"]
+               if isinstance(v, list) and len(v) == 6 and isinstance(v[0], int)]  # fmt: skip
+    made, old = ops["aten::linear"]["outputs"]["values"][0], ops["aten::native_layer_norm"]["outputs"]["values"][0][1]
+    for v in tensors:
+        if v[1] == old:
+            v[1] = made[1]
+    if reused != "storage":
+        mm = [n for n in data["nodes"] if n["name"] == "aten::mm"]
+        view = next(v[0] for n in mm for v, shape in zip(n["inputs"]["values"], n["inputs"]["shapes"])
+                    if isinstance(v, list) and v[1] == made[1] and shape == [128, 64])  # fmt: skip
+        for v in tensors:
+            if v[0] == view and v[1] == made[1]:
+                v[0] = made[0]
+    replay = Replay(load_trace(write_json(path, data)), "cpu").prepare()
+    first = next(n for n in select_ops(replay.trace) if n.name == "aten::linear")
+    linear_slots = {slot for s in replay.steps if s.node_id == first.id for _, slot in s.outs}
+    mm = [s for s in replay.steps if s.name == "aten::mm"]
+    assert len(mm) == 3 and linear_slots
+    assert not any(slot in linear_slots for s in mm for _, slot in s.fills), "a backward mm reads the old tensor"
