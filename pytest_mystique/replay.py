@@ -53,7 +53,7 @@ _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomi
 #: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
 #: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
 #: yet), in the original's data too: NaN or inf is looked for only in the outputs before it.
-_LOG_TABLES = {"aten::_ctc_loss": 1, "aten::_cudnn_ctc_loss": 1}
+_LOG_TABLES = {"aten::_ctc_loss": 1}
 
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -546,14 +546,13 @@ class Replay:
     def _produced_slot(self, ref: TensorRef) -> int | None:
         """The slot of the replayed op's output that ``ref`` is (same ids and layout, made in the
         storage's current allocation: ids alone are reused once the memory is freed, a tensor's
-        too; a tensor of no elements has no memory to be reused), or None where ``ref`` reads
-        seeded data."""
+        too), or None where ``ref`` reads seeded data."""
         if ref.key in self._seeded:
             return None
         hit = self._produced.get(ref.key)
         if hit is not None:
             slot, made, generation = hit
-            if ((generation == self._generation.get(ref.storage_id, 0) or not ref.numel) and made.shape == ref.shape
+            if (generation == self._generation.get(ref.storage_id, 0) and made.shape == ref.shape
                     and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides()):  # fmt: skip
                 return slot
         return None
@@ -668,7 +667,8 @@ class Replay:
         exact = (p.substitution is None and not p.collective and p.node.name not in _UNINITIALISED
                  and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
-        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact and _nonfinite(results[: _LOG_TABLES.get(p.node.name)])
+        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact
+                and _nonfinite(results[: _LOG_TABLES.get(p.node.name)])
                 and not _nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
@@ -743,7 +743,7 @@ class Replay:
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
             slot = self._new_slot()
-            if out.storage_id not in in_storages:
+            if out.storage_id not in in_storages and out.numel:  # (a tensor of no elements has no memory)
                 self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
                 in_storages.add(out.storage_id)  # (the op's other outputs there are in this allocation too)
             self._produced[out.key] = (slot, out, self._generation.get(out.storage_id, 0))
@@ -949,7 +949,7 @@ def _dynamic_here(p: PlannedOp) -> bool:
     with a boolean mask, ``one_hot`` only without a class count, a CTC loss only with its lengths
     in tensors (given as lists of numbers, as the trace records them, they fix its table's size)."""
     name = p.node.name
-    if name in ("aten::_ctc_loss", "aten::_cudnn_ctc_loss"):
+    if name == "aten::_ctc_loss":
         return any(isinstance(v, TensorArg) for v in p.values[2:4])
     if name in ("aten::index", "aten::_unsafe_index"):
         return any(isinstance(v, TensorListArg) and any(r is not None and r.dtype in ("bool", "uint8") for r in v.refs)

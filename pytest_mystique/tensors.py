@@ -220,10 +220,6 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         if isinstance(ref, TensorRef) and ref.defined and rng is not None and rng.high > rng.low:
             out[ref] = rng
 
-    def put_all(rngs: dict[str, IntRange | None]) -> None:
-        for arg, rng in rngs.items():
-            put(arg, rng)
-
     def rows(arg: str, dim: int = 0) -> IntRange | None:
         n = _dim_size(args.get(arg), dim)
         return IntRange(0, n) if n else None
@@ -280,7 +276,8 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
         if isinstance(other, TensorRef) and _integral(other):
             put("other", IntRange(1, 3))  # an integer division by zero raises
     elif name in _CTC:
-        put_all(_ctc_ranges(args, scalar("blank") or 0))
+        for arg, rng in _ctc_ranges(args, scalar("blank") or 0).items():
+            put(arg, rng)
     elif name == "take":
         x = args.get("self")
         if isinstance(x, TensorRef):
@@ -293,7 +290,7 @@ def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}
 
 
-def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange | None]:
+def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange]:
     """A CTC loss's integer inputs as a speech or handwriting batch has them: the labels of the
     targets in the class range but the blank (a blank in a target is no label), every input
     sequence as long as the padded time axis, and every target as long as its padded length or
