@@ -90,6 +90,8 @@ def skipped_lines(result: dict) -> list[str]:
         lines.append(f"substituted {s['count']}x {s['op']} -> {s['replacement']}")
     for note, n in result.get("notes", {}).items():
         lines.append(f"note ({n}x): {note}")
+    if result.get("env_changes"):  # (an upgrade gate's comparison: what it spanned, whatever the verdict)
+        lines.append("compared across an environment change: " + "; ".join(result["env_changes"]))
     return lines
 
 

@@ -198,31 +198,36 @@ def test_a_build_that_its_baseline_proves_safe_is_not_built_twice(pytester, trac
     built from (the trace's bytes, torch, the replay's version, the seed); where today's build is
     that one, it built in process before and the canary is left out. A new capture under the same
     name is built in a child again."""
+    import numpy as np
     import torch
 
     from pytest_mystique import __version__
     from pytest_mystique.environment import REPLAY_VERSION
 
     def canary(json_name):
-        run_loose(pytester, f"--mystique-json={json_name}").assert_outcomes(passed=1)
+        result = run_loose(pytester, f"--mystique-json={json_name}")
+        result.assert_outcomes(passed=1)
         [bench] = json.loads((pytester.path / json_name).read_text())["benchmarks"]
-        return bench["extra_info"]["build_canary"]
+        return bench["extra_info"]["build_canary"], result.stdout
 
-    assert canary("first.json") == "ran"  # no baseline yet
+    assert canary("first.json")[0] == "ran"  # no baseline yet
     [path] = baselines(pytester)
     sha = hashlib.sha256((traces / "vit.json.gz").read_bytes()).hexdigest()
     assert yaml.safe_load(path.read_text())["built"] == {"trace_sha256": sha, "torch": str(torch.__version__),
                                                          "plugin": __version__, "replay": REPLAY_VERSION, "seed": 0}  # fmt: skip
-    assert canary("second.json") == "proven"
+    assert canary("second.json")[0] == "proven"
     # the baseline recorded in another environment (here: another numpy): the build is not proven here
     data = yaml.safe_load(path.read_text())
     data["environment"]["numpy"] = "0.0"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    assert canary("other_env.json") == "ran"
+    built, stdout = canary("other_env.json")
+    assert built == "ran"
+    # a passing comparison says what it spanned, as a failing one does
+    stdout.fnmatch_lines([f"*compared across an environment change: numpy 0.0 -> {np.__version__}*"])
     data = read_json(traces / "vit.json.gz")
     data["finish_ts"] = data.get("finish_ts", 0) + 1  # captured again: other bytes, the same name
     write_json(traces / "vit.json.gz", data)
-    assert canary("third.json") == "ran"
+    assert canary("third.json")[0] == "ran"
 
 
 def test_skipped_ops_are_reported(pytester, traces):
