@@ -247,8 +247,7 @@ class Replay:
             # there before was freed (memory a saved tensor holds is never reused), so a later
             # input found there with an earlier tensor's ids or place is not that tensor (as
             # _bind starts a new generation of the storage). Tensors of no elements have no memory.
-            inputs_in = {ref.storage_id for v in p.values for ref in _refs(v)}
-            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(inputs_in):
+            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(sid for _, sid in read):
                 for old in lying_in.pop(sid, ()):
                     placed.pop(old.placement, None)
                     made.discard(old.key)
