@@ -146,7 +146,14 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
     # the same time inside as the whole step says: capture and replay are seconds apart, and this
     # host's speed moved by 2.7x between them once (clean-clone CI: time inside 0.36 of the original's)
     assert out["original_host_share"] < 0.3 and out["host_share"] < 0.3, out
-    assert 0.7 < out["ops_fidelity_ratio"] / out["fidelity_ratio"] < 1.4, out
+
+    def consistent(out) -> bool:
+        return 0.7 < out["ops_fidelity_ratio"] / out["fidelity_ratio"] < 1.4
+
+    # the replay's timed and profiled calls are moments apart too (1.19 and 0.65 of the original's
+    # once, in clean-clone CI beside other tests): a second replay decides; a replay whose time
+    # inside operators is off fails both
+    assert consistent(out) or consistent(again := replayed(res)), (out, again)
     assert main(["replay", str(res.path), "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
 
