@@ -74,7 +74,9 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
         except (AttributeError, RuntimeError):
             packet = None
         if packet is None:
-            why = loaded if isinstance(loaded, str) else "is the library that defines it installed and loaded?"
+            why = (loaded if isinstance(loaded, str) else
+                   f"torch {torch.__version__} does not have it: removed or renamed in this release?"
+                   if op.namespace == "aten" else "is the library that defines it installed and loaded?")  # fmt: skip
             raise Unsupported(f"operator {op.namespace}::{op.name} is not registered in this torch ({why})") from None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         raise Unsupported(f"{op.namespace}::{op.name} is not an operator")

@@ -36,7 +36,7 @@ from .measure import gc_paused
 from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
 from .straightline import StraightLine, straight_line
-from .substitute import NO_EFFECT, substitute_for
+from .substitute import NO_EFFECT, Substitute, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
 from .units import fmt_bytes
@@ -391,7 +391,7 @@ class Replay:
             overload = resolve(node.op_schema)
             return overload, arg_specs(overload), None
         except Unsupported as missing:
-            alt = substitute_for(node.name)
+            alt = _substitute(node)
             if alt is None or not alt.target:
                 raise
             try:
@@ -641,7 +641,7 @@ class Replay:
                 del call
                 self._build_step(p)
                 return
-            alt = substitute_for(p.node.name) if p.substitution is None else None
+            alt = _substitute(p.node) if p.substitution is None else None
             if alt is not None and not alt.target:
                 self.report.ops_replayed += 1
                 self.report.substitutions[(p.node.name, NO_EFFECT)] += 1
@@ -941,6 +941,11 @@ def default_memory_limit(device: torch.device) -> int:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
     except (ValueError, OSError, AttributeError, RuntimeError):
         return 64 << 30
+
+
+def _substitute(node: Node) -> Substitute | None:
+    """The substitute for ``node``'s operator, of its recorded overload (:mod:`.substitute`)."""
+    return substitute_for(node.name, parse_op_name(node.op_schema).overload)
 
 
 def _dynamic_here(p: PlannedOp) -> bool:

@@ -1,10 +1,12 @@
-"""Portable substitutes for device-specific operators.
+"""Substitutes for operators the replaying torch cannot run: device-specific ones, and removed ones.
 
 A trace recorded on a GPU holds operators that only have kernels there (cuDNN batch norm and its
-backward, cuDNN convolutions, fused dropout, the GPU kernels of scaled dot-product attention). When such an operator cannot run on the replay
-device, the replayer calls its portable equivalent with the arguments mapped across, and lists
-the substitution in the report. Each entry maps the recorded argument values (schema order) to
-the substitute's.
+backward, cuDNN convolutions, fused dropout, the GPU kernels of scaled dot-product attention).
+A trace recorded before a torch upgrade may hold operators the new torch no longer has
+(:data:`REMOVED`). When such an operator cannot run on the replay device, or is not registered
+at all, the replayer calls its equivalent with the arguments mapped across, and lists the
+substitution in the report. Each entry maps the recorded argument values (schema order) to the
+substitute's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class Substitute:
     # or else: the target's arguments taken by name from the recorded ones (target name -> recorded
     # name where they differ); recorded arguments the target lacks are dropped
     renames: dict[str, str] | None = None
+    # with ``args``: the names of the keyword-only arguments its list ends with (an out= overload's
+    # outputs); without, they are read from the target's schema
+    kwonly: tuple[str, ...] = ()
 
     @property
     def overload(self):
@@ -37,7 +42,7 @@ class Substitute:
         """The target's keyword-only arguments, which end the list :meth:`map` returns when it maps
         by name (a mapping function gives positional arguments only)."""
         if self.args is not None or not self.target:
-            return ()
+            return self.kwonly
         return tuple(a.name for a in self.overload._schema.arguments if a.kwarg_only)
 
     def map(self, names: list[str], values: list) -> list:
@@ -107,6 +112,25 @@ SUBSTITUTES: dict[str, Substitute] = {
                                                                      renames={"attn_mask": "attn_bias"}),
 }
 
+
+def _qr_mode(v: list) -> str:
+    # qr(self, bool some=True): the reduced factorisation unless some=False
+    return "complete" if len(v) > 1 and v[1] is False else "reduced"
+
+
+#: Operators that a torch release removed, by the operator that replaced them (the same
+#: factorisation, the same LAPACK kernels). A trace recorded before the removal holds the old one;
+#: replayed through the new one after the upgrade, the gate still times the whole step, and the
+#: report lists the substitution. Keyed by name, or by name and overload where the overloads map
+#: to different targets. Torch 2.14 removed ``torch.cholesky`` and ``torch.qr`` (deprecated since
+#: 1.9) with their operators: ``aten::cholesky`` and ``aten::qr`` with their ``out=`` overloads.
+REMOVED: dict[str, Substitute] = {
+    "aten::cholesky": Substitute("aten::linalg_cholesky"),  # (self, upper): by name
+    "aten::cholesky.out": Substitute("aten::linalg_cholesky.out"),
+    "aten::qr": Substitute("aten::linalg_qr", lambda v: [v[0], _qr_mode(v)]),
+    "aten::qr.Q": Substitute("aten::linalg_qr.out", lambda v: [v[0], _qr_mode(v), v[2], v[3]], kwonly=("Q", "R")),
+}
+
 NO_EFFECT = "nothing (no kernel for this device; the op has no effect here)"
 
 
@@ -116,8 +140,12 @@ _TBE_LOOKUP = re.compile(r"fbgemm::split_embedding_codegen_lookup_(\w+)_function
 _TBE_HOST = {f"{state}_host": f"{state}_dev" for state in ("momentum1", "momentum2")} | {"host_weights": "dev_weights"}
 
 
-def substitute_for(op_name: str) -> Substitute | None:
+def substitute_for(op_name: str, overload: str = "default") -> Substitute | None:
+    """The substitute for the operator ``op_name`` (``aten::cholesky``) of the recorded
+    ``overload``, or None."""
     m = _TBE_LOOKUP.fullmatch(op_name)
     if m is not None and not m.group(1).endswith("_cpu"):
         return Substitute(f"{op_name}_cpu", renames=_TBE_HOST)
-    return SUBSTITUTES.get(op_name)
+    if overload != "default" and f"{op_name}.{overload}" in REMOVED:
+        return REMOVED[f"{op_name}.{overload}"]
+    return SUBSTITUTES.get(op_name) or REMOVED.get(op_name)

@@ -13,6 +13,7 @@ from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
+from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace
 
 from conftest import bundled, corpus, extract_ops, read_json, write_json
@@ -946,6 +947,10 @@ def test_op_library_is_loaded_for_its_namespace_or_the_reason_given(tmp_path, mo
         ops.resolve("mystiquebroken::lookup(Tensor x) -> Tensor")
     with pytest.raises(ops.Unsupported, match=r"is the library that defines it installed and loaded\?"):
         ops.resolve("mystiquenolib::lookup(Tensor x) -> Tensor")
+    # an aten operator this torch lacks was removed or renamed by torch itself: no library to install
+    with pytest.raises(ops.Unsupported, match=rf"aten::mystique_gone is not registered in this torch \(torch "
+                                              rf"{re.escape(torch.__version__)} does not have it: removed or renamed"):  # fmt: skip
+        ops.resolve("aten::mystique_gone(Tensor self) -> Tensor")
 
 
 @pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
@@ -959,21 +964,117 @@ def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
     h = torch.randn(8, 8, dtype=torch.complex64)
     herm = h @ h.mH + 8 * torch.eye(8)
 
+    old = hasattr(torch.ops.aten, "cholesky")  # torch.cholesky's own operator (gone in torch 2.14)
+
     def step():
         return (torch.linalg.cholesky(spd).sum() + torch.linalg.cholesky_ex(batch)[0].sum()
-                + torch.linalg.cholesky(herm).abs().sum() + torch.cholesky(spd).sum())  # fmt: skip
+                + torch.linalg.cholesky(herm).abs().sum() + (torch.ops.aten.cholesky(spd).sum() if old else 0))  # fmt: skip
 
     replay = _captured(tmp_path, "cholesky", step)
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     factors = []
     replay.run(lambda s, r: factors.append(r) if "cholesky" in s.name else None)
-    assert len(factors) == 4
+    assert len(factors) == 3 + old
     for r in factors:
         L = r[0] if isinstance(r, tuple) else r
         assert torch.isfinite(L.abs()).all() and (L.diagonal(dim1=-2, dim2=-1).real > 0).all()
     _, info = factors[1]
     assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
+
+
+#: The schemas of the operators torch 2.14 removed (``torch.cholesky``, ``torch.qr``), as a trace
+#: recorded before that holds them, and the replacement each records the same call as.
+_REMOVED_SCHEMAS = {
+    "aten::linalg_cholesky": "aten::cholesky(Tensor self, bool upper=False) -> Tensor",
+    "aten::linalg_cholesky.out": "aten::cholesky.out(Tensor self, bool upper=False, *, Tensor(a!) out) -> Tensor(a!)",
+    "aten::linalg_qr": "aten::qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)",
+    "aten::linalg_qr.out": "aten::qr.Q(Tensor self, bool some=True, *, Tensor(a!) Q, Tensor(b!) R) -> "
+                           "(Tensor(a!) Q, Tensor(b!) R)",
+}  # fmt: skip
+
+
+def test_ops_a_newer_torch_removed_replay_through_their_replacement(tmp_path, monkeypatch):
+    """A trace recorded before torch 2.14 holds ``aten::cholesky`` and ``aten::qr`` (and their
+    out= overloads), which 2.14 no longer registers. After the upgrade the replay runs them as
+    ``linalg_cholesky`` and ``linalg_qr`` (``some`` read as the mode), lists each substitution,
+    and gives the factorisations of the recorded shapes. The trace is a capture of the
+    replacements with their nodes written back as the old operators; where this torch still has
+    them, its registry is made to refuse them, as 2.14's does."""
+    s = torch.randn(6, 6)
+    spd, a = s @ s.T + 6 * torch.eye(6), torch.randn(7, 5)
+    L, Q, R = torch.empty(6, 6), torch.empty(7, 5), torch.empty(5, 5)
+
+    def step():
+        torch.linalg.cholesky(spd, upper=True)
+        torch.linalg.cholesky(spd, out=L)
+        torch.linalg.qr(a, mode="complete")
+        torch.linalg.qr(a, out=(Q, R))
+
+    capture_step(step, tmp_path / "linalg.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(tmp_path / "linalg.json.gz")
+    rewritten = 0
+    for node in data["nodes"]:
+        schema = next((x for x in node["attrs"] if x["name"] == "op_schema"), None)
+        key = schema and schema["value"].split("(")[0]
+        if key in _REMOVED_SCHEMAS:
+            schema["value"] = _REMOVED_SCHEMAS[key]
+            node["name"] = schema["value"].split(".")[0].split("(")[0]
+            ins = node["inputs"]
+            if "qr" in key:  # mode -> some
+                ins["values"][1], ins["types"][1] = ins["values"][1] == "reduced", "Bool"
+            rewritten += 1
+    assert rewritten == 4
+
+    real = resolve
+
+    def without_removed(op_schema):
+        if op_schema.startswith(("aten::cholesky", "aten::qr")):
+            raise Unsupported(f"operator {op_schema.split('(')[0]} is not registered in this torch")
+        return real(op_schema)
+
+    monkeypatch.setattr("pytest_mystique.replay.resolve", without_removed)
+    replay = Replay(parse_trace(data, tmp_path / "linalg.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 4, rep.skipped_list()
+    assert sorted((x["op"], x["replacement"], x["count"]) for x in rep.substitutions_list()) == [
+        ("aten::cholesky", "aten::linalg_cholesky", 1), ("aten::cholesky", "aten::linalg_cholesky.out", 1),
+        ("aten::qr", "aten::linalg_qr", 1), ("aten::qr", "aten::linalg_qr.out", 1)]  # fmt: skip
+    got = []
+    replay.run(lambda step, r: got.append((step.fills, r)))
+    (_, upper), (_, lower), (_, (q_full, r_full)), (_, (q, r)) = got
+    inp = replay.env[got[0][0][0][1]]  # the matrix both factorisations read (made positive-definite)
+    torch.testing.assert_close(upper.mH @ upper, inp, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lower @ lower.mH, inp, rtol=1e-4, atol=1e-4)
+    assert torch.equal(upper, upper.triu()) and torch.equal(lower, lower.tril())
+    assert q_full.shape == (7, 7) and r_full.shape == (7, 5)  # some=False: the complete factorisation
+    assert q.shape == (7, 5) and r.shape == (5, 5)
+    torch.testing.assert_close(q_full @ r_full, q @ r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED))
+def test_a_removed_op_and_its_replacement_compute_the_same(name):
+    """Where this torch still has the removed operator, it and its replacement, called with the
+    mapped arguments, give the same values (both ``upper`` and ``some`` settings)."""
+    op, _, overload = name.partition(".")
+    try:
+        old = resolve(f"{name}(")
+    except Unsupported:
+        pytest.skip(f"{op} is not in this torch")
+    s = torch.randn(5, 5)
+    x = s @ s.T + 5 * torch.eye(5) if "cholesky" in op else torch.randn(6, 4)
+    sub = substitute_for(op, overload or "default")
+    names = [a.name for a in old._schema.arguments]  # (self, upper | some[, out | Q, R])
+    outs = names[2:]  # the out= overloads' keyword-only outputs
+    for flag in (False, True):
+        want = old(x, flag, **{n: torch.empty(0) for n in outs})
+        values = sub.map(names, [x, flag, *(torch.empty(0) for _ in outs)])
+        npos = len(values) - len(sub.kwnames)
+        got = sub.overload(*values[:npos], **dict(zip(sub.kwnames, values[npos:])))
+        want, got = [(v,) if isinstance(v, torch.Tensor) else tuple(v) for v in (want, got)]
+        assert len(got) == len(want) == len(old._schema.returns)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
