@@ -73,6 +73,15 @@ class Baseline:
         return self.data.get("segment_iters")
 
     @property
+    def ops(self) -> tuple[int, int] | None:
+        """(ops selected, ops replayed) of the replay these timings are of; None where the file
+        does not say."""
+        ops = self.data.get("ops")
+        if isinstance(ops, dict) and all(type(ops.get(k)) is int for k in ("total", "replayed")):
+            return ops["total"], ops["replayed"]
+        return None
+
+    @property
     def built(self) -> dict | None:
         """What the replay whose timings these are was built from (:func:`.runner.build_identity`):
         it built in this process without crashing it. Absent from baselines before the field."""

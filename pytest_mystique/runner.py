@@ -318,6 +318,8 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         with torch_threads(threads):
             replay.prepare()
         setup_s = time.perf_counter() - t0
+        if baseline is not None:
+            same_work(replay, baseline)
     with turn(), deadline(options.timeout_s, path):
         began = time.time()
         sampled = _sample(replay, options, baseline, tolerance, startup_s=load_s + setup_s, reference=reference)
@@ -355,6 +357,27 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
         if cmp.verdict == "slower" and baseline.per_op_median_s:
             result["attribution"] = attribute(baseline.per_op_median_s, result["per_op_median_s"])
     return run, result
+
+
+def same_work(replay, baseline) -> None:
+    """Raise :class:`ReplayError` where ``replay`` skips another number of ops than the replay its
+    baseline timed: an operator this torch lacks (an upgrade removed or renamed it, a library is
+    missing) and no substitute runs would leave its time out, and the comparison would call the
+    lighter step faster, or pass it; one that replays now and was skipped then adds time the
+    baseline never had. Either way the two times measure different work."""
+    recorded = baseline.ops
+    rep = replay.report
+    if recorded is None or recorded[0] - recorded[1] == rep.ops_skipped:
+        return
+    total, replayed = recorded
+    why = "; ".join(f"{n}x {op}: {reason}" for (op, reason), n in rep.skipped.most_common(3))
+    raise ReplayError(replay.trace.path,
+                      f"its replay now skips {rep.ops_skipped} of {rep.ops_total} ops, and the replay its baseline "
+                      f"timed skipped {total - replayed} of {total} ({baseline.path}): the two times would measure "
+                      f"different work, so they are not compared"
+                      + (f" (skipped now: {why}{'; ...' if len(rep.skipped) > 3 else ''})" if why else "")
+                      + ". Make the same ops replay (the skip reasons say what is missing), or record a new "
+                        "baseline with --mystique-update where the change is meant")  # fmt: skip
 
 
 def _sample(replay, options: Options, baseline, tolerance: float, startup_s: float = 0.0, reference=()) -> Sampled:

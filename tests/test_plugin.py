@@ -239,6 +239,28 @@ def test_skipped_ops_are_reported(pytester, traces):
     result.stdout.fnmatch_lines(["*vit*54/56*", "*skipped 2x aten::gelu: operator mylib::gelu_fast is not registered*"])
 
 
+def test_a_replay_that_skips_what_its_baseline_replayed_is_not_compared(pytester, traces):
+    """An upgrade that drops an operator the trace records (torch 2.14 removed aten::cholesky and
+    aten::qr; one without a substitute, or a library gone): today's replay skips ops that its
+    baseline's replay timed. Compared, the lighter step would pass, or be called faster: the item
+    fails instead, naming what is skipped and the way out, and its baseline is left as it is.
+    Once re-recorded, like is compared with like again."""
+    run_loose(pytester).assert_outcomes(passed=1)
+    [path] = baselines(pytester)
+    kept = path.read_bytes()
+    data = read_json(traces / "vit.json.gz")
+    set_op_schema(data, "gelu", "mylib::gelu_fast(Tensor self) -> Tensor")
+    write_json(traces / "vit.json.gz", data)
+    result = run_loose(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*vit.json.gz: its replay now skips 2 of 56 ops, and the replay its baseline timed "
+                                 "skipped 0 of 56*not compared (skipped now: 2x aten::gelu: operator mylib::gelu_fast "
+                                 "is not registered*--mystique-update*"])  # fmt: skip
+    assert path.read_bytes() == kept
+    run_loose(pytester, "--mystique-update").assert_outcomes(passed=1)
+    run_loose(pytester).assert_outcomes(passed=1)
+
+
 def test_item_report_shows_coverage_and_fidelity(pytester, traces):
     """The capture helper's sidecar also says how much of the original's step was spent inside
     operators: the item's report gives the rest, which a trace does not hold."""
