@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
+from .errors import ReplayError
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
 from .stats import Spending, compare_paired, segment_level
 from .worker import Worker
@@ -39,6 +40,13 @@ def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFA
     ``trace_b`` instead when given): the result dict with the paired comparison of B against A."""
     infos = [w.request(cmd="load", trace=str(t), device=device, threads=threads)
              for w, t in zip(workers, (trace, trace_b or trace))]  # fmt: skip
+    skipped = [info["ops_total"] - info["ops_replayed"] for info in infos]
+    if skipped[0] != skipped[1]:  # (an operator one torch lacks, and no substitute runs: see runner.same_work)
+        why = "; ".join(f"{side}: {s['count']}x {s['op']}: {s['reason']}"
+                        for side, info in zip("AB", infos) for s in info["skipped"][:3])  # fmt: skip
+        raise ReplayError(trace, f"A's replay skips {skipped[0]} of {infos[0]['ops_total']} ops and B's {skipped[1]} of "
+                                 f"{infos[1]['ops_total']}: their times would measure different work, so they are not "
+                                 f"compared ({why})")  # fmt: skip
     per_iter = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in workers]
     m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(per_iter), 1e-9))))
     block = max(1, min(m, round(BLOCK_S / max(max(per_iter), 1e-9))))

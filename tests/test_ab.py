@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from bad_inputs import set_op_schema
 
-from pytest_mystique.ab import Worker
-from pytest_mystique.errors import MystiqueError
+from pytest_mystique.ab import Worker, ab_trace
+from pytest_mystique.errors import MystiqueError, ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.trace import load_trace
 
-from conftest import bundled
+from conftest import bundled, corpus, read_json, write_json
 
 CLI = [sys.executable, "-m", "pytest_mystique.cli", "ab"]
 
@@ -71,3 +72,20 @@ def test_bad_trace_and_bad_python_are_clear_errors(tmp_path):
         Worker(str(tmp_path / "no-such-python"), 1)
     out = run_ab("--python", sys.executable, str(bad))
     assert out.returncode == 2 and "exactly twice" in out.stderr
+
+
+def test_environments_that_replay_different_ops_are_not_compared(tmp_path):
+    """B lacks an operator the trace records (an upgrade removed it, a library is missing) and no
+    substitute runs: its replay leaves that op's time out, and a paired comparison would call B
+    faster. It is an error naming both sides' coverage and B's skip reason instead."""
+    data = read_json(corpus("vit_infer.json.gz"))
+    set_op_schema(data, "gelu", "mylib::gelu_fast(Tensor self) -> Tensor")
+    write_json(tmp_path / "vit.json.gz", data)
+    workers = [Worker(sys.executable, 1) for _ in range(2)]
+    try:
+        with pytest.raises(ReplayError, match=r"A's replay skips 0 of 56 ops and B's 2 of 56: .*not compared "
+                                              r"\(B: 2x aten::gelu: operator mylib::gelu_fast is not registered"):  # fmt: skip
+            ab_trace(workers, corpus("vit_infer.json.gz"), trace_b=tmp_path / "vit.json.gz", budget_s=2)
+    finally:
+        for w in workers:
+            w.close()
