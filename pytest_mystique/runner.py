@@ -346,6 +346,7 @@ def _check_file(path, options: Options, store: BaselineStore, baseline_name: str
                 result["baseline_path"] = str(store.save(key, baseline_name, record, replace=update))
             except BaselineExists:
                 baseline = store.load(key, baseline_name)  # another run won the race: compare with it
+                same_work(replay, baseline)
                 sampled.comparison = _offline_comparison(baseline, sampled, options, tolerance)
             else:
                 result["status"] = "updated" if existed else "new"

@@ -261,6 +261,52 @@ def test_a_replay_that_skips_what_its_baseline_replayed_is_not_compared(pytester
     run_loose(pytester).assert_outcomes(passed=1)
 
 
+RACE_CONFTEST = """
+import pathlib
+from pytest_mystique import baseline
+
+OTHER = pathlib.Path(__file__).parent / "other_run.yaml"
+_save = baseline.BaselineStore.save
+
+def save(self, key, name, data, *, replace=False):
+    # another run records this baseline between this run's look and its write
+    path = self.path_for(key, name)
+    if not replace and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(OTHER.read_bytes())
+    return _save(self, key, name, data, replace=replace)
+
+def pytest_configure(config):
+    baseline.BaselineStore.save = save
+
+def pytest_unconfigure(config):  # (pytester may run this session in the test's own process)
+    baseline.BaselineStore.save = _save
+"""
+
+
+def test_a_baseline_another_run_recorded_first_is_compared_only_for_the_same_work(pytester, traces):
+    """Two runs record the same new baseline at once: the later one compares its timing with the
+    winner's, and the coverage rule holds there too. The winner's replay skipped two ops (its
+    environment lacked an operator); this run replays them all, so it fails, and the winner's file
+    is kept as it was."""
+    original = (traces / "vit.json.gz").read_bytes()
+    data = read_json(traces / "vit.json.gz")
+    set_op_schema(data, "gelu", "mylib::gelu_fast(Tensor self) -> Tensor")
+    write_json(traces / "vit.json.gz", data)
+    run_loose(pytester).assert_outcomes(passed=1)
+    [path] = baselines(pytester)
+    other = path.read_bytes()
+    (pytester.path / "other_run.yaml").write_bytes(other)
+    path.unlink()
+    (traces / "vit.json.gz").write_bytes(original)
+    pytester.makeconftest(RACE_CONFTEST)
+    result = run_loose(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*vit.json.gz: its replay now skips 0 of 56 ops, and the replay its baseline timed "
+                                 "skipped 2 of 56*not compared*"])  # fmt: skip
+    assert path.read_bytes() == other
+
+
 def test_item_report_shows_coverage_and_fidelity(pytester, traces):
     """The capture helper's sidecar also says how much of the original's step was spent inside
     operators: the item's report gives the rest, which a trace does not hold."""
