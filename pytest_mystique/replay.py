@@ -556,6 +556,16 @@ class Replay:
                 return slot
         return None
 
+    def _forget_original(self, slot: int) -> None:
+        """An op wrote the replay's own values into ``slot``: neither it nor any view of its memory
+        holds the original's any more."""
+        self._original.discard(slot)
+        v = self.env[slot]
+        if self._original and isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            ptr = v.untyped_storage().data_ptr()
+            self._original -= {s for s in self._original if isinstance(w := self.env[s], torch.Tensor)
+                               and w.layout == torch.strided and w.untyped_storage().data_ptr() == ptr}  # fmt: skip
+
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
         if hit is not None and hit[0] not in self.permanent and self.env[hit[0]] is not None:
@@ -695,7 +705,7 @@ class Replay:
             if not (p.collective or (pos < len(writes) and writes[pos])):
                 continue
             if not exact:
-                self._original.discard(slot)
+                self._forget_original(slot)
             if slot in self.permanent:
                 self._mutated.add(slot)
             elif isinstance(env[slot], torch.Tensor) and env[slot].layout == torch.strided:

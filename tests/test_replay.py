@@ -283,6 +283,24 @@ def test_non_finite_values_the_original_had_too_are_not_reported(tmp_path):
     assert torch.isfinite(results[-1]).all()
 
 
+def test_data_written_through_one_view_is_not_the_originals_in_another(tmp_path):
+    """A number the program made (``full``) holds the original's value, and so does a view of it;
+    an in-place op then writes seeded data into it. Both the tensor and its view now hold the
+    replay's own values: the NaN the log of the view makes is the replay's and is reported."""
+    v = torch.full((64,), 0.001)
+
+    def step():
+        x = torch.full((), 4.0)
+        y = x.view(())
+        x.sub_(v.abs().sum())  # the original: 3.936; seeded v: about -28
+        return torch.log(y - 3.5)
+
+    replay = _captured(tmp_path, "alias", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    nan_notes = [n for n in replay.report.notes if "NaN or inf" in n]
+    assert len(nan_notes) == 1 and "aten::log" in nan_notes[0], replay.report.notes
+
+
 def _captured(tmp_path, name, step):
     capture_step(step, tmp_path / f"{name}.json.gz", warmup=1, runs=1, min_warmup_s=0)
     return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
