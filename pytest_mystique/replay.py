@@ -55,6 +55,7 @@ _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomi
 #: yet), in the original's data too: NaN or inf is looked for only in the outputs before it.
 _LOG_TABLES = {"aten::_ctc_loss": 1}
 
+_AS_STRIDED = torch.ops.aten.as_strided.default
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -105,6 +106,7 @@ class Step:
     grad: bool = False  # it runs with autograd recording (a training step's forward op)
     op: str = ""  # the overload called, "namespace::name.overload"
     release: tuple[int, ...] = ()  # (a backward pass's first op) slots whose autograd graph is let go first
+    view: bool = False  # not a traced op: the view an op's input is of an earlier op's output (Replay._view_of)
 
 
 @dataclass
@@ -182,6 +184,9 @@ class Replay:
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
+        # inputs that lie inside an earlier op's output with a layout of their own, made where no replayed
+        # op made them (inside a composite op) -> that output
+        self._views: dict[TensorRef, TensorRef] = {}
         # a training step's forward: the ops that run with autograd recording their graph, and the
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
@@ -233,6 +238,13 @@ class Replay:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self._seeded.add(ref.key)  # the program filled it outside the ops
+                    if ref.key not in made and ref.key not in self._seeded:
+                        base = _viewed(ref, lying_in.get(ref.storage_id, ()))
+                        if base is not None:  # read through a view of it, as the original did
+                            self._views[ref] = base
+                            made.add(ref.key)
+                            placed[ref.placement] = ref
+                            lying_in[ref.storage_id].append(ref)
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
@@ -274,6 +286,11 @@ class Replay:
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
                               f"operators and are not in the trace; only the operators they call replay"] += 1  # fmt: skip
+        if self._views:
+            self.report.notes[f"{len(self._views)} input(s) lie inside an earlier op's output with a layout of their own, "
+                              f"made inside an op replayed as a whole (the flattened input aten::linear saves for the "
+                              f"backward pass): they are read through a view of that output (aten::as_strided), as "
+                              f"the original read that memory"] += 1  # fmt: skip
         if self._seeded:
             self.report.notes[f"{len(self._seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
                               f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "
@@ -538,9 +555,37 @@ class Replay:
         """The seeded input tensors: (the trace's tensor, the replay's tensor)."""
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
 
-    def _slot_for(self, ref: TensorRef) -> int:
+    def _slot_for(self, ref: TensorRef, p: PlannedOp | None = None) -> int:
         slot = self._produced_slot(ref)
+        if slot is None and ref in self._views and ref.key not in self._seeded:
+            slot = self._view_of(ref, p)
         return self._external(ref) if slot is None else slot
+
+    def _view_of(self, ref: TensorRef, p: PlannedOp | None) -> int | None:
+        """A step making ``ref`` as a view of the replayed output it lies in (:func:`_viewed`), run
+        before the op ``p`` that reads it; its slot, or None where that output was not made."""
+        base = self._views[ref]
+        bslot = self._produced_slot(base)
+        b = None if bslot is None else self.env[bslot]
+        if not isinstance(b, torch.Tensor) or b.layout != torch.strided or str(b.dtype) != f"torch.{ref.dtype}":
+            return None
+        args = [None, list(ref.shape), list(ref.layout_strides()), b.storage_offset() + ref.offset - base.offset]
+        grad = p is not None and p.node.id in self._recording
+        torch._C._set_grad_enabled(grad)
+        try:
+            view = _AS_STRIDED(b, *args[1:])
+        except RuntimeError:  # (outside the output's memory here)
+            return None
+        finally:
+            torch._C._set_grad_enabled(False)
+        slot = self._new_slot(view)
+        self.steps.append(Step(_AS_STRIDED._op, args, [(0, bslot)], [], len(args), (), [(0, slot)], True,
+                               name="aten::as_strided", node_id=-1 if p is None else p.node.id, grad=grad,
+                               op="aten::as_strided.default", view=True))  # fmt: skip
+        self._produced[ref.key] = (slot, ref, self._generation.get(ref.storage_id, 0))
+        if bslot in self._original:
+            self._original.add(slot)
+        return slot
 
     def _produced_slot(self, ref: TensorRef) -> int | None:
         """The slot of the replayed op's output that ``ref`` is (same ids and layout, made in the
@@ -588,10 +633,10 @@ class Replay:
         try:
             for i, v in enumerate(p.values):
                 if isinstance(v, TensorArg):
-                    fills.append((i, self._slot_for(v.ref)))
+                    fills.append((i, self._slot_for(v.ref, p)))
                     args.append(None)
                 elif isinstance(v, TensorListArg):
-                    list_fills.append((i, tuple(-1 if r is None else self._slot_for(r) for r in v.refs)))
+                    list_fills.append((i, tuple(-1 if r is None else self._slot_for(r, p) for r in v.refs)))
                     args.append(None)
                 elif isinstance(v, UnstridedArg):
                     if v.tensor_id not in self._unstrided:
@@ -769,6 +814,10 @@ class Replay:
         return None
 
     def _liveness(self) -> None:
+        read = {s for step in self.steps for _, s in step.fills}
+        read.update(s for step in self.steps for _, slots in step.list_fills for s in slots)
+        # (a view whose reader was skipped)
+        self.steps = [step for step in self.steps if not (step.view and step.outs[0][1] not in read)]
         last_read: dict[int, int] = {}
         for i, step in enumerate(self.steps):
             for _, slot in step.fills:
@@ -830,6 +879,8 @@ class Replay:
             for v in p.values:
                 for ref in _refs(v):
                     last_use[ref.key] = i
+                    if ref in self._views:  # (read through a view of it)
+                        last_use[self._views[ref].key] = i
         try:
             torch.set_grad_enabled(False)
             for i, p in enumerate(planned):
@@ -1048,6 +1099,24 @@ def _fill(step: Step, env: list) -> list:
     for pos, slots in step.list_fills:
         args[pos] = [env[s] if s >= 0 else None for s in slots]
     return args
+
+
+def _viewed(ref: TensorRef, lying: list[TensorRef]) -> TensorRef | None:
+    """The output among ``lying`` (an earlier op's, in ``ref``'s allocation) whose elements hold all
+    of ``ref``'s: floating data of one type, the widest such output. ``ref`` is then a view of it
+    that no replayed op made: one made inside a composite op (``aten::linear`` flattens a 3-D input
+    and saves that view for the backward pass, whose ``mm`` reads it). Integer and boolean inputs are seeded instead: the ranges
+    their readers need (indices, sizes) hold for seeded data, and they would not hold for whatever
+    lies in memory a tensor the trace does not record may have reused."""
+    if not ref.numel or not isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) or not dt.is_floating_point:
+        return None
+    end = ref.offset + ref.extent()
+    best = None
+    for t in lying:
+        if t.dtype == ref.dtype and t.offset <= ref.offset and end <= t.offset + t.extent():
+            if best is None or t.extent() >= best.extent():
+                best = t
+    return best
 
 
 def _same_tensor(v: Any, made: set, placed: dict) -> Any:

@@ -301,6 +301,27 @@ def test_data_written_through_one_view_is_not_the_originals_in_another(tmp_path)
     assert len(nan_notes) == 1 and "aten::log" in nan_notes[0], replay.report.notes
 
 
+def test_an_input_saved_as_a_view_inside_a_composite_op_reads_that_memory(tmp_path):
+    """``aten::linear`` on a 3-D input flattens it inside itself (a view no replayed op makes) and
+    saves that view for the backward pass, whose ``mm`` for the weight's gradient reads it. The
+    replay reads it through a view of the activation the forward made in the same iteration, as
+    the original did, not from a seeded copy of its own that would stay in memory for good."""
+    lin, x = torch.nn.Linear(32, 16), torch.randn(4, 8, 32)
+
+    def step():
+        lin(x.tanh()).sum().backward()
+
+    replay = _captured(tmp_path, "saved_view", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert any("read through a view of that output" in n for n in replay.report.notes), replay.report.notes
+    assert not [t for _, t in replay.inputs() if t.shape == (32, 32)]
+    made = {}
+    replay.run(lambda s, r: made.setdefault(s.name, []).append(r))
+    [activation], [view] = made["aten::tanh"], made["aten::as_strided"]
+    assert view.shape == (32, 32) and view.data_ptr() == activation.data_ptr()
+    assert torch.equal(view, activation.reshape(32, 32))
+
+
 def _captured(tmp_path, name, step):
     capture_step(step, tmp_path / f"{name}.json.gz", warmup=1, runs=1, min_warmup_s=0)
     return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
