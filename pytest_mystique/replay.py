@@ -567,7 +567,7 @@ class Replay:
         base = self._views[ref]
         bslot = self._produced_slot(base)
         b = None if bslot is None else self.env[bslot]
-        if not isinstance(b, torch.Tensor) or b.layout != torch.strided or str(b.dtype) != f"torch.{ref.dtype}":
+        if not isinstance(b, torch.Tensor) or b.layout != torch.strided or b.dtype != getattr(torch, ref.dtype):
             return None
         args = [None, list(ref.shape), list(ref.layout_strides()), b.storage_offset() + ref.offset - base.offset]
         grad = p is not None and p.node.id in self._recording
@@ -1105,9 +1105,10 @@ def _viewed(ref: TensorRef, lying: list[TensorRef]) -> TensorRef | None:
     """The output among ``lying`` (an earlier op's, in ``ref``'s allocation) whose elements hold all
     of ``ref``'s: floating data of one type, the widest such output. ``ref`` is then a view of it
     that no replayed op made: one made inside a composite op (``aten::linear`` flattens a 3-D input
-    and saves that view for the backward pass, whose ``mm`` reads it). Integer and boolean inputs are seeded instead: the ranges
-    their readers need (indices, sizes) hold for seeded data, and they would not hold for whatever
-    lies in memory a tensor the trace does not record may have reused."""
+    and saves that view for the backward pass, whose ``mm`` reads it). Integer and boolean inputs
+    are seeded instead: the ranges their readers need (indices, sizes) hold for seeded data, and
+    they would not hold for whatever lies in memory that a tensor the trace does not record may
+    have reused."""
     if not ref.numel or not isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) or not dt.is_floating_point:
         return None
     end = ref.offset + ref.extent()
