@@ -181,6 +181,7 @@ class Replay:
         # A 0-dim input counts as such: most often a Python number the program passed, whose value the
         # trace does not hold (seeded, it keeps the zeros and signs of what it scales)
         self._original: set[int] = set()
+        self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of _original in it
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
@@ -531,7 +532,7 @@ class Replay:
             self._externals[key] = slot
             self.permanent.add(slot)
             if ref.shape == ():  # most often a number the program passed: its sign and scale pass
-                self._original.add(slot)
+                self._mark_original((slot,))
             if (ref.storage_id, ref.dtype) in self._parameters:
                 t.requires_grad_(True)
             if t.untyped_storage().nbytes():
@@ -584,7 +585,7 @@ class Replay:
                                op="aten::as_strided.default", view=True))  # fmt: skip
         self._produced[ref.key] = (slot, ref, self._generation.get(ref.storage_id, 0))
         if bslot in self._original:
-            self._original.add(slot)
+            self._mark_original((slot,))
         return slot
 
     def _produced_slot(self, ref: TensorRef) -> int | None:
@@ -601,15 +602,19 @@ class Replay:
                 return slot
         return None
 
+    def _mark_original(self, slots) -> None:
+        for s in slots:
+            self._original.add(s)
+            ptr = _address(self.env[s])
+            if ptr:
+                self._original_in.setdefault(ptr, set()).add(s)
+
     def _forget_original(self, slot: int) -> None:
         """An op wrote the replay's own values into ``slot``: neither it nor any view of its memory
-        holds the original's any more."""
+        holds the original's any more. (Slots that an allocation at the same address held before are
+        forgotten too: they are no longer read.)"""
         self._original.discard(slot)
-        v = self.env[slot]
-        if self._original and isinstance(v, torch.Tensor) and v.layout == torch.strided:
-            ptr = v.untyped_storage().data_ptr()
-            self._original -= {s for s in self._original if isinstance(w := self.env[s], torch.Tensor)
-                               and w.layout == torch.strided and w.untyped_storage().data_ptr() == ptr}  # fmt: skip
+        self._original.difference_update(self._original_in.pop(_address(self.env[slot]), ()))
 
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
@@ -745,7 +750,7 @@ class Replay:
         self.steps.append(step)
         self.report.ops_replayed += 1
         if exact:
-            self._original.update(_out_slots(step.outs))
+            self._mark_original(_out_slots(step.outs))
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
             if not (p.collective or (pos < len(writes) and writes[pos])):
                 continue
@@ -1099,6 +1104,11 @@ def _fill(step: Step, env: list) -> list:
     for pos, slots in step.list_fills:
         args[pos] = [env[s] if s >= 0 else None for s in slots]
     return args
+
+
+def _address(v: Any) -> int:
+    """The address of ``v``'s allocation (0: not a strided tensor, or no memory)."""
+    return v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.layout == torch.strided else 0
 
 
 def _viewed(ref: TensorRef, lying: list[TensorRef]) -> TensorRef | None:
