@@ -31,8 +31,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: iteration as straight-line code (0.2-0.3 us per op less: the steps of many small ops run faster);
 #: 7 = a CTC loss's labels and lengths seeded as a speech batch's (its work grows with the target
 #: lengths), its backward reading the forward's own outputs; a tensor read with the ids or the place
-#: of one whose memory a later allocation took is not bound to that earlier tensor.
-REPLAY_VERSION = 7
+#: of one whose memory a later allocation took is not bound to that earlier tensor; 8 = an input that
+#: an operator inside a replayed one made as a view of an earlier output (the flattened input
+#: ``aten::linear`` saves for the backward pass) read through a view of that output, not seeded.
+REPLAY_VERSION = 8
 
 
 @lru_cache(maxsize=1)

@@ -85,6 +85,9 @@ class PlannedOp:
     kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
     substitution: str | None = None
     collective: bool = False  # a c10d op, called through torch.distributed (collectives.py)
+    # inputs no replayed op makes that are views an op inside a replayed one made of an earlier
+    # output -> that output (read through a view of it: Replay._view_of)
+    views: dict[TensorRef, TensorRef] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -185,9 +188,6 @@ class Replay:
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
-        # inputs that lie inside an earlier op's output with a layout of their own, made where no replayed
-        # op made them (inside a composite op) -> that output
-        self._views: dict[TensorRef, TensorRef] = {}
         # a training step's forward: the ops that run with autograd recording their graph, and the
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
@@ -212,6 +212,10 @@ class Replay:
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
         producer: dict[tuple[int, int], int] = {}  # a produced tensor -> the planned op that made it
         unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
+        made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
+        fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
+        inner: dict[tuple, list[int]] | None = None  # placements inner operators made -> their node ids
+        views = 0
         for node in ops:
             try:
                 p = self._plan_op(node)
@@ -239,13 +243,20 @@ class Replay:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self._seeded.add(ref.key)  # the program filled it outside the ops
-                    if ref.key not in made and ref.key not in self._seeded:
+                    if ref.key not in made and ref.key not in self._seeded and ref.storage_id in fresh:
                         base = _viewed(ref, lying_in.get(ref.storage_id, ()))
-                        if base is not None:  # read through a view of it, as the original did
-                            self._views[ref] = base
-                            made.add(ref.key)
-                            placed[ref.placement] = ref
-                            lying_in[ref.storage_id].append(ref)
+                        if base is not None:
+                            if inner is None:
+                                inner = _inner_placements(self.trace)
+                            # an operator inside a replayed one made it after the output: a view of
+                            # it (not a later allocation that took its freed memory)
+                            if any(made_at[base.key] < nid < node.id for nid in inner.get(ref.placement, ())):
+                                p.views[ref] = base
+                                views += 1
+                                made.add(ref.key)
+                                placed[ref.placement] = ref
+                                lying_in[ref.storage_id].append(ref)
+                                made_at[ref.key] = made_at[base.key]
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
@@ -261,6 +272,7 @@ class Replay:
             # input found there with an earlier tensor's ids or place is not that tensor (as
             # _bind starts a new generation of the storage). Tensors of no elements have no memory.
             for sid in {ref.storage_id for ref in outs if ref.numel}.difference(sid for _, sid in read):
+                fresh.add(sid)
                 for old in lying_in.pop(sid, ()):
                     placed.pop(old.placement, None)
                     made.discard(old.key)
@@ -268,6 +280,7 @@ class Replay:
                     unwritten.discard(old.key)
             for ref in outs:
                 made.add(ref.key)
+                made_at[ref.key] = node.id
                 placed[ref.placement] = ref
                 if ref.numel:
                     lying_in.setdefault(ref.storage_id, []).append(ref)
@@ -287,11 +300,11 @@ class Replay:
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
                               f"operators and are not in the trace; only the operators they call replay"] += 1  # fmt: skip
-        if self._views:
-            self.report.notes[f"{len(self._views)} input(s) lie inside an earlier op's output with a layout of their own, "
-                              f"made inside an op replayed as a whole (the flattened input aten::linear saves for the "
-                              f"backward pass): they are read through a view of that output (aten::as_strided), as "
-                              f"the original read that memory"] += 1  # fmt: skip
+        if views:
+            self.report.notes[f"{views} input(s) are views that an op inside a replayed one made of an earlier op's "
+                              f"output (the flattened input aten::linear saves for the backward pass): they are read "
+                              f"through a view of that output (aten::as_strided), as the original read that "
+                              f"memory"] += 1  # fmt: skip
         if self._seeded:
             self.report.notes[f"{len(self._seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
                               f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "
@@ -558,20 +571,20 @@ class Replay:
 
     def _slot_for(self, ref: TensorRef, p: PlannedOp | None = None) -> int:
         slot = self._produced_slot(ref)
-        if slot is None and ref in self._views and ref.key not in self._seeded:
+        if slot is None and p is not None and ref in p.views and ref.key not in self._seeded:
             slot = self._view_of(ref, p)
         return self._external(ref) if slot is None else slot
 
-    def _view_of(self, ref: TensorRef, p: PlannedOp | None) -> int | None:
+    def _view_of(self, ref: TensorRef, p: PlannedOp) -> int | None:
         """A step making ``ref`` as a view of the replayed output it lies in (:func:`_viewed`), run
         before the op ``p`` that reads it; its slot, or None where that output was not made."""
-        base = self._views[ref]
+        base = p.views[ref]
         bslot = self._produced_slot(base)
         b = None if bslot is None else self.env[bslot]
         if not isinstance(b, torch.Tensor) or b.layout != torch.strided or b.dtype != getattr(torch, ref.dtype):
             return None
         args = [None, list(ref.shape), list(ref.layout_strides()), b.storage_offset() + ref.offset - base.offset]
-        grad = p is not None and p.node.id in self._recording
+        grad = p.node.id in self._recording
         torch._C._set_grad_enabled(grad)
         try:
             view = _AS_STRIDED(b, *args[1:])
@@ -581,7 +594,7 @@ class Replay:
             torch._C._set_grad_enabled(False)
         slot = self._new_slot(view)
         self.steps.append(Step(_AS_STRIDED._op, args, [(0, bslot)], [], len(args), (), [(0, slot)], True,
-                               name="aten::as_strided", node_id=-1 if p is None else p.node.id, grad=grad,
+                               name="aten::as_strided", node_id=p.node.id, grad=grad,
                                op="aten::as_strided.default", view=True))  # fmt: skip
         self._produced[ref.key] = (slot, ref, self._generation.get(ref.storage_id, 0))
         if bslot in self._original:
@@ -709,7 +722,8 @@ class Replay:
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
-                    self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target))
+                    self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target,
+                                               views=p.views))  # fmt: skip
                     return
                 except Exception:  # noqa: BLE001 - report the original op's error below
                     pass
@@ -787,7 +801,7 @@ class Replay:
             values[i] = self.env[self._slot_for(values[i].ref)].item()
         self.report.notes["0-dim float64/int64 inputs that were Python numbers in the original (they did not promote "
                           "the result's type) are passed as numbers"] += 1  # fmt: skip
-        self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective))
+        self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective, p.views))
         return True
 
     def _bind(self, out: Any, value: Any, in_storages: set[int], op: str) -> int | tuple[int, ...] | None:
@@ -884,8 +898,8 @@ class Replay:
             for v in p.values:
                 for ref in _refs(v):
                     last_use[ref.key] = i
-                    if ref in self._views:  # (read through a view of it)
-                        last_use[self._views[ref].key] = i
+            for base in p.views.values():  # (read through a view of it)
+                last_use[base.key] = i
         try:
             torch.set_grad_enabled(False)
             for i, p in enumerate(planned):
@@ -894,10 +908,9 @@ class Replay:
                     for ref in _refs_of_value(out):
                         if last_use.get(ref.key, -1) <= i:
                             self._release(ref.key)
-                for v in p.values:
-                    for ref in _refs(v):
-                        if last_use.get(ref.key) == i:
-                            self._release(ref.key)
+                for ref in [r for v in p.values for r in _refs(v)] + list(p.views.values()):
+                    if last_use.get(ref.key) == i:
+                        self._release(ref.key)
         finally:
             torch.set_grad_enabled(grad_was)
         untouched = self.factory.untouched_bytes
@@ -1104,6 +1117,18 @@ def _fill(step: Step, env: list) -> list:
     for pos, slots in step.list_fills:
         args[pos] = [env[s] if s >= 0 else None for s in slots]
     return args
+
+
+def _inner_placements(trace: Trace) -> dict[tuple, list[int]]:
+    """Where the tensors that operators inside replayed ones made lie -> those operators' ids."""
+    chosen = {n.id for n in select_ops(trace)}
+    inner: dict[tuple, list[int]] = {}
+    for node in trace.nodes:
+        if node.is_op and node.id not in chosen:
+            for out in node.outputs:
+                for ref in _refs_of_value(out):
+                    inner.setdefault(ref.placement, []).append(node.id)
+    return inner
 
 
 def _address(v: Any) -> int:

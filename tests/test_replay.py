@@ -311,15 +311,59 @@ def test_an_input_saved_as_a_view_inside_a_composite_op_reads_that_memory(tmp_pa
     def step():
         lin(x.tanh()).sum().backward()
 
-    replay = _captured(tmp_path, "saved_view", step)
+    capture_step(step, tmp_path / "saved_view.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "saved_view.json.gz"), "cpu")
+    released = []
+    release = replay._release
+    replay._release = lambda key: (released.append(key), release(key))
+    replay.prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     assert any("read through a view of that output" in n for n in replay.report.notes), replay.report.notes
     assert not [t for _, t in replay.inputs() if t.shape == (32, 32)]
+    [tanh] = [n for n in select_ops(replay.trace) if n.name == "aten::tanh"]
+    assert tanh.outputs[0].key in released  # the build lets go of it after the view's reader, not at its end
     made = {}
     replay.run(lambda s, r: made.setdefault(s.name, []).append(r))
     [activation], [view] = made["aten::tanh"], made["aten::as_strided"]
     assert view.shape == (32, 32) and view.data_ptr() == activation.data_ptr()
     assert torch.equal(view, activation.reshape(32, 32))
+
+
+def test_memory_that_a_freed_output_held_is_not_read_as_a_view_of_it(tmp_path):
+    """Tensors made outside the traced ops take the addresses, and so the storage ids, of outputs
+    freed before them: Python numbers wrapped as 0-dim tensors, ``torch.from_numpy``. No operator
+    inside a replayed one made them, so they are not views of those outputs: they are seeded, and
+    the numbers are passed as numbers (``idx * 2.5`` stays float32). A parameter read directly
+    (``P.square()``) is the input itself, not a view of the ``P.t()`` made from it before."""
+    import numpy as np
+
+    v, idx = torch.randn(16, dtype=torch.float64), torch.arange(16)
+    w = torch.randn(4096)
+    P = torch.nn.Parameter(torch.randn(32, 32))
+    opt = torch.optim.SGD([P], lr=0.01)
+    x = torch.randn(4, 8, 32)
+
+    def step():
+        keep = []
+        for _ in range(12):
+            a = v.add(1.0)
+            del a
+            keep.append(idx.mul(2.5).sum())
+            b = w.exp()
+            keep.append(b.sum())
+            del b
+            keep.append(torch.from_numpy(np.full(2048, 0.5, dtype=np.float32)).log1p().sum())
+        opt.zero_grad()
+        ((x @ P.t()).relu().sum() + P.square().sum()).backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "freed", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert not any("differs from the trace" in n for n in replay.report.notes), replay.report.notes
+    dtypes, views = set(), []
+    replay.run(lambda s, r: (dtypes.add(r.dtype) if s.name == "aten::mul" else None,
+                             views.append(r.shape) if s.name == "aten::as_strided" else None))  # fmt: skip
+    assert dtypes == {torch.float32} and views == [], (dtypes, views)
 
 
 def _captured(tmp_path, name, step):
