@@ -38,7 +38,7 @@ from .packed import is_packed_linear, packed_linear
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
-from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace
+from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of
 from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
@@ -214,17 +214,36 @@ class Replay:
         unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
         made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
         fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
-        inner: dict[tuple, list[int]] | None = None  # placements inner operators made -> their node ids
+        inner: dict[tuple, list[tuple[int, int]]] | None = None  # see _inner_placements
+        planned_ids: set[int] = set()
         views = 0
+
+        def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
+            # An output in a storage none of the op's inputs lies in is a new allocation: what lay
+            # there before was freed (memory a saved tensor holds is never reused), so a later
+            # input found there with an earlier tensor's ids or place is not that tensor (as
+            # _bind starts a new generation of the storage). Tensors of no elements have no memory.
+            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(read):
+                if replayed:
+                    fresh.add(sid)
+                else:
+                    fresh.discard(sid)
+                for old in lying_in.pop(sid, ()):
+                    placed.pop(old.placement, None)
+                    made.discard(old.key)
+                    producer.pop(old.key, None)
+                    unwritten.discard(old.key)
+
         for node in ops:
             try:
                 p = self._plan_op(node)
-            except Unsupported as e:
-                self.report.skipped[(node.name, str(e))] += 1
+            except (Unsupported, TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
+                why = str(e) if isinstance(e, Unsupported) else f"malformed arguments in the trace: {_reason(e)}"
+                self.report.skipped[(node.name, why)] += 1
+                # (its outputs' memory is still another allocation: what lay there is gone)
+                allocated([r for out in node.outputs for r in _refs_of_value(out)], storages_of(node.inputs), False)
                 continue
-            except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
-                self.report.skipped[(node.name, f"malformed arguments in the trace: {_reason(e)}")] += 1
-                continue
+            planned_ids.add(node.id)
             same = [_same_tensor(v, made, placed) for v in p.values]
             for before, after in zip(p.values, same):
                 if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
@@ -250,7 +269,8 @@ class Replay:
                                 inner = _inner_placements(self.trace)
                             # an operator inside a replayed one made it after the output: a view of
                             # it (not a later allocation that took its freed memory)
-                            if any(made_at[base.key] < nid < node.id for nid in inner.get(ref.placement, ())):
+                            if any(made_at[base.key] < nid < node.id and top in planned_ids
+                                   for nid, top in inner.get(ref.placement, ())):  # fmt: skip
                                 p.views[ref] = base
                                 views += 1
                                 made.add(ref.key)
@@ -267,17 +287,7 @@ class Replay:
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             self._unstrided_made.update(v.value for v in node.outputs if _unstrided(v))
             outs = [ref for out in node.outputs for ref in _refs_of_value(out)]
-            # An output in a storage none of the op's inputs lies in is a new allocation: what lay
-            # there before was freed (memory a saved tensor holds is never reused), so a later
-            # input found there with an earlier tensor's ids or place is not that tensor (as
-            # _bind starts a new generation of the storage). Tensors of no elements have no memory.
-            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(sid for _, sid in read):
-                fresh.add(sid)
-                for old in lying_in.pop(sid, ()):
-                    placed.pop(old.placement, None)
-                    made.discard(old.key)
-                    producer.pop(old.key, None)
-                    unwritten.discard(old.key)
+            allocated(outs, {sid for _, sid in read})
             for ref in outs:
                 made.add(ref.key)
                 made_at[ref.key] = node.id
@@ -1119,15 +1129,35 @@ def _fill(step: Step, env: list) -> list:
     return args
 
 
-def _inner_placements(trace: Trace) -> dict[tuple, list[int]]:
-    """Where the tensors that operators inside replayed ones made lie -> those operators' ids."""
+def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int]]]:
+    """Where the tensors that operators inside selected ones made lie -> (the inner operator's id,
+    the selected operator's it ran inside)."""
     chosen = {n.id for n in select_ops(trace)}
-    inner: dict[tuple, list[int]] = {}
+    by_id = trace.by_id
+    top: dict[int, int | None] = {}
+
+    def top_of(nid: int) -> int | None:
+        chain, cur = [], nid
+        while cur not in top and cur not in chosen:
+            chain.append(cur)
+            up = by_id.get(by_id[cur].parent)
+            if up is None or up.id == cur:
+                cur = None
+                break
+            cur = up.id
+        found = cur if cur is None or cur in chosen else top[cur]
+        for c in chain:
+            top[c] = found
+        return found
+
+    inner: dict[tuple, list[tuple[int, int]]] = {}
     for node in trace.nodes:
         if node.is_op and node.id not in chosen:
-            for out in node.outputs:
-                for ref in _refs_of_value(out):
-                    inner.setdefault(ref.placement, []).append(node.id)
+            outer = top_of(node.id)
+            if outer is not None:
+                for out in node.outputs:
+                    for ref in _refs_of_value(out):
+                        inner.setdefault(ref.placement, []).append((node.id, outer))
     return inner
 
 
