@@ -149,6 +149,24 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     return opens
 
 
+def enclosing_ops(trace: Trace) -> dict[int, int]:
+    """Each operator nested inside a selected one (part of its implementation, which runs when it
+    runs) -> the id of that selected operator."""
+    chosen = {n.id for n in select_ops(trace)}
+    above = _op_parents(trace)
+    outer: dict[int, int | None] = {}
+    for node in trace.nodes:
+        chain, cur = [], node.id
+        while cur is not None and cur not in outer and cur not in chosen:
+            chain.append(cur)
+            cur = above.get(cur)
+        found = cur if cur is None or cur in chosen else outer[cur]
+        for c in chain:
+            outer[c] = found
+    by_id = trace.by_id
+    return {nid: o for nid, o in outer.items() if o is not None and by_id[nid].is_op}
+
+
 #: The ``record_function`` range PyTorch's optimizers wrap their ``step`` in.
 OPTIMIZER_STEP = "Optimizer.step#"
 

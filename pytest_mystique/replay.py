@@ -31,7 +31,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .graph import backward_ops, compiled_regions, optimizer_step_ops, select_ops
+from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
@@ -1132,32 +1132,12 @@ def _fill(step: Step, env: list) -> list:
 def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int]]]:
     """Where the tensors that operators inside selected ones made lie -> (the inner operator's id,
     the selected operator's it ran inside)."""
-    chosen = {n.id for n in select_ops(trace)}
     by_id = trace.by_id
-    top: dict[int, int | None] = {}
-
-    def top_of(nid: int) -> int | None:
-        chain, cur = [], nid
-        while cur not in top and cur not in chosen:
-            chain.append(cur)
-            up = by_id.get(by_id[cur].parent)
-            if up is None or up.id == cur:
-                cur = None
-                break
-            cur = up.id
-        found = cur if cur is None or cur in chosen else top[cur]
-        for c in chain:
-            top[c] = found
-        return found
-
     inner: dict[tuple, list[tuple[int, int]]] = {}
-    for node in trace.nodes:
-        if node.is_op and node.id not in chosen:
-            outer = top_of(node.id)
-            if outer is not None:
-                for out in node.outputs:
-                    for ref in _refs_of_value(out):
-                        inner.setdefault(ref.placement, []).append((node.id, outer))
+    for nid, outer in sorted(enclosing_ops(trace).items()):
+        for out in by_id[nid].outputs:
+            for ref in _refs_of_value(out):
+                inner.setdefault(ref.placement, []).append((nid, outer))
     return inner
 
 
