@@ -38,7 +38,7 @@ from .packed import is_packed_linear, packed_linear
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
-from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of
+from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of, tensors_of
 from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
@@ -262,21 +262,18 @@ class Replay:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self._seeded.add(ref.key)  # the program filled it outside the ops
-                    if ref.key not in made and ref.key not in self._seeded and ref.storage_id in fresh:
-                        base = _viewed(ref, lying_in.get(ref.storage_id, ()))
+                    if (ref.key not in made and ref.key not in self._seeded and ref.storage_id in fresh
+                            and lying_in.get(ref.storage_id) and _floating(ref)):  # fmt: skip
+                        if inner is None:
+                            inner = _inner_placements(self.trace)
+                        base = _viewed(ref, lying_in[ref.storage_id], inner, made_at, planned_ids, node.id)
                         if base is not None:
-                            if inner is None:
-                                inner = _inner_placements(self.trace)
-                            # an operator inside a replayed one made it after the output: a view of
-                            # it (not a later allocation that took its freed memory)
-                            if any(made_at[base.key] < nid < node.id and top in planned_ids
-                                   for nid, top in inner.get(ref.placement, ())):  # fmt: skip
-                                p.views[ref] = base
-                                views += 1
-                                made.add(ref.key)
-                                placed[ref.placement] = ref
-                                lying_in[ref.storage_id].append(ref)
-                                made_at[ref.key] = made_at[base.key]
+                            p.views[ref] = base
+                            views += 1
+                            made.add(ref.key)
+                            placed[ref.placement] = ref
+                            lying_in[ref.storage_id].append(ref)
+                            made_at[ref.key] = made_at[base.key]
                     if ref.key not in made:
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
@@ -1129,15 +1126,16 @@ def _fill(step: Step, env: list) -> list:
     return args
 
 
-def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int]]]:
+def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[TensorRef]]]]:
     """Where the tensors that operators inside selected ones made lie -> (the inner operator's id,
-    the selected operator's it ran inside)."""
+    the selected operator's it ran inside, the tensors it read)."""
     by_id = trace.by_id
-    inner: dict[tuple, list[tuple[int, int]]] = {}
+    inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] = {}
     for nid, outer in sorted(enclosing_ops(trace).items()):
-        for out in by_id[nid].outputs:
+        node = by_id[nid]
+        for out in node.outputs:
             for ref in _refs_of_value(out):
-                inner.setdefault(ref.placement, []).append((nid, outer))
+                inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
     return inner
 
 
@@ -1146,23 +1144,31 @@ def _address(v: Any) -> int:
     return v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.layout == torch.strided else 0
 
 
-def _viewed(ref: TensorRef, lying: list[TensorRef]) -> TensorRef | None:
-    """The output among ``lying`` (an earlier op's, in ``ref``'s allocation) whose elements hold all
-    of ``ref``'s: floating data of one type, the widest such output. ``ref`` is then a view of it
-    that no replayed op made: one made inside a composite op (``aten::linear`` flattens a 3-D input
-    and saves that view for the backward pass, whose ``mm`` reads it). Integer and boolean inputs
-    are seeded instead: the ranges their readers need (indices, sizes) hold for seeded data, and
-    they would not hold for whatever lies in memory that a tensor the trace does not record may
-    have reused."""
-    if not ref.numel or not isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) or not dt.is_floating_point:
-        return None
+def _floating(ref: TensorRef) -> bool:
+    return bool(ref.numel) and isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) and dt.is_floating_point
+
+
+def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, planned: set[int],
+            reader: int) -> TensorRef | None:  # fmt: skip
+    """The earlier output among ``lying`` (produced in ``ref``'s allocation, which a planned op
+    made) that ``ref`` is a view of, where the trace records it: an operator inside a planned one
+    (``inner``: :func:`_inner_placements`) made a tensor at exactly ``ref``'s place, after that
+    output and before the ``reader``, reading that output, whose elements hold all of ``ref``'s
+    (``aten::linear`` flattens a 3-D input with an ``aten::view`` of it and saves that for the
+    backward pass, whose ``mm`` reads it). Memory that tensors made outside the traced ops took
+    once an output was freed (numbers, ``torch.from_numpy``) has no such record. Only floating
+    data (:func:`_floating`): the ranges the readers of indices and sizes need hold for seeded data
+    and need not for whatever lies in memory."""
     end = ref.offset + ref.extent()
-    best = None
-    for t in lying:
-        if t.dtype == ref.dtype and t.offset <= ref.offset and end <= t.offset + t.extent():
-            if best is None or t.extent() >= best.extent():
-                best = t
-    return best
+    for nid, outer, read in inner.get(ref.placement, ()):
+        if outer not in planned or nid >= reader:
+            continue
+        for b in read:
+            for t in lying:
+                if (t.placement == b.placement and made_at[t.key] < nid and t.offset <= ref.offset
+                        and end <= t.offset + t.extent()):  # fmt: skip
+                    return t
+    return None
 
 
 def _same_tensor(v: Any, made: set, placed: dict) -> Any:
