@@ -214,7 +214,7 @@ class Replay:
         unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
         made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
         fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
-        inner: dict[tuple, list[tuple[int, int]]] | None = None  # see _inner_placements
+        inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] | None = None  # see _inner_placements
         planned_ids: set[int] = set()
         views = 0
 
@@ -1165,8 +1165,8 @@ def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, 
             continue
         for b in read:
             for t in lying:
-                if (t.placement == b.placement and made_at[t.key] < nid and t.offset <= ref.offset
-                        and end <= t.offset + t.extent()):  # fmt: skip
+                if (t.placement == b.placement and made_at[t.key] < nid and t.dtype == ref.dtype
+                        and t.offset <= ref.offset and end <= t.offset + t.extent()):  # fmt: skip
                     return t
     return None
 
