@@ -114,14 +114,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
         return seen[nid]
 
     def top(nid: int) -> int | None:  # the selected operator ``nid`` runs inside (or is)
-        chain, cur = [], nid
-        while cur is not None and cur not in tops and cur not in chosen:
-            chain.append(cur)
-            cur = above.get(cur)
-        found = cur if cur is None or cur in chosen else tops[cur]
-        for c in chain:
-            tops[c] = found
-        return found
+        return _selected_above(nid, above, chosen, tops)
 
     for node in trace.nodes:
         if not node.is_op or node.id in through:
@@ -154,17 +147,22 @@ def enclosing_ops(trace: Trace) -> dict[int, int]:
     runs) -> the id of that selected operator."""
     chosen = {n.id for n in select_ops(trace)}
     above = _op_parents(trace)
-    outer: dict[int, int | None] = {}
-    for node in trace.nodes:
-        chain, cur = [], node.id
-        while cur is not None and cur not in outer and cur not in chosen:
-            chain.append(cur)
-            cur = above.get(cur)
-        found = cur if cur is None or cur in chosen else outer[cur]
-        for c in chain:
-            outer[c] = found
-    by_id = trace.by_id
-    return {nid: o for nid, o in outer.items() if o is not None and by_id[nid].is_op}
+    memo: dict[int, int | None] = {}
+    found = {n.id: _selected_above(n.id, above, chosen, memo) for n in trace.nodes if n.is_op and n.id not in chosen}
+    return {nid: o for nid, o in found.items() if o is not None}
+
+
+def _selected_above(nid: int, above: dict[int, int | None], chosen: set[int], memo: dict[int, int | None]) -> int | None:
+    """The selected operator that ``nid`` runs inside, or is (None: none), through the nearest
+    operator ancestors ``above``; ``memo`` keeps what earlier calls found."""
+    chain, cur = [], nid
+    while cur is not None and cur not in memo and cur not in chosen:
+        chain.append(cur)
+        cur = above.get(cur)
+    found = cur if cur is None or cur in chosen else memo[cur]
+    for c in chain:
+        memo[c] = found
+    return found
 
 
 #: The ``record_function`` range PyTorch's optimizers wrap their ``step`` in.
