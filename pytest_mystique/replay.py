@@ -779,12 +779,10 @@ class Replay:
                 self._forget_original(slot)
             if slot in self.permanent:
                 self._mutated.add(slot)
-            elif isinstance(env[slot], torch.Tensor) and env[slot].layout == torch.strided:
+            elif (base := self._input_storages.get(_address(env[slot]))) is not None:
                 # written through an op's output that lies in an input's memory (a parameter the
                 # optimizer reaches through an alias autograd made of it)
-                base = self._input_storages.get(env[slot].untyped_storage().data_ptr())
-                if base is not None:
-                    self._mutated.add(base)
+                self._mutated.add(base)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
         t0 = time.perf_counter()
