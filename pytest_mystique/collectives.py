@@ -321,8 +321,13 @@ _IMPLS = {
     "barrier": _barrier, "monitored_barrier_": _barrier, "send": _send, "recv_": _recv,
 }  # fmt: skip
 
-def backend_for(device: torch.device) -> str:
-    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+def backend_for(device: torch.device, shared_gpu: bool = False) -> str:
+    """The process-group backend for ranks on ``device``: NCCL for CUDA tensors, unless ranks
+    share a GPU (``shared_gpu``), which NCCL refuses ("invalid usage": one rank per GPU); gloo
+    then runs their collectives, through host memory."""
+    if device.type != "cuda":
+        return "gloo"
+    return "cpu:gloo,cuda:gloo" if shared_gpu else "cpu:gloo,cuda:nccl"
 
 
 def local_world(device: torch.device) -> bool:

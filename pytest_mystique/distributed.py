@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import torch
 
+from .collectives import backend_for
 from .errors import ReplayError
 from .replay import Report
 
@@ -139,13 +140,19 @@ class DistributedReplay:
         ctx = mp.get_context("spawn")
         self._tmp = tempfile.TemporaryDirectory(prefix="mystique-ranks-")
         rendezvous = os.path.join(self._tmp.name, "rendezvous")
+        gpus = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        shared = 0 < gpus < self.world_size
+        if shared:
+            self.report.notes[f"{self.world_size} ranks share {gpus} GPU(s): NCCL needs a GPU of its own for each rank, "
+                              f"so the collectives run through gloo (via host memory) and do not take NCCL's "
+                              f"time"] += 1  # fmt: skip
         for rank in range(self.world_size):
             ours, theirs = ctx.Pipe()
             device = self.device
             if device.type == "cuda":
-                device = torch.device("cuda", rank % max(1, torch.cuda.device_count()))
+                device = torch.device("cuda", rank % max(1, gpus))
             spec = dict(rank=rank, world_size=self.world_size, file=str(self.files[rank]), device=str(device),
-                        seed=self.seed, max_memory=self.max_memory, threads=self.threads, rendezvous=rendezvous,
+                        backend=backend_for(device, shared), seed=self.seed, max_memory=self.max_memory, threads=self.threads, rendezvous=rendezvous,
                         max_trace_bytes=self.max_trace_bytes, timeout_s=COLLECTIVE_TIMEOUT_S)  # fmt: skip
             proc = ctx.Process(target=rank_main, args=(spec, theirs), daemon=True, name=f"mystique-rank-{rank}")
             proc.start()
@@ -265,7 +272,7 @@ def rank_main(spec: dict, conn) -> None:
 
     import torch.distributed as dist
 
-    from .collectives import Comms, backend_for
+    from .collectives import Comms
     from .measure import per_op_medians, steady_allocator
     from .replay import Replay
     from .trace import load_trace
@@ -277,7 +284,7 @@ def rank_main(spec: dict, conn) -> None:
         device = torch.device(spec["device"])
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend_for(device), init_method="file://" + spec["rendezvous"], rank=rank,
+        dist.init_process_group(spec["backend"], init_method="file://" + spec["rendezvous"], rank=rank,
                                 world_size=spec["world_size"], timeout=datetime.timedelta(seconds=spec["timeout_s"]))  # fmt: skip
         t0 = time.perf_counter()
         kw = {"max_bytes": spec["max_trace_bytes"]} if spec["max_trace_bytes"] else {}

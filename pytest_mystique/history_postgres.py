@@ -71,10 +71,9 @@ class PostgresHistoryStore:
 
     def record(self, run_uuid: str, result: dict) -> None:
         """Append one trace result (and its run's row, the first time) in one transaction."""
-        import psycopg
-
         now = _now()
-        con = self._connect()
+        con = self._connect()  # (first: it says so where psycopg is not installed)
+        import psycopg
         try:
             with con.transaction():
                 con.execute(f"INSERT INTO {PREFIX}runs ({', '.join(RUN_COLUMNS)}) VALUES "
@@ -90,10 +89,9 @@ class PostgresHistoryStore:
 
     def results(self, trace: str | None = None, limit: int = 1000) -> list[dict]:
         """Recent results, oldest first, optionally of one trace."""
+        con = self._connect()
         import psycopg
         from psycopg.rows import dict_row
-
-        con = self._connect()
         try:
             with con.cursor(row_factory=dict_row) as cur:
                 cur.execute(results_query(trace, "%s", PREFIX), (trace, limit) if trace else (limit,))

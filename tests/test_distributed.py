@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pytest_mystique.collectives import backend_for
 from pytest_mystique.distributed import rank_of, resolve_job
 from pytest_mystique.errors import TraceError
 from pytest_mystique.ops import load_op_library
@@ -147,3 +148,15 @@ def test_missing_peer_group_is_reported(tmp_path):
     s = json.loads(out.stdout)
     assert s["ops_skipped"] == 20
     assert all("process group 12345" in x["reason"] for x in s["skipped"])
+
+
+def test_ranks_sharing_a_gpu_run_their_collectives_through_gloo():
+    """NCCL takes one GPU per rank: an 8-rank job replayed on a 1-GPU machine failed every
+    collective with NCCL's "invalid usage" (seen on an H200). Ranks that share a GPU use gloo,
+    which moves CUDA tensors through host memory; ranks with GPUs of their own keep NCCL."""
+    import torch
+
+    gpu = torch.device("cuda", 0)
+    assert backend_for(gpu, shared_gpu=True) == "cpu:gloo,cuda:gloo"
+    assert backend_for(gpu) == "cpu:gloo,cuda:nccl"
+    assert backend_for(torch.device("cpu"), shared_gpu=True) == "gloo"

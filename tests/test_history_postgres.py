@@ -46,3 +46,17 @@ def test_unreachable_server_is_reported_and_the_run_goes_on(pytester):
     result.stdout.fnmatch_lines(["history not recorded: postgresql://someone:***@127.0.0.1:1/nowhere: cannot connect*"])
     assert "secret" not in result.stdout.str()
     assert redact(url) == "postgresql://someone:***@127.0.0.1:1/nowhere"
+
+
+def test_missing_psycopg_is_reported_and_the_run_goes_on(pytester, monkeypatch):
+    """Without psycopg (a host that installed pytest-mystique without its postgres extra) a
+    PostgreSQL history is not recorded, with the reason; the trace's verdict stands. Before, the
+    import escaped and errored the trace's item (seen on a GPU host with no psycopg)."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # (an import of it raises ImportError)
+    d = pytester.path / "traces"
+    d.mkdir()
+    shutil.copyfile(bundled("mlp_train"), d / "mlp_train.json.gz")
+    result = pytester.runpytest("--mystique", "traces", *FAST, "--mystique-history=postgresql://ci@127.0.0.1:1/perf")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["history not recorded: postgresql://ci@127.0.0.1:1/perf: a PostgreSQL history needs "
+                                 "psycopg: pip install 'pytest-mystique[[]postgres]'"])  # fmt: skip
