@@ -88,6 +88,7 @@ class PlannedOp:
     # inputs no replayed op makes that are views an op inside a replayed one made of an earlier
     # output -> that output (read through a view of it: Replay._view_of)
     views: dict[TensorRef, TensorRef] = field(default_factory=dict)
+    refused: str = ""  # for a substitute called where the recorded op failed: that op's error
 
 
 @dataclass(slots=True)
@@ -730,11 +731,12 @@ class Replay:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
                     self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target,
-                                               views=p.views))  # fmt: skip
+                                               views=p.views, refused=_reason(e)))  # fmt: skip
                     return
                 except Exception:  # noqa: BLE001 - report the original op's error below
                     pass
-            self.report.skipped[(p.node.name, _reason(e))] += 1
+            why = _reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {_reason(e)}"
+            self.report.skipped[(p.node.name, why)] += 1
             return
         torch._C._set_grad_enabled(False)
         self.probe_s += time.perf_counter() - t0
@@ -806,7 +808,8 @@ class Replay:
             values[i] = self.env[self._slot_for(values[i].ref)].item()
         self.report.notes["0-dim float64/int64 inputs that were Python numbers in the original (they did not promote "
                           "the result's type) are passed as numbers"] += 1  # fmt: skip
-        self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective, p.views))
+        self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective, p.views,
+                                   p.refused))
         return True
 
     def _bind(self, out: Any, value: Any, in_storages: set[int], op: str) -> int | tuple[int, ...] | None:

@@ -83,6 +83,24 @@ def _bn_backward(v: list) -> list:
 _SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 _SDPA_CPU_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
 
+
+def _sdpa_on_gpu(v: list) -> list:
+    # (query, key, value, dropout_p, is_causal, *, attn_mask, scale) -> the memory-efficient kernel's
+    # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
+    q, k, val, p, causal, mask, scale = v[:7]
+    return [q, k, val, mask, True, p, causal, scale]
+
+
+def _sdpa_backward_on_gpu(v: list) -> list:
+    # (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale) ->
+    # (grad_out_, query, key, value, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
+    #  grad_input_mask, is_causal, *, scale); the CPU kernel keeps no random state: the seed and
+    # offset are zeros (read only where dropout_p > 0, then as another draw of the mask)
+    g, q, k, val, out, lse, p, causal, mask, scale = v[:10]
+    seed = torch.zeros((), dtype=torch.int64)
+    return [g, q, k, val, mask, out, lse, seed, seed, p, [True, True, True, False], causal, scale]
+
+
 SUBSTITUTES: dict[str, Substitute] = {
     "aten::cudnn_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
     "aten::miopen_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
@@ -110,6 +128,12 @@ SUBSTITUTES: dict[str, Substitute] = {
     "aten::_scaled_dot_product_cudnn_attention": Substitute(_SDPA_CPU, renames={"attn_mask": "attn_bias"}),
     "aten::_scaled_dot_product_cudnn_attention_backward": Substitute(_SDPA_CPU_BACKWARD,
                                                                      renames={"attn_mask": "attn_bias"}),
+    # The other way, a CPU trace replayed on a GPU: the CPU's flash kernel has no GPU kernel, and
+    # the GPU's FlashAttention takes half precision only; the memory-efficient kernel computes the
+    # same attention in any floating type, and its backward the same gradients.
+    _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",)),
+    _SDPA_CPU_BACKWARD: Substitute("aten::_scaled_dot_product_efficient_attention_backward", _sdpa_backward_on_gpu,
+                                   kwonly=("scale",)),
 }
 
 

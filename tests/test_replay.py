@@ -1460,3 +1460,47 @@ def test_an_input_in_memory_that_a_later_allocation_took_is_not_the_earlier_tens
     mm = [s for s in replay.steps if s.name == "aten::mm"]
     assert len(mm) == 3 and linear_slots
     assert not any(slot in linear_slots for s in mm for _, slot in s.fills), "a backward mm reads the old tensor"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_cpu_attention_kernels_map_onto_a_gpu_kernel(causal):
+    """A CPU trace replayed on a GPU: the CPU's flash attention and its backward have no GPU
+    kernel, and the GPU's FlashAttention takes half precision only (a float32 Llama trace had 4 of
+    676 ops skipped on an H200). They map onto the memory-efficient kernels: the mapped arguments
+    fit those kernels' schemas, and the outputs the trace's consumers read (the attention, its
+    log-sum-exp; the three gradients) come in the same places with the same shapes. Checked on
+    the meta device, as the target kernels run on a GPU only."""
+    fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
+    q, k, v = (torch.empty(2, 4, 64, 32, device="meta") for _ in range(3))
+    want_out, want_lse = fwd(q, k, v, 0.0, causal)
+    want_grads = bwd(want_out, q, k, v, want_out, want_lse, 0.0, causal)
+
+    def call(op, values):
+        sub = substitute_for(op._schema.name)
+        mapped = sub.map([a.name for a in op._schema.arguments], values)
+        npos = len(mapped) - len(sub.kwnames)
+        return sub.target, sub.overload(*mapped[:npos], **dict(zip(sub.kwnames, mapped[npos:])))
+
+    target, (out, lse, *_) = call(fwd, [q, k, v, 0.0, causal, None, None])
+    assert target == "aten::_scaled_dot_product_efficient_attention"
+    assert out.shape == want_out.shape and lse.shape == want_lse.shape and lse.dtype == want_lse.dtype
+    target, grads = call(bwd, [want_out, q, k, v, want_out, want_lse, 0.0, causal, None, None])
+    assert target == "aten::_scaled_dot_product_efficient_attention_backward"
+    assert [g.shape for g in grads[:3]] == [g.shape for g in want_grads]
+
+
+def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
+    """Where the recorded op fails and so does its substitute, the skip gives the recorded op's
+    error, then the substitute's: the CPU attention kernel given keys of another head size says
+    so, not that the GPU kernel tried after it has no CPU kernel."""
+    data = extract_ops(read_json(corpus("llama_train.json.gz")), {"aten::_scaled_dot_product_flash_attention_for_cpu"})
+    node = next(n for n in data["nodes"] if n["name"] == "aten::_scaled_dot_product_flash_attention_for_cpu")
+    node["inputs"]["shapes"][1][-1] = 32  # keys of head size 32 against queries of 64
+    node["inputs"]["strides"][1] = [8192, 4096, 32, 1]
+    node["inputs"]["values"][1][3] = 16384
+    replay = Replay(parse_trace(data, "x"), "cpu").prepare()
+    [skip] = replay.report.skipped_list()
+    own, _, then = skip["reason"].partition("; its substitute aten::_scaled_dot_product_efficient_attention failed too: ")
+    assert skip["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu" and then, skip["reason"]
+    assert own.startswith("RuntimeError") and "CPU" not in own and "'CPU' backend" in then, skip["reason"]
