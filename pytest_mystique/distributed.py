@@ -152,8 +152,9 @@ class DistributedReplay:
             if device.type == "cuda":
                 device = torch.device("cuda", rank % max(1, gpus))
             spec = dict(rank=rank, world_size=self.world_size, file=str(self.files[rank]), device=str(device),
-                        backend=backend_for(device, shared), seed=self.seed, max_memory=self.max_memory, threads=self.threads, rendezvous=rendezvous,
-                        max_trace_bytes=self.max_trace_bytes, timeout_s=COLLECTIVE_TIMEOUT_S)  # fmt: skip
+                        backend=backend_for(device, shared), seed=self.seed, max_memory=self.max_memory,
+                        threads=self.threads, rendezvous=rendezvous, max_trace_bytes=self.max_trace_bytes,
+                        timeout_s=COLLECTIVE_TIMEOUT_S)  # fmt: skip
             proc = ctx.Process(target=rank_main, args=(spec, theirs), daemon=True, name=f"mystique-rank-{rank}")
             proc.start()
             theirs.close()
