@@ -798,8 +798,8 @@ class Replay:
         tensor makes the result float64. When an output's type differs from the recorded one and
         the op has such inputs, the step is built again with them passed as numbers (their seeded
         values); returns whether it was."""
-        wrapped = [i for i, v in enumerate(p.values) if isinstance(v, TensorArg) and v.ref.shape == ()
-                   and v.ref.dtype in ("float64", "int64", "complex128") and self._produced_slot(v.ref) is None]  # fmt: skip
+        wrapped = [i for i, v in enumerate(p.values)
+                   if isinstance(v, TensorArg) and _may_be_number(v.ref) and self._produced_slot(v.ref) is None]
         if not wrapped or not any(isinstance(out, TensorRef) and out.defined and isinstance(r, torch.Tensor)
                                   and str(r.dtype)[6:] != out.dtype for out, r in zip(p.node.outputs, results)):  # fmt: skip
             return False
@@ -1179,18 +1179,28 @@ def _same_tensor(v: Any, made: set, placed: dict) -> Any:
     unpacks a tensor saved for the backward pass (a ReLU's or softmax's result) as a new tensor
     with an id of its own. Bound to the output, the backward op reads the memory the forward op
     wrote and keeps it alive until then, as in the original; bound to a fresh input, it would
-    read other memory, and the replay would hold a permanent copy of every such activation."""
+    read other memory, and the replay would hold a permanent copy of every such activation. A 0-dim
+    tensor of a Python number's types is left alone: a number the program passed (``x * 2.5``) is
+    wrapped into one outside the ops, often where a freed 0-dim output of that type lay, with its
+    storage id; read as that output, it would no longer be passed as a number (the result turned
+    float64)."""
     if isinstance(v, TensorArg):
         ref = v.ref
-        if ref.key not in made:
+        if ref.key not in made and not _may_be_number(ref):
             hit = placed.get(ref.placement)
             if hit is not None:
                 return TensorArg(hit)
     elif isinstance(v, TensorListArg):
-        refs = [r if r is None or r.key in made else placed.get(r.placement, r) for r in v.refs]
+        refs = [r if r is None or r.key in made or _may_be_number(r) else placed.get(r.placement, r) for r in v.refs]
         if refs != v.refs:
             return TensorListArg(refs)
     return v
+
+
+def _may_be_number(ref: TensorRef) -> bool:
+    """``ref`` may be a Python number the program passed where the op takes a tensor (wrapped into
+    a 0-dim tensor of its type: float64, int64, complex128)."""
+    return ref.shape == () and ref.dtype in ("float64", "int64", "complex128")
 
 
 def _refs(v: Any) -> list[TensorRef]:

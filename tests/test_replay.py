@@ -1504,3 +1504,29 @@ def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
     own, _, then = skip["reason"].partition("; its substitute aten::_scaled_dot_product_efficient_attention failed too: ")
     assert skip["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu" and then, skip["reason"]
     assert own.startswith("RuntimeError") and "CPU" not in own and "'CPU' backend" in then, skip["reason"]
+
+
+def test_a_number_wrapped_where_a_freed_output_lay_is_still_a_number(tmp_path):
+    """``idx.mul(2.5)`` after a float64 ``sum`` was freed: the 2.5, wrapped as a 0-dim float64
+    tensor outside the ops, takes the freed output's address and storage id. Taken for that output
+    (a tensor read through another object), it was no longer passed as a number, and the product
+    came out float64 instead of float32. It is left an input, passed as a number."""
+    v, idx = torch.randn(16, dtype=torch.float64), torch.arange(16)
+
+    def step():
+        keep = []
+        for _ in range(12):
+            s = v.sum()
+            keep.append(float(s))
+            del s
+            keep.append(idx.mul(2.5).sum())
+
+    replay = _captured(tmp_path, "number", step)
+    trace = replay.trace
+    sums = {o.storage_id for n in trace.nodes if n.name == "aten::sum" for o in n.outputs}
+    numbers = {n.inputs[1].storage_id for n in trace.nodes if n.name == "aten::mul"}
+    assert sums & numbers, "the allocator put no wrapped number where a sum's output had been"
+    assert not any("differs from the trace" in n for n in replay.report.notes), replay.report.notes
+    dtypes = set()
+    replay.run(lambda s, r: dtypes.add(r.dtype) if s.name == "aten::mul" else None)
+    assert dtypes == {torch.float32}
