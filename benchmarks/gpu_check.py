@@ -15,6 +15,9 @@ Multi-rank jobs (``--jobs``) run their ranks on the GPUs there are, each in a ti
 
     python benchmarks/gpu_check.py [--device cuda:0] [--iters 20] [--jobs] [TRACE ...]
 
+(--jobs runs the folders of ../shared/corpus/multirank; a lone rank's file of a larger job given as
+TRACE is reported as such.)
+
 Without a GPU it says so and ends (exit code 2): nothing here runs on the CPU.
 """
 
@@ -33,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_mystique.distributed import resolve_job  # noqa: E402
+from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
 from pytest_mystique.measure import measure  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.runner import Options, prepare_file  # noqa: E402
@@ -76,6 +79,8 @@ def wall_samples(replay, device: torch.device, iters: int) -> list[float]:
 
 def check_trace(path: Path, device: str, iters: int) -> dict:
     replay, load_s = prepare_file(path, Options(device=device))
+    if isinstance(replay, DistributedReplay):  # (a lone rank's file of a job of several ranks)
+        raise ValueError(f"a job of {replay.world_size} ranks: give its folder with --jobs")
     dev = replay.device
     base = torch.cuda.memory_allocated(dev)
     m = measure(replay, iters=iters)
@@ -152,6 +157,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s): "
           f"{torch.cuda.get_device_name(0)}")  # fmt: skip
     paths = [Path(p) for p in args.traces] or sorted(CORPUS.glob("*.json.gz")) + sorted((ROOT / "traces").glob("*.json.gz"))
+    paths = [p for p in paths if not p.is_dir()]
     rows = []
     for path in paths:
         try:
@@ -170,7 +176,8 @@ def main() -> int:
     sel, repl = sum(r["sel"] for r in rows), sum(r["repl"] for r in rows)
     print(f"coverage on {args.device}: {repl}/{sel} selected ops replayed; traces that failed: {len(paths) - len(rows)}")
     if args.jobs:
-        for job in sorted(p for p in (CORPUS / "multirank").iterdir() if p.is_dir()):
+        jobs = CORPUS / "multirank"
+        for job in sorted(p for p in jobs.iterdir() if p.is_dir()) if jobs.is_dir() else ():
             print(check_job(job, args.device, 5, args.job_limit), flush=True)
     return 0
 

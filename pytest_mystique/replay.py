@@ -37,7 +37,15 @@ from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, pa
 from .packed import is_packed_linear, packed_linear
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
-from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
+from .tensors import (
+    TensorFactory,
+    definite_inputs,
+    float_ranges,
+    index_ranges,
+    integer_divisor,
+    torch_dtype,
+    value_sources,
+)
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -245,7 +253,7 @@ class Replay:
                 allocated([r for out in node.outputs for r in _refs_of_value(out)], storages_of(node.inputs), False)
                 continue
             planned_ids.add(node.id)
-            same = [_same_tensor(v, made, placed) for v in p.values]
+            same = [_same_tensor(v, made, placed, p.values) for v in p.values]
             for before, after in zip(p.values, same):
                 if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
                     for old, new in zip(_refs(before), _refs(after)):
@@ -727,15 +735,15 @@ class Replay:
                 self.report.ops_replayed += 1
                 self.report.substitutions[(p.node.name, NO_EFFECT)] += 1
                 return
+            why = _reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {_reason(e)}"
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
                     self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target,
                                                views=p.views, refused=_reason(e)))  # fmt: skip
                     return
-                except Exception:  # noqa: BLE001 - report the original op's error below
-                    pass
-            why = _reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {_reason(e)}"
+                except Exception as m:  # noqa: BLE001 - the substitute does not fit these arguments
+                    why = f"{why}; its substitute {alt.target} does not fit: {_reason(m)}"
             self.report.skipped[(p.node.name, why)] += 1
             return
         torch._C._set_grad_enabled(False)
@@ -1172,7 +1180,7 @@ def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, 
     return None
 
 
-def _same_tensor(v: Any, made: set, placed: dict) -> Any:
+def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:
     """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
     earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
     output. The original program read the output itself through another tensor object: autograd
@@ -1180,18 +1188,20 @@ def _same_tensor(v: Any, made: set, placed: dict) -> Any:
     with an id of its own. Bound to the output, the backward op reads the memory the forward op
     wrote and keeps it alive until then, as in the original; bound to a fresh input, it would
     read other memory, and the replay would hold a permanent copy of every such activation. A 0-dim
-    tensor of a Python number's types is left alone: a number the program passed (``x * 2.5``) is
-    wrapped into one outside the ops, often where a freed 0-dim output of that type lay, with its
-    storage id; read as that output, it would no longer be passed as a number (the result turned
-    float64)."""
+    tensor that may be a Python number the program passed (``idx * 2.5``), beside a tensor of a
+    lower kind (integer beside floating), is left alone: wrapped outside the ops, a number often
+    lies where a freed 0-dim output of its type lay, with its storage id, and read as that output
+    it would no longer be passed as a number (the product turned float64). Elsewhere a tensor and
+    a number give the same type, and a saved 0-dim result (a float64 loss's square root) stays
+    linked to the op that made it."""
     if isinstance(v, TensorArg):
         ref = v.ref
-        if ref.key not in made and not _may_be_number(ref):
+        if ref.key not in made and not _promotes_as_tensor(ref, values):
             hit = placed.get(ref.placement)
             if hit is not None:
                 return TensorArg(hit)
     elif isinstance(v, TensorListArg):
-        refs = [r if r is None or r.key in made or _may_be_number(r) else placed.get(r.placement, r) for r in v.refs]
+        refs = [r if r is None or r.key in made else placed.get(r.placement, r) for r in v.refs]
         if refs != v.refs:
             return TensorListArg(refs)
     return v
@@ -1201,6 +1211,22 @@ def _may_be_number(ref: TensorRef) -> bool:
     """``ref`` may be a Python number the program passed where the op takes a tensor (wrapped into
     a 0-dim tensor of its type: float64, int64, complex128)."""
     return ref.shape == () and ref.dtype in ("float64", "int64", "complex128")
+
+
+def _kind_rank(dtype: str) -> int:
+    """Type promotion's order of kinds: bool < integer < floating < complex."""
+    t = torch_dtype(dtype)
+    return 3 if t.is_complex else 2 if t.is_floating_point else 0 if t == torch.bool else 1
+
+
+def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
+    """``ref`` may be a Python number (:func:`_may_be_number`) that, read as a tensor instead,
+    would change the op's result type: another tensor argument is of a lower kind (a 0-dim
+    float64 tensor makes an int64 product float64; the number 2.5 makes it the default float)."""
+    if not _may_be_number(ref):
+        return False
+    rank = _kind_rank(ref.dtype)
+    return any(_kind_rank(r.dtype) < rank for v in values for r in _refs(v) if r is not ref)
 
 
 def _refs(v: Any) -> list[TensorRef]:

@@ -84,10 +84,22 @@ _SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 _SDPA_CPU_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
 
 
+def _unpadded(query) -> None:
+    """The memory-efficient kernel pads its log-sum-exp to a multiple of 32 positions: for other
+    lengths it would not have the recorded shape, the forward's could not reach the backward, and
+    the backward would read a seeded one. Such a length is refused (the op is skipped, with both
+    reasons)."""
+    shape = query.ref.shape if hasattr(query, "ref") else tuple(query.shape)
+    if len(shape) >= 2 and shape[-2] % 32:
+        raise ValueError(f"the memory-efficient kernel pads the log-sum-exp of {shape[-2]} positions to a "
+                         f"multiple of 32, unlike the recorded one")  # fmt: skip
+
+
 def _sdpa_on_gpu(v: list) -> list:
     # (query, key, value, dropout_p, is_causal, *, attn_mask, scale) -> the memory-efficient kernel's
     # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
     q, k, val, p, causal, mask, scale = v[:7]
+    _unpadded(q)
     return [q, k, val, mask, True, p, causal, scale]
 
 
@@ -97,6 +109,7 @@ def _sdpa_backward_on_gpu(v: list) -> list:
     #  grad_input_mask, is_causal, *, scale); the CPU kernel keeps no random state: the seed and
     # offset are zeros (read only where dropout_p > 0, then as another draw of the mask)
     g, q, k, val, out, lse, p, causal, mask, scale = v[:10]
+    _unpadded(q)
     seed = torch.zeros((), dtype=torch.int64)
     return [g, q, k, val, mask, out, lse, seed, seed, p, [True, True, True, False], causal, scale]
 
@@ -130,7 +143,7 @@ SUBSTITUTES: dict[str, Substitute] = {
                                                                      renames={"attn_mask": "attn_bias"}),
     # The other way, a CPU trace replayed on a GPU: the CPU's flash kernel has no GPU kernel, and
     # the GPU's FlashAttention takes half precision only; the memory-efficient kernel computes the
-    # same attention in any floating type, and its backward the same gradients.
+    # same attention in float32 too (and half precision), and its backward the same gradients.
     _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",)),
     _SDPA_CPU_BACKWARD: Substitute("aten::_scaled_dot_product_efficient_attention_backward", _sdpa_backward_on_gpu,
                                    kwonly=("scale",)),

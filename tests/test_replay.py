@@ -1488,6 +1488,13 @@ def test_the_cpu_attention_kernels_map_onto_a_gpu_kernel(causal):
     target, grads = call(bwd, [want_out, q, k, v, want_out, want_lse, 0.0, causal, None, None])
     assert target == "aten::_scaled_dot_product_efficient_attention_backward"
     assert [g.shape for g in grads[:3]] == [g.shape for g in want_grads]
+    # That kernel pads its log-sum-exp to a multiple of 32 positions: for 37 the forward's would
+    # not reach the backward, which would read a seeded one. Such lengths are refused.
+    q37 = torch.empty(2, 4, 37, 32, device="meta")
+    for op, values in ((fwd, [q37] * 3 + [0.0, causal, None, None]), (bwd, [q37] * 6 + [0.0, causal, None, None])):
+        names = [a.name for a in op._schema.arguments]
+        with pytest.raises(ValueError, match="pads the log-sum-exp of 37 positions to a multiple of 32"):
+            substitute_for(op._schema.name).map(names, values)
 
 
 def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
@@ -1530,3 +1537,18 @@ def test_a_number_wrapped_where_a_freed_output_lay_is_still_a_number(tmp_path):
     dtypes = set()
     replay.run(lambda s, r: dtypes.add(r.dtype) if s.name == "aten::mul" else None)
     assert dtypes == {torch.float32}
+
+
+def test_a_saved_zero_dim_float64_result_stays_linked_to_its_op(tmp_path):
+    """The other side of the rule above: a float64 model's loss, ``sqrt`` of a mean, saves its
+    0-dim float64 result, which the backward reads under another id at the same place. Beside
+    float64 tensors a number and a tensor give the same type, so nothing says it was a number: it
+    stays the forward's output, not a seeded input (the gradient then scales by the loss itself)."""
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(16, dtype=torch.float64)
+
+    def step():
+        ((w * x) ** 2).mean().sqrt().backward()
+
+    replay = _captured(tmp_path, "rmse", step)
+    assert [ref.shape for ref, _ in replay.inputs() if ref.shape == ()] == []
