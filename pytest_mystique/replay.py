@@ -37,15 +37,7 @@ from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, pa
 from .packed import is_packed_linear, packed_linear
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
-from .tensors import (
-    TensorFactory,
-    definite_inputs,
-    float_ranges,
-    index_ranges,
-    integer_divisor,
-    torch_dtype,
-    value_sources,
-)
+from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
 from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -1214,9 +1206,10 @@ def _may_be_number(ref: TensorRef) -> bool:
 
 
 def _kind_rank(dtype: str) -> int:
-    """Type promotion's order of kinds: bool < integer < floating < complex."""
-    t = torch_dtype(dtype)
-    return 3 if t.is_complex else 2 if t.is_floating_point else 0 if t == torch.bool else 1
+    """Type promotion's order of kinds, by the dtype's name: bool < integer < floating < complex."""
+    if dtype.startswith("complex"):
+        return 3
+    return 2 if dtype.startswith(("float", "bfloat")) else 0 if dtype == "bool" else 1
 
 
 def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
