@@ -38,25 +38,18 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
 from pytest_mystique.measure import measure  # noqa: E402
+from pytest_mystique.memory import _refs as tensor_refs  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
+from pytest_mystique.report import format_table  # noqa: E402
 from pytest_mystique.runner import Options, prepare_file  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
-from pytest_mystique.trace import TensorRef, trace_stem  # noqa: E402
+from pytest_mystique.trace import trace_stem  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
 def recorded_devices(trace) -> set[str]:
-    found: set[str] = set()
-    stack = [v for n in trace.nodes for v in (*n.inputs, *n.outputs)]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, TensorRef):
-            if v.defined and v.device:
-                found.add(v.device)
-        elif hasattr(v, "items"):
-            stack.extend(v.items)
-    return found
+    return {ref.device for n in trace.nodes for ref in tensor_refs((*n.inputs, *n.outputs)) if ref.device}
 
 
 def replay_devices(replay) -> set[str]:
@@ -166,10 +159,7 @@ def main() -> int:
             print(f"# {path.name}: FAILED {type(e).__name__}: {e}")
             traceback.print_exc(limit=4)
     head = [k for k in (rows[0] if rows else {}) if not k.startswith("_")]
-    table = [head] + [[str(r[k]) for k in head] for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    for r in table:
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    print("\n".join(format_table([head] + [[str(r[k]) for k in head] for r in rows])))
     for r in rows:
         for line in r["_skips"] + r["_subs"] + r["_notes"]:
             print(f"# {r['name']}: {line}")
