@@ -198,11 +198,18 @@ class Replay:
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
+        # on a GPU, for a trace recorded on one: its host tensors stay in host memory (set by _plan)
+        self._host_kept = False
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
         ops = select_ops(self.trace)
         self.report.ops_total = len(ops)
+        # A trace recorded on a GPU replayed on one: the tensors it had in host memory (a batch
+        # before its copy to the device, a count) stay there, and the copies between them stay
+        # copies. A CPU trace replayed on a GPU has all of its tensors there.
+        self._host_kept = self.device.type != "cpu" and any(
+            ref.device != "cpu" for n in ops for v in (*n.inputs, *n.outputs) for ref in _refs_of_value(v))
         planned = []
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
@@ -405,6 +412,8 @@ class Replay:
                 kwnames.append(arg.name)
             elif kwnames:
                 raise Unsupported("positional argument after keyword-only ones")
+        if self.device.type != "cpu":
+            self._place_on_host(node.name, names, values)
         for ref, rng in index_ranges(node, names).items():
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
@@ -418,8 +427,18 @@ class Replay:
             if note:
                 self.report.notes[note] += 1
         if alt is not None:
-            return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.target)
+            return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _place_on_host(self, op: str, names: list[str], values: list) -> None:
+        """On a GPU: the allocations of the op's host tensors (where the trace's are kept there),
+        and of its arguments that a GPU kernel reads in host memory (:data:`HOST_ARGS`), are made
+        in host memory."""
+        host_arg = HOST_ARGS.get(op)
+        for name, v in zip(names, values):
+            for ref in _refs(v):
+                if (self._host_kept and ref.device == "cpu") or name == host_arg:
+                    self.factory.host.add((ref.storage_id, ref.dtype))
 
     @staticmethod
     def _resolve(node: Node) -> tuple[Any, tuple[ArgSpec, ...], Any]:
@@ -512,6 +531,8 @@ class Replay:
         if t in ("ScalarType", "Layout", "MemoryFormat"):
             return enum_from_code(t, v)
         if t == "Device":
+            if v == "cpu" and self._host_kept:
+                return torch.device("cpu")
             return self.device if isinstance(v, str) else v
         if t in ("int", "SymInt"):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -731,7 +752,8 @@ class Replay:
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
-                    self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames, substitution=alt.target,
+                    self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames,
+                                               substitution=alt.describe(list(p.values)),
                                                views=p.views, refused=_reason(e)))  # fmt: skip
                     return
                 except Exception as m:  # noqa: BLE001 - the substitute does not fit these arguments
@@ -1220,6 +1242,12 @@ def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
         return False
     rank = _kind_rank(ref.dtype)
     return any(_kind_rank(r.dtype) < rank for v in values for r in _refs(v) if r is not ref)
+
+
+#: Arguments that the ops' GPU kernels read in host memory: a packed sequence's lengths and batch
+#: sizes (on a GPU, ``pack_padded_sequence`` needs its lengths on the CPU).
+HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequence": "batch_sizes",
+             **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
 
 
 def _refs(v: Any) -> list[TensorRef]:

@@ -11,9 +11,11 @@ substitute's.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,6 +30,11 @@ class Substitute:
     # with ``args``: the names of the keyword-only arguments its list ends with (an out= overload's
     # outputs); without, they are read from the target's schema
     kwonly: tuple[str, ...] = ()
+    # a few ops around the target that make the arguments fit it and its results the recorded ones
+    # (called with the target's arguments; see :class:`Composite`), and what they add to the
+    # target's work for these recorded values ("" for none), which the report lists with it
+    around: Callable[..., Any] | None = None
+    adds: Callable[[list], str] | None = None
 
     @property
     def overload(self):
@@ -35,7 +42,13 @@ class Substitute:
             return None
         ns, rest = self.target.split("::")
         name, _, overload = rest.partition(".")
-        return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+        op = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+        return op if self.around is None else Composite(op, self.around)
+
+    def describe(self, values: list) -> str:
+        """The substitute as the report names it, for the recorded argument ``values``."""
+        extra = self.adds(values) if self.adds is not None else ""
+        return f"{self.target} ({extra})" if extra else self.target
 
     @property
     def kwnames(self) -> tuple[str, ...]:
@@ -60,6 +73,18 @@ class Substitute:
             else:
                 raise ValueError(f"{self.target} needs {arg.name!r}, which the trace does not record")
         return out
+
+
+class Composite:
+    """A substitute that calls its target between a few ops of its own, with the target's schema
+    (what the replay reads: the arguments it writes, its outputs). ``call(op, *args, **kwargs)``."""
+
+    def __init__(self, op, call: Callable[..., Any]):
+        self._schema = op._schema
+        self._op = functools.partial(call, op)
+
+    def __call__(self, *args, **kwargs):
+        return self._op(*args, **kwargs)
 
 
 def _conv_nd(v: list) -> list:
@@ -93,6 +118,40 @@ def _unpadded(query) -> None:
     if len(shape) >= 2 and shape[-2] % 32:
         raise ValueError(f"the memory-efficient kernel pads the log-sum-exp of {shape[-2]} positions to a "
                          f"multiple of 32, unlike the recorded one")  # fmt: skip
+
+
+def _shape(t) -> tuple[int, ...]:
+    return t.ref.shape if hasattr(t, "ref") else tuple(t.shape)
+
+
+def _groups(query, key) -> int:
+    """Query heads per key head: more than 1 under grouped-query attention (Llama's 4 query
+    heads sharing 2 key/value heads), which the CPU flash kernel takes and the memory-efficient
+    kernel does not."""
+    q, k = _shape(query), _shape(key)
+    return q[-3] // k[-3] if len(q) >= 3 and len(k) >= 3 and k[-3] and q[-3] % k[-3] == 0 else 1
+
+
+def _repeated_heads(query, key) -> str:
+    g = _groups(query, key)
+    return f"keys and values repeated to the query's heads, x{g}" if g > 1 else ""
+
+
+def _efficient_gqa(op, q, k, v, *args, **kwargs):
+    # the keys and values of each group repeated to its query heads (as SDPA's enable_gqa does)
+    g = _groups(q, k)
+    if g > 1:
+        k, v = k.repeat_interleave(g, -3), v.repeat_interleave(g, -3)
+    return op(q, k, v, *args, **kwargs)
+
+
+def _efficient_gqa_backward(op, grad, q, k, v, *args, **kwargs):
+    # the gradients of the repeated keys and values summed back over each group
+    g = _groups(q, k)
+    if g == 1:
+        return op(grad, q, k, v, *args, **kwargs)
+    gq, gk, gv, gb = op(grad, q, k.repeat_interleave(g, -3), v.repeat_interleave(g, -3), *args, **kwargs)
+    return gq, gk.unflatten(-3, (-1, g)).sum(-3), gv.unflatten(-3, (-1, g)).sum(-3), gb
 
 
 def _sdpa_on_gpu(v: list) -> list:
@@ -144,9 +203,12 @@ SUBSTITUTES: dict[str, Substitute] = {
     # The other way, a CPU trace replayed on a GPU: the CPU's flash kernel has no GPU kernel, and
     # the GPU's FlashAttention takes half precision only; the memory-efficient kernel computes the
     # same attention in float32 too (and half precision), and its backward the same gradients.
-    _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",)),
+    # Under grouped-query attention its keys and values are repeated to the query's heads around it.
+    _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",),
+                          around=_efficient_gqa, adds=lambda v: _repeated_heads(v[0], v[1])),
     _SDPA_CPU_BACKWARD: Substitute("aten::_scaled_dot_product_efficient_attention_backward", _sdpa_backward_on_gpu,
-                                   kwonly=("scale",)),
+                                   kwonly=("scale",), around=_efficient_gqa_backward,
+                                   adds=lambda v: _repeated_heads(v[1], v[2])),
 }
 
 

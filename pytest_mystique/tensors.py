@@ -421,6 +421,9 @@ class TensorFactory:
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
+    # allocations made in host memory although the replay runs on a GPU: a GPU trace's host tensors
+    # (a batch before its copy to the device), arguments a GPU kernel reads on the host
+    host: set[tuple[int, str]] = field(default_factory=set)
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -490,15 +493,16 @@ class TensorFactory:
         key = (ref.storage_id, ref.dtype)
         base = self._storages.get(key)
         nbytes = max(self.storage_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
+        device = torch.device("cpu") if key in self.host else self.device
         if base is None or base.numel() < nbytes:
-            base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            base = torch.empty(nbytes, dtype=torch.uint8, device=device)
             self._storages[key] = base
             if ref in self.sparse and nbytes >= UNTOUCHED_MIN_BYTES and self.device.type == "cpu":
                 # A large embedding table a lookup reads row by row: left as the OS gives a large
                 # allocation (zero pages, committed only where a row is touched), not filled.
                 self.untouched_bytes[key] = nbytes
                 _no_huge_pages(base)
-            whole = torch.empty(0, dtype=dtype, device=self.device)
+            whole = torch.empty(0, dtype=dtype, device=device)
             whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
             self.fill(whole, ref)
             self._constrained[key] = self._has_requirement(ref)
@@ -506,7 +510,7 @@ class TensorFactory:
             made = True
         else:
             made = False
-        t = torch.empty(0, dtype=dtype, device=self.device)
+        t = torch.empty(0, dtype=dtype, device=device)
         t.set_(base.untyped_storage(), ref.offset, ref.shape, ref.layout_strides())
         rng = self.ranges.get(ref)
         if rng is not None and rng.kind == "uniform":
@@ -542,6 +546,11 @@ class TensorFactory:
             return
         if ref in self.zeros:
             t.zero_()
+            return
+        if t.device != self.device:  # a host allocation (see ``host``): drawn as on the device, copied over
+            drawn = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+            self.fill(drawn, ref, rng)
+            t.copy_(drawn)
             return
         if self._generator is None:
             self._generator = torch.Generator(device=self.device)

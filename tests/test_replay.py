@@ -509,6 +509,36 @@ def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
     replay.run()
 
 
+def test_host_tensors_stay_in_host_memory_on_a_gpu(tmp_path, resnet_ddp):
+    """Planned for a device other than the CPU (here ``meta``, which needs no GPU): a trace recorded
+    on a GPU keeps the tensors it had in host memory there (the DDP ResNet's 0-dim counts and
+    scales), so a copy between host and device stays one; a CPU trace's tensors all go to the
+    device, except the arguments a GPU kernel reads on the host (a packed sequence's lengths,
+    which ``pack_padded_sequence`` refuses on a GPU). On the CPU nothing is marked."""
+    trace = parse_trace(resnet_ddp, "resnet_ddp")
+    replay = Replay(trace, "meta")
+    planned = replay._plan()
+    refs = [ref for p in planned for v in p.values for ref in (getattr(v, "refs", None) or [getattr(v, "ref", None)])
+            if ref is not None]  # fmt: skip
+    on_host = {(r.storage_id, r.dtype) for r in refs if r.device == "cpu"}
+    on_gpu = {(r.storage_id, r.dtype) for r in refs if r.device.startswith("cuda")}
+    assert replay._host_kept and on_host and on_gpu
+    assert replay.factory.host == on_host and not on_host & on_gpu
+    lstm, x, lengths = torch.nn.LSTM(8, 16, batch_first=True), torch.randn(5, 12, 8), torch.tensor([12, 9, 9, 4, 1])
+    capture_step(lambda: lstm(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)),
+                 tmp_path / "packed.json.gz", warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    trace = load_trace(tmp_path / "packed.json.gz")
+    replay = Replay(trace, "meta")
+    planned = replay._plan()
+    [pack] = [p for p in planned if p.node.name == "aten::_pack_padded_sequence"]
+    [lstm_op] = [p for p in planned if p.node.name == "aten::lstm"]  # its .data overload: (data, batch_sizes, ...)
+    keys = {(v.ref.storage_id, v.ref.dtype) for v in (pack.values[1], lstm_op.values[1])}
+    assert not replay._host_kept and replay.factory.host == keys and len(keys) == 2
+    cpu = Replay(trace, "cpu")
+    cpu._plan()
+    assert not cpu.factory.host
+
+
 def test_batch_norm_statistics_keep_relu_activations_mixed():
     """The CNN's first block (convolution, batch norm with its running statistics, ReLU): every
     channel after the ReLU holds both zeros and positive values, as in the original model (37-64%
@@ -1497,6 +1527,40 @@ def test_the_cpu_attention_kernels_map_onto_a_gpu_kernel(causal):
             substitute_for(op._schema.name).map(names, values)
 
 
+def test_grouped_query_attention_maps_onto_the_gpu_kernel_with_its_heads_repeated():
+    """Llama's attention has 4 query heads sharing 2 key/value heads, which the CPU flash kernel
+    takes and the GPU's memory-efficient kernel refuses. Around that kernel the keys and values
+    are repeated to the query's heads, and the gradients of the repeats summed back over each
+    group; the report names the repeat. The shapes are checked on the meta device against the
+    CPU kernel's; the repeat-and-sum's values on the CPU, with the CPU kernel (which does the
+    same attention on repeated heads) standing in for the GPU one."""
+    fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
+    names = ([a.name for a in fwd._schema.arguments], [a.name for a in bwd._schema.arguments])
+    sub_f, sub_b = substitute_for(fwd._schema.name), substitute_for(bwd._schema.name)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, grad = (torch.randn(*s, generator=gen) for s in ((2, 4, 64, 32), (2, 2, 64, 32), (2, 2, 64, 32), (2, 4, 64, 32)))
+    out, lse = fwd(q, k, v, 0.0, True)
+    want = bwd(grad, q, k, v, out, lse, 0.0, True)
+    meta = [t.to("meta") for t in (q, k, v, grad, out, lse)]
+    mq, mk, mv, mg, mo, ml = meta
+    f_args = sub_f.map(names[0], [mq, mk, mv, 0.0, True, None, None])
+    m_out, m_lse, *_ = sub_f.overload._op(*f_args[:-1], scale=f_args[-1])
+    assert (m_out.shape, m_lse.shape) == (out.shape, lse.shape)
+    b_args = sub_b.map(names[1], [mg, mq, mk, mv, mo, ml, 0.0, True, None, None])
+    m_grads = sub_b.overload._op(*b_args[:-1], scale=b_args[-1])
+    assert [g.shape for g in m_grads[:3]] == [g.shape for g in want]
+    repeat = "(keys and values repeated to the query's heads, x2)"
+    assert sub_f.describe([mq, mk, mv]) == f"aten::_scaled_dot_product_efficient_attention {repeat}"
+    assert sub_b.describe([mg, mq, mk, mv]).endswith(f"_backward {repeat}")
+    assert sub_f.describe([mq, mq, mq]) == "aten::_scaled_dot_product_efficient_attention"  # one group: no repeat
+    # The values: the same attention and gradients as the CPU kernel's own grouped-query ones.
+    got_out, got_lse = sub_f.around(fwd, q, k, v, 0.0, True)
+    torch.testing.assert_close((got_out, got_lse), (out, lse))
+    got = sub_b.around(lambda *a: (*bwd(*a), None), grad, q, k, v, out, lse, 0.0, True)
+    torch.testing.assert_close(got[:3], want)
+
+
 def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
     """Where the recorded op fails and so does its substitute, the skip gives the recorded op's
     error, then the substitute's: the CPU attention kernel given keys of another head size says
@@ -1508,7 +1572,8 @@ def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
     node["inputs"]["values"][1][3] = 16384
     replay = Replay(parse_trace(data, "x"), "cpu").prepare()
     [skip] = replay.report.skipped_list()
-    own, _, then = skip["reason"].partition("; its substitute aten::_scaled_dot_product_efficient_attention failed too: ")
+    own, _, then = skip["reason"].partition("; its substitute aten::_scaled_dot_product_efficient_attention "
+                                            "(keys and values repeated to the query's heads, x2) failed too: ")
     assert skip["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu" and then, skip["reason"]
     assert own.startswith("RuntimeError") and "CPU" not in own and "'CPU' backend" in then, skip["reason"]
 
