@@ -1312,6 +1312,28 @@ def test_straight_line_iteration_computes_what_the_loop_computes(name):
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
 
+def test_straight_line_iteration_of_more_ops_than_a_bytecode_argument_holds():
+    """A trace of 70,000 ops: its timed iteration has 140,000 globals (the ops, their constant
+    arguments) and 70,000 locals, past the 65,536 that a bytecode argument holds without an
+    extension. It computes what the steps compute: a chain of additions whose sum lands in the
+    input it writes in place."""
+    from pytest_mystique.replay import Step
+    from pytest_mystique.straightline import straight_line
+
+    n = 70_000
+    env: list = [torch.zeros((), dtype=torch.float64)]
+    steps = []
+    for i in range(n):
+        env.append(None)
+        prev = i  # slot 0 is the input; step i writes slot i + 1
+        steps.append(Step(torch.add, [None, 0.5 + (i % 3)], [(0, prev)], [], 2, (), [(0, i + 1)], True, out=i + 1))
+    steps.append(Step(torch.Tensor.copy_, [None, None], [(0, 0), (1, n)], [], 2, (), [], True))
+    line = straight_line(steps, {0}, env)
+    assert len(line.fn.__globals__) > 2 * n and line.fn.__code__.co_nlocals > n
+    line.fn()
+    assert env[0].item() == sum(0.5 + (i % 3) for i in range(n))
+
+
 def test_straight_line_source_holds_no_text_from_the_trace():
     """The trace's strings (op names, keyword names, string arguments) reach the generated function
     through its namespace: its source has no string literal at all, only generated names."""
