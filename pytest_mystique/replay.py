@@ -210,7 +210,7 @@ class Replay:
         # before its copy to the device, a count) stay there, and the copies between them stay
         # copies. A CPU trace replayed on a GPU has all of its tensors there.
         self._host_kept = self.device.type != "cpu" and any(
-            ref.device != "cpu" for n in ops for v in (*n.inputs, *n.outputs) for ref in _refs_of_value(v))
+            ref.device not in ("cpu", "meta") for n in ops for v in (*n.inputs, *n.outputs) for ref in _refs_of_value(v))
         planned = []
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
@@ -432,14 +432,15 @@ class Replay:
         return PlannedOp(node, overload, values, tuple(kwnames))
 
     def _place_on_host(self, op: str, names: list[str], values: list) -> None:
-        """On a GPU: the allocations of the op's host tensors (where the trace's are kept there),
-        and of its arguments that a GPU kernel reads in host memory (:data:`HOST_ARGS`), are made
-        in host memory."""
+        """On a GPU: the op's tensors that the trace had in host memory (where they are kept
+        there), and its arguments that a GPU kernel reads in host memory (:data:`HOST_ARGS`), are
+        made in host memory. (An op that reads such an argument beside device tensors, a mask made
+        from a packed sequence's lengths, may then refuse it: skipped, with its reason.)"""
         host_arg = HOST_ARGS.get(op)
         for name, v in zip(names, values):
             for ref in _refs(v):
                 if (self._host_kept and ref.device == "cpu") or name == host_arg:
-                    self.factory.host.add((ref.storage_id, ref.dtype))
+                    self.factory.host.add(ref)
 
     @staticmethod
     def _resolve(node: Node) -> tuple[Any, tuple[ArgSpec, ...], Any]:
@@ -1302,7 +1303,10 @@ def _nonfinite(v: Any) -> bool:
         return False  # (a view's values were checked where its base was made)
     head = v.detach().view(-1)[:256]
     if head.device.type == "cpu" and head.dtype in _NUMPY_FLOATS:
-        return not np.isfinite(head.numpy()).all()
+        try:
+            return not np.isfinite(head.numpy()).all()
+        except RuntimeError:  # (a torch built without NumPy support)
+            pass
     return not _finite_sum(head)
 
 

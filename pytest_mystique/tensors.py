@@ -410,7 +410,7 @@ class TensorFactory:
     storage_bytes: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
-    _storages: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
     _constrained: dict[tuple[int, str], bool] = field(default_factory=dict)
     # per allocation: the element spans that views with an index range were filled for, and the range
     _index_spans: dict[tuple[int, str], list[tuple[int, int, IntRange]]] = field(default_factory=dict)
@@ -421,9 +421,11 @@ class TensorFactory:
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
-    # allocations made in host memory although the replay runs on a GPU: a GPU trace's host tensors
-    # (a batch before its copy to the device), arguments a GPU kernel reads on the host
-    host: set[tuple[int, str]] = field(default_factory=set)
+    # tensors made in host memory although the replay runs on a GPU: a GPU trace's host tensors (a
+    # batch before its copy to the device), arguments a GPU kernel reads on the host. Tensor by
+    # tensor: a storage id is not one allocation's alone (a writer gives every empty tensor the same
+    # one, and reuses freed ones), so host tensors get allocations of their own.
+    host: set[TensorRef] = field(default_factory=set)
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -491,9 +493,11 @@ class TensorFactory:
         view never re-randomises the parameter it looks at."""
         dtype = torch_dtype(ref.dtype)
         key = (ref.storage_id, ref.dtype)
-        base = self._storages.get(key)
         nbytes = max(self.storage_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
-        device = torch.device("cpu") if key in self.host else self.device
+        device = self.device
+        if ref in self.host and device.type != "cpu":
+            device, key = torch.device("cpu"), (ref.storage_id, ref.dtype, "host")
+        base = self._storages.get(key)
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=device)
             self._storages[key] = base
@@ -547,7 +551,7 @@ class TensorFactory:
         if ref in self.zeros:
             t.zero_()
             return
-        if t.device != self.device:  # a host allocation (see ``host``): drawn as on the device, copied over
+        if t.device.type != self.device.type:  # a host tensor (see ``host``): drawn as on the device, copied over
             drawn = torch.empty(t.shape, dtype=t.dtype, device=self.device)
             self.fill(drawn, ref, rng)
             t.copy_(drawn)
