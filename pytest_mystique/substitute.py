@@ -109,19 +109,20 @@ _SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 _SDPA_CPU_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
 
 
+def _shape(t) -> tuple[int, ...]:
+    """A recorded tensor argument's shape (planning) or a tensor's (the call)."""
+    return t.ref.shape if hasattr(t, "ref") else tuple(t.shape)
+
+
 def _unpadded(query) -> None:
     """The memory-efficient kernel pads its log-sum-exp to a multiple of 32 positions: for other
     lengths it would not have the recorded shape, the forward's could not reach the backward, and
     the backward would read a seeded one. Such a length is refused (the op is skipped, with both
     reasons)."""
-    shape = query.ref.shape if hasattr(query, "ref") else tuple(query.shape)
+    shape = _shape(query)
     if len(shape) >= 2 and shape[-2] % 32:
         raise ValueError(f"the memory-efficient kernel pads the log-sum-exp of {shape[-2]} positions to a "
                          f"multiple of 32, unlike the recorded one")  # fmt: skip
-
-
-def _shape(t) -> tuple[int, ...]:
-    return t.ref.shape if hasattr(t, "ref") else tuple(t.shape)
 
 
 def _groups(query, key) -> int:

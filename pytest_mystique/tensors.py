@@ -411,9 +411,9 @@ class TensorFactory:
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
-    _constrained: dict[tuple[int, str], bool] = field(default_factory=dict)
+    _constrained: dict[tuple, bool] = field(default_factory=dict)  # keyed as _storages
     # per allocation: the element spans that views with an index range were filled for, and the range
-    _index_spans: dict[tuple[int, str], list[tuple[int, int, IntRange]]] = field(default_factory=dict)
+    _index_spans: dict[tuple, list[tuple[int, int, IntRange]]] = field(default_factory=dict)
     _generator: torch.Generator | None = None
     _pools: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
     _pool_at: int = 0
