@@ -59,6 +59,14 @@ def message_passing():
     return _train(lin, loss, torch.optim.Adam(lin.parameters()))
 
 
+def sparse_adjacency():
+    """A graph convolution over a sparse adjacency matrix that is an input of the step."""
+    n, e, d = 2000, 16000, 32
+    adj = torch.sparse_coo_tensor(torch.randint(0, n, (2, e)), torch.rand(e), (n, n)).coalesce()
+    x, lin = torch.randn(n, d), nn.Linear(d, d)
+    return _train(lin, lambda: torch.sparse.mm(adj, lin(x)).relu().sum(), torch.optim.Adam(lin.parameters()))
+
+
 def compiled():
     model = torch.compile(nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)))
     x = torch.randn(32, 64)
@@ -234,7 +242,7 @@ def causal_attention_rmsnorm():
 
 
 CASES = {f.__name__: f for f in (
-    sparse_embedding, message_passing, compiled, quantized_dynamic, fft_complex, autocast_bf16, grad_scaler_fp16,
+    sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, fft_complex, autocast_bf16, grad_scaler_fp16,
     channels_last, multihead_attention, fused_adam, foreach_adamw_clipping, data_dependent_shapes,
     upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,
     linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm)}  # fmt: skip

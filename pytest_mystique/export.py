@@ -131,7 +131,20 @@ def export_script(replay, trace_path: str) -> str:
     return _TEMPLATE.format(
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
+        sparse=repr(_sparse_inputs(replay)),
     )  # fmt: skip
+
+
+def _sparse_inputs(replay) -> list[tuple]:
+    """(slot, shape, dtype, elements, sparse dimensions, coalesced) of the sparse COO inputs the
+    replay rebuilt (``Replay._sparse_input``): the script draws their positions and values anew."""
+    found = []
+    for slot in sorted(replay.permanent):
+        t = replay.env[slot]
+        if isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo:
+            found.append((slot, tuple(t.shape), str(t.dtype).removeprefix("torch."), t._nnz(), t.sparse_dim(),
+                          t.is_coalesced()))  # fmt: skip
+    return found
 
 
 def _views_src(views) -> str:
@@ -159,6 +172,8 @@ OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high, written)
 STORAGES = {storages}
 VIEWS = {views}
+# sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)
+SPARSE = {sparse}
 
 
 def fill(t, low, high, gen):
@@ -184,7 +199,30 @@ def make_inputs(dev, gen):
         t.set_(bases[st].untyped_storage(), offset, shape, stride)
         fill(t, low, high, gen)
         e[slot] = t
+    for slot, shape, dtype, nnz, sparse_dim, coalesced in SPARSE:
+        e[slot] = make_sparse(shape, getattr(torch, dtype), nnz, sparse_dim, coalesced, dev, gen)
     return e
+
+
+def make_sparse(shape, dtype, nnz, sparse_dim, coalesced, dev, gen):
+    """nnz elements at distinct seeded positions of the sparse dimensions, values in [-1, 1)."""
+    positions = 1
+    for size in shape[:sparse_dim]:
+        positions *= size
+    flat = torch.empty(0, dtype=torch.int64)
+    while flat.numel() < nnz:
+        more = torch.randint(0, positions, (nnz - flat.numel() + 8,), generator=gen)
+        flat = torch.unique(torch.cat([flat, more]))
+    flat = flat[torch.randperm(flat.numel(), generator=gen)[:nnz]]
+    if coalesced:
+        flat = flat.sort().values
+    rows = []
+    for size in reversed(shape[:sparse_dim]):
+        rows.append(flat % size)
+        flat = flat // size
+    values = torch.empty((nnz, *shape[sparse_dim:]), dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    t = torch.sparse_coo_tensor(torch.stack(rows[::-1]), values.to(dtype), shape, check_invariants=False).to(dev)
+    return t._coalesced_(True) if coalesced else t
 
 
 def refill(e, gen):

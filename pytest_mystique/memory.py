@@ -61,7 +61,9 @@ def _storage_bytes(objs, seen: set[int]) -> int:
     stack = list(objs)
     while stack:
         o = stack.pop()
-        if isinstance(o, torch.Tensor):
+        if isinstance(o, torch.Tensor) and o.layout == torch.sparse_coo:
+            stack.extend((o._indices(), o._values()))
+        elif isinstance(o, torch.Tensor) and o.layout == torch.strided:  # (other layouts' memory is not counted)
             st = o.untyped_storage()
             key = st.data_ptr()
             if key not in seen and st.nbytes():

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 import warnings
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,14 +87,25 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
             os.fsync(f.fileno())
         os.replace(final_tmp, path)
         result.samples_s = list(samples_s) if samples_s else [elapsed]
-        device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
-        write_sidecar(path, result.samples_s, what=what, device=device)
+        write_sidecar(path, result.samples_s, what=what, device=_recorded_device(path))
     finally:
         for leftover in (raw_tmp, raw_tmp + ".gz"):
             try:
                 os.unlink(leftover)
             except FileNotFoundError:
                 pass
+
+
+def _recorded_device(path: Path) -> str:
+    """``cuda`` where the trace's operators read or wrote a tensor on a GPU, else ``cpu``: what the
+    step ran on, whatever else this process has on a GPU."""
+    from .graph import select_ops
+    from .trace import load_trace, tensors_of
+
+    for node in select_ops(load_trace(path, freeze=False)):
+        if any(ref.device.startswith("cuda") for ref in tensors_of((*node.inputs, *node.outputs))):
+            return "cuda"
+    return "cpu"
 
 
 def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 20, what: str = "",
@@ -121,6 +133,7 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
         step()
     if not _distributed():
         _check_runs_alike(step, result.path)
+        _record_sparse_inputs(step, result.path)
         _time_inside_operators(step, result.path)
     return result
 
@@ -151,6 +164,58 @@ def _check_runs_alike(step, path: Path) -> None:
         warnings.warn(f"{path}: two recorded calls of the step ran different operators ({differing(*ops)}): its "
                       f"control flow is random or follows the data (LayerDrop, an early exit); the trace holds "
                       f"one call, the original's timing covers others", stacklevel=3)  # fmt: skip
+
+
+def _record_sparse_inputs(step, path: Path) -> None:
+    """Where the trace's operators read sparse inputs of the step (an adjacency matrix: the trace
+    records such a tensor's id, type and shape, and neither its layout nor how many elements it
+    holds), call ``step()`` once more under a dispatch mode that notes them, and keep their layout,
+    element count and sparse dimensions in the sidecar (``sparse_inputs``, in the order they are
+    first read): the replay rebuilds them so."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from .graph import select_ops
+    from .trace import Unstrided, load_trace
+
+    made: set[int] = set()
+    wanted = False
+    for node in select_ops(load_trace(path, freeze=False)):
+        wanted = wanted or any(isinstance(v, Unstrided) and v.tensor_id not in made for v in node.inputs)
+        made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
+    if not wanted:
+        return
+    found: list[dict] = []
+    outputs: dict[int, object] = {}  # id -> a weak reference to a sparse tensor an operator returned
+    seen: set[int] = set()
+
+    class Notes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves((args, kwargs or {})):
+                if (isinstance(t, torch.Tensor) and t.layout != torch.strided and id(t) not in seen
+                        and not (id(t) in outputs and outputs[id(t)]() is t)):  # fmt: skip
+                    seen.add(id(t))
+                    found.append(_sparse_record(t))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+                    outputs[id(t)] = weakref.ref(t)
+            return out
+
+    with Notes():
+        step()
+    _sync()
+    if found:
+        add_to_sidecar(path, sparse_inputs=found)
+
+
+def _sparse_record(t: torch.Tensor) -> dict:
+    """What a replay needs to rebuild ``t``, a tensor of a layout other than strided."""
+    layout = str(t.layout).removeprefix("torch.")
+    record = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "layout": layout}
+    if t.layout == torch.sparse_coo:
+        record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
+    return record
 
 
 def _time_inside_operators(step, path: Path) -> None:

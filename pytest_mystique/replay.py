@@ -35,10 +35,11 @@ from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step
 from .measure import gc_paused
 from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
+from .sidecar import load_sidecar
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
 from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
-from .trace import NO_STORAGE, ListValue, Node, Scalar, TensorRef, Trace, storages_of, tensors_of
+from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
 #: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
@@ -56,6 +57,7 @@ _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomi
 _LOG_TABLES = {"aten::_ctc_loss": 1}
 
 _AS_STRIDED = torch.ops.aten.as_strided.default
+_TO_COPY = torch.ops.aten._to_copy.default
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -71,10 +73,12 @@ class TensorListArg:
 
 @dataclass
 class UnstridedArg:
-    """A tensor recorded without storage (sparse...) that an earlier replayed op made: read from
-    what that op returned, by the id the trace gives it."""
+    """A tensor recorded without storage (sparse...): what an earlier replayed op with the id the
+    trace gives it returned, or, for an input of the step (``rebuild``), a sparse tensor made from
+    its recorded shape."""
 
     tensor_id: int
+    rebuild: Unstrided | None = None
 
 
 @dataclass
@@ -110,7 +114,9 @@ class Step:
     grad: bool = False  # it runs with autograd recording (a training step's forward op)
     op: str = ""  # the overload called, "namespace::name.overload"
     release: tuple[int, ...] = ()  # (a backward pass's first op) slots whose autograd graph is let go first
-    view: bool = False  # not a traced op: the view an op's input is of an earlier op's output (Replay._view_of)
+    # not a traced op: the view an op's input is of an earlier op's output (Replay._view_of), or a
+    # copy of an input on the device (Replay._host_copied); dropped where nothing reads it
+    view: bool = False
 
 
 @dataclass
@@ -189,6 +195,7 @@ class Replay:
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
+        self._sparse_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
         # a training step's forward: the ops that run with autograd recording their graph, and the
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
@@ -290,7 +297,7 @@ class Replay:
                         elif pos < len(writes) and writes[pos]:
                             stepped.add(ref)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
-            self._unstrided_made.update(v.value for v in node.outputs if _unstrided(v))
+            self._unstrided_made.update(v.tensor_id for v in node.outputs if _unstrided(v))
             outs = [ref for out in node.outputs for ref in _refs_of_value(out)]
             allocated(outs, {sid for _, sid in read})
             for ref in outs:
@@ -434,7 +441,7 @@ class Replay:
         """On a GPU: the op's tensors that the trace had in host memory (where they are kept
         there), and its arguments that a GPU kernel reads in host memory (:data:`HOST_ARGS`), are
         made in host memory. (An op that reads such an argument beside device tensors, a mask made
-        from a packed sequence's lengths, may then refuse it: skipped, with its reason.)"""
+        from a packed sequence's lengths, reads a copy on the device: :meth:`_host_copied`.)"""
         host_arg = HOST_ARGS.get(op)
         for name, v in zip(names, values):
             for ref in _refs(v):
@@ -486,8 +493,10 @@ class Replay:
                 raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
             return None
         if _unstrided(val):
-            if t == "Tensor" and val.value in self._unstrided_made:
-                return UnstridedArg(val.value)
+            if t == "Tensor" and val.tensor_id in self._unstrided_made:
+                return UnstridedArg(val.tensor_id)
+            if t == "Tensor" and val.shape:
+                return UnstridedArg(val.tensor_id, val)
             raise Unsupported(f"argument {arg.name!r} is a tensor the trace recorded without storage (a sparse or "
                               f"other non-strided layout) and no replayed op made: it cannot be rebuilt")  # fmt: skip
         if t == "Tensor":
@@ -631,6 +640,27 @@ class Replay:
             self._mark_original((slot,))
         return slot
 
+    def _host_copied(self, fills: list[tuple[int, int]], p: PlannedOp) -> list[tuple[int, int]]:
+        """A CPU trace on a GPU keeps in host memory what a GPU kernel reads there (:data:`HOST_ARGS`,
+        a packed sequence's lengths). Another op that reads such a tensor beside device tensors (a
+        mask made from the lengths) reads a copy on the device instead, made before it in each
+        iteration, as a GPU program copies it: ``fills`` with those slots replaced."""
+        env = self.env
+        tensors = [(s, env[s]) for _, s in fills if isinstance(env[s], torch.Tensor)]
+        on_host = sorted({s for s, t in tensors if t.device.type == "cpu" and t.dim()})
+        if not on_host or all(t.device.type == "cpu" for _, t in tensors):
+            return fills
+        copies = {}
+        for slot in on_host:
+            copies[slot] = self._new_slot(env[slot].to(self.device))
+            self.steps.append(Step(_TO_COPY._op, [None, self.device], [(0, slot)], [], 1, ("device",),
+                                   [(0, copies[slot])], True, name="aten::_to_copy", node_id=p.node.id,
+                                   op="aten::_to_copy.default", view=True))  # fmt: skip
+        self.report.notes[f"{p.node.name}: reads a tensor kept in host memory for a GPU kernel (a packed sequence's "
+                          f"lengths) beside device tensors: copied to {self.device} before it, in each iteration, "
+                          f"as a GPU program copies it"] += 1  # fmt: skip
+        return [(pos, copies.get(slot, slot)) for pos, slot in fills]
+
     def _produced_slot(self, ref: TensorRef) -> int | None:
         """The slot of the replayed op's output that ``ref`` is (same ids and layout, made in the
         storage's current allocation: ids alone are reused once the memory is freed, a tensor's
@@ -658,6 +688,39 @@ class Replay:
         forgotten too: they are no longer read.)"""
         self._original.discard(slot)
         self._original.difference_update(self._original_in.pop(_address(self.env[slot]), ()))
+
+    def _sparse_input(self, u: Unstrided, p: PlannedOp) -> str | None:
+        """Rebuild ``u``, an input of the step recorded without storage, as a sparse COO tensor of
+        its shape, in a slot of its own that its later readers share. A trace records neither its
+        layout nor how many elements it holds: the capture helper keeps both in the sidecar
+        (``sparse_inputs``, taken in order among those of the same shape and type); without them
+        it holds 1% of its positions, with a note. A layout other than sparse COO (nested,
+        MKL-DNN) is not rebuilt: the reason its readers are skipped is returned."""
+        if self._sparse_records is None:
+            try:
+                side = load_sidecar(self.trace.path)
+            except ValueError as e:  # (naming the file; not an op's error, which would only skip it)
+                raise ReplayError(None, str(e)) from None
+            self._sparse_records = list((side or {}).get("sparse_inputs", []))
+        shape = list(u.shape)
+        record = next((r for r in self._sparse_records if r["shape"] == shape and r["dtype"] == u.dtype), None)
+        what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
+        if record is not None:
+            self._sparse_records.remove(record)
+            if record["layout"] != "sparse_coo":
+                return f"reads an input of the step of layout {record['layout']}, which is not rebuilt"
+            nnz, how = record["nnz"], "as the capture recorded"
+        elif any(w in p.node.name for w in ("mkldnn", "nested")):
+            return "reads an input of the step without storage, of a layout (nested, MKL-DNN) that is not rebuilt"
+        else:
+            nnz = max(1, math.prod(shape) // 100)
+            how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
+        t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
+                                         coalesced=(record or {}).get("coalesced", True))  # fmt: skip
+        self._unstrided[u.tensor_id] = slot = self._new_slot(t)
+        self.permanent.add(slot)
+        self.report.notes[f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"] += 1
+        return None
 
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
@@ -688,9 +751,11 @@ class Replay:
                     args.append(None)
                 elif isinstance(v, UnstridedArg):
                     if v.tensor_id not in self._unstrided:
-                        self.report.skipped[(p.node.name, "reads a tensor without storage (sparse...) that the op "
-                                                          "making it did not give")] += 1  # fmt: skip
-                        return
+                        why = ("reads a tensor without storage (sparse...) that the op making it did not give"
+                               if v.rebuild is None else self._sparse_input(v.rebuild, p))  # fmt: skip
+                        if why:
+                            self.report.skipped[(p.node.name, why)] += 1
+                            return
                     fills.append((i, self._unstrided[v.tensor_id]))
                     args.append(None)
                 else:
@@ -699,6 +764,8 @@ class Replay:
             # A recorded layout torch refuses (sizes, strides, offsets out of range).
             self.report.skipped[(p.node.name, f"cannot build its input tensors: {_reason(e)}")] += 1
             return
+        if self.device.type != "cpu" and not self._host_kept and p.node.name not in HOST_ARGS:
+            fills = self._host_copied(fills, p)
         npos, kwnames = len(args) - len(p.kwnames), p.kwnames
         fn = p.overload._op
         facts = schema_facts(p.overload)
@@ -859,7 +926,7 @@ class Replay:
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
         if _unstrided(out) and isinstance(value, torch.Tensor) and value.layout != torch.strided:
-            slot = self._unstrided[out.value] = self._new_slot()
+            slot = self._unstrided[out.tensor_id] = self._new_slot()
             return slot
         return None
 
@@ -1268,7 +1335,7 @@ def _refs_of_value(v: Any) -> list[TensorRef]:
 
 
 def _unstrided(v: Any) -> bool:
-    return isinstance(v, Scalar) and v.type == NO_STORAGE
+    return isinstance(v, Unstrided)
 
 
 def _kind(v: Any) -> str:
@@ -1318,8 +1385,8 @@ def _nonfinite_inputs(args: list[Any]) -> bool:
 
 def _finite_sum(t: torch.Tensor) -> bool:
     """``t``'s elements are all finite: their sum in float64 is (finite float32 values never overflow
-    it), one kernel call and no tensor of ``t``'s size."""
-    return math.isfinite(t.sum(dtype=torch.float64).item())
+    it), one kernel call and no tensor of ``t``'s size. (A meta tensor has no values.)"""
+    return t.device.type == "meta" or math.isfinite(t.sum(dtype=torch.float64).item())
 
 
 def _out_of_range(e: BaseException) -> bool:

@@ -40,7 +40,22 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         v = data.get(key)
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= top):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
+    sparse = data.get("sparse_inputs")
+    if sparse is not None and not (isinstance(sparse, list) and all(_sparse_record_ok(r) for r in sparse)):
+        raise ValueError(f"{path}: malformed timing sidecar: sparse_inputs must be a list of records with a shape, "
+                         f"a dtype, a layout and, for sparse_coo, nnz, sparse_dim and coalesced")  # fmt: skip
     return data
+
+
+def _sparse_record_ok(r) -> bool:
+    def count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    if not (isinstance(r, dict) and isinstance(r.get("shape"), list) and all(count(d) for d in r["shape"])
+            and isinstance(r.get("dtype"), str) and isinstance(r.get("layout"), str)):  # fmt: skip
+        return False
+    return r["layout"] != "sparse_coo" or (count(r.get("nnz")) and count(r.get("sparse_dim"))
+                                           and isinstance(r.get("coalesced"), bool))  # fmt: skip
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

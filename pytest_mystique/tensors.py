@@ -500,7 +500,6 @@ class TensorFactory:
         base = self._storages.get(key)
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=device)
-            self._storages[key] = base
             if ref in self.sparse and nbytes >= UNTOUCHED_MIN_BYTES and self.device.type == "cpu":
                 # A large embedding table a lookup reads row by row: left as the OS gives a large
                 # allocation (zero pages, committed only where a row is touched), not filled.
@@ -509,6 +508,7 @@ class TensorFactory:
             whole = torch.empty(0, dtype=dtype, device=device)
             whole.set_(base.untyped_storage(), 0, (nbytes // ref.itemsize,), (1,))
             self.fill(whole, ref)
+            self._storages[key] = base  # (once filled: a fill that failed leaves nothing half made)
             self._constrained[key] = self._has_requirement(ref)
             self._index_spans[key] = []
             made = True
@@ -546,8 +546,8 @@ class TensorFactory:
         would dominate the setup time and buys nothing for timing (values keep their range and
         are not degenerate)."""
         n = t.numel()
-        if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes:
-            return
+        if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes or t.device.type == "meta":
+            return  # (a meta tensor has shapes and no data)
         if ref in self.zeros:
             t.zero_()
             return
@@ -556,9 +556,7 @@ class TensorFactory:
             self.fill(drawn, ref, rng)
             t.copy_(drawn)
             return
-        if self._generator is None:
-            self._generator = torch.Generator(device=self.device)
-            self._generator.manual_seed(self.seed)
+        self._seeded_generator()
         if rng is None:
             rng = self.ranges.get(ref, IntRange(0, 2) if ref.shape else IntRange(1, 3))
         with torch.no_grad():
@@ -574,6 +572,52 @@ class TensorFactory:
                     flat[start:stop].copy_(block[: stop - start])
             else:
                 t.copy_(self._sample(t.dtype, ref, rng, n).view(t.shape))
+
+    def _seeded_generator(self) -> torch.Generator:
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(self.seed)
+        return self._generator
+
+    def make_sparse_coo(self, shape: tuple[int, ...], dtype_name: str, nnz: int, *, sparse_dim: int | None = None,
+                        coalesced: bool = True) -> torch.Tensor:  # fmt: skip
+        """A sparse COO tensor of ``shape`` with ``nnz`` elements at seeded, distinct positions
+        spread uniformly over its sparse dimensions (the first ``sparse_dim``, all by default),
+        values as other tensors' (floats in [-1, 1), integers 0 or 1). Coalesced (positions sorted)
+        unless told otherwise, as most sparse operators leave their result."""
+        dtype = torch_dtype(dtype_name)
+        sd = len(shape) if sparse_dim is None else sparse_dim
+        if not 0 < sd <= len(shape):
+            raise ValueError(f"{sd} sparse dimension(s) for a tensor of shape {list(shape)}")
+        positions = math.prod(shape[:sd])
+        if positions >= 2**62:
+            raise ValueError(f"a sparse tensor of shape {list(shape)} has too many positions to draw from")
+        nnz = max(0, min(nnz, positions))
+        g, dev = self._seeded_generator(), self.device
+        if 4 * nnz >= positions:  # dense enough to take a permutation's first nnz
+            flat = torch.randperm(positions, generator=g, device=dev)[:nnz]
+        else:  # draws with few repeats, drawn again until nnz distinct ones
+            flat = torch.empty(0, dtype=torch.int64, device=dev)
+            while flat.numel() < nnz:
+                more = torch.randint(0, positions, (nnz - flat.numel() + nnz // 16 + 8,), generator=g, device=dev)
+                flat = torch.unique(torch.cat([flat, more]))
+            flat = flat[torch.randperm(flat.numel(), generator=g, device=dev)[:nnz]]
+        if coalesced:
+            flat = torch.sort(flat).values
+        rows = []
+        for size in reversed(shape[:sd]):  # the flat position's index along each sparse dimension
+            rows.append(flat % size)
+            flat = flat // size
+        indices = torch.stack(rows[::-1]) if rows else torch.empty(0, 0, dtype=torch.int64, device=dev)
+        values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
+        if dtype.is_floating_point or dtype.is_complex:
+            values.uniform_(-1.0, 1.0, generator=g)
+        elif dtype == torch.bool:
+            values.copy_(torch.rand(values.shape, generator=g, device=dev) < 0.5)
+        else:
+            values.copy_(torch.randint(0, 2, values.shape, generator=g, device=dev))
+        t = torch.sparse_coo_tensor(indices, values, shape, dtype=dtype, device=dev, check_invariants=False)
+        return t._coalesced_(True) if coalesced else t
 
     def _fill_from_pool(self, flat: torch.Tensor, low: float, high: float) -> None:
         """``flat`` uniform in [low, high): slices of one seeded pool of uniform draws per dtype,

@@ -73,8 +73,6 @@ DTYPE_NAMES = {
     "unsigned long": "uint64",
 }
 UNINITIALIZED = "nullptr (uninitialized)"
-#: The type of the opaque value standing for a tensor recorded without storage (sparse...).
-NO_STORAGE = "Tensor without storage"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +131,18 @@ class Scalar:
     value: Any
 
 
-Value = TensorRef | ListValue | Scalar
+@dataclass(frozen=True, slots=True)
+class Unstrided:
+    """A tensor without a strided storage (sparse COO, nested, MKL-DNN): the writer records its
+    id, element type and shape, and neither its memory nor its device (nor, for a sparse one, how
+    many elements it holds)."""
+
+    tensor_id: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+Value = TensorRef | ListValue | Scalar | Unstrided
 
 
 def tensors_of(values: list[Value]) -> list[TensorRef]:
@@ -423,11 +432,11 @@ class _ValueParser:
             if not isinstance(x, int) or isinstance(x, bool) or x < 0:
                 raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
         if device == "" and sid == itemsize == 0:
-            # A tensor without a strided storage (sparse, nested, MKL-DNN): the writer records
-            # neither its memory nor its device, only its id. Kept as an opaque value holding the
-            # id: an op that reads what a replayed op made reads that; one that reads an input of
-            # the trace is skipped with the reason, the rest of the trace replays.
-            return Scalar(NO_STORAGE, tid)
+            # A tensor without a strided storage (sparse, nested, MKL-DNN): an op that reads what a
+            # replayed op made reads that; an input of the step is rebuilt where it can be (from
+            # its shape, which a nested tensor's writer may leave out).
+            ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+            return Unstrided(tid, dtype, tuple(shape) if ok else ())
         if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
             raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
         shp = self.dims(shape, "shape")

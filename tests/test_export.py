@@ -75,3 +75,31 @@ def test_exported_script_calls_operators_with_special_names(tmp_path, capsys):
     out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
+
+
+def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
+    """A graph step's sparse adjacency matrix, rebuilt by the replay from the capture's record,
+    is drawn anew by the exported script with the same shape and element count."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    gen = torch.Generator().manual_seed(2)
+    adj = torch.sparse_coo_tensor(torch.randint(0, 200, (2, 900), generator=gen), torch.rand(900, generator=gen),
+                                  (200, 200)).coalesce()  # fmt: skip
+    x, w = torch.randn(200, 16), torch.randn(16, 4, requires_grad=True)
+    capture_step(lambda: torch.sparse.mm(adj, x @ w).sum().backward(), tmp_path / "g.json", warmup=1, runs=1,
+                 min_warmup_s=0)  # fmt: skip
+    script = tmp_path / "bench.py"
+    assert main(["export", str(tmp_path / "g.json"), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location("bench", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert [s[1:] for s in bench.SPARSE] == [((200, 200), "float32", adj._nnz(), 2, True)]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[bench.SPARSE[0][0]]
+    assert made.shape == adj.shape and made._nnz() == adj._nnz() and made.is_coalesced()
+    assert made._indices().unique(dim=1).shape[1] == adj._nnz()
+    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "median:" in out.stdout

@@ -13,6 +13,7 @@ from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
+from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.tensors import TensorFactory
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace
@@ -455,9 +456,7 @@ def test_autocast_ops_replay_their_casts_and_the_low_precision_op(tmp_path):
 def test_tensors_without_storage_are_read_from_the_op_that_made_them(tmp_path):
     """A sparse gradient (``nn.Embedding(sparse=True)``) is recorded without storage or device,
     only its id. The ops that read it (SparseAdam's coalescing, masking, in-place adds) read
-    what the replayed backward made, and every op replays. A sparse tensor that is an input of
-    the step, which no replayed op made, cannot be rebuilt: only its readers are skipped, with the
-    reason."""
+    what the replayed backward made, and every op replays."""
     emb = torch.nn.Embedding(1000, 16, sparse=True)
     opt = torch.optim.SparseAdam(emb.parameters())
     idx = torch.randint(0, 1000, (64, 4))
@@ -478,14 +477,59 @@ def test_tensors_without_storage_are_read_from_the_op_that_made_them(tmp_path):
         replay.reset_state()
         replay.run()
 
-    sp = torch.randn(50, 40).relu().to_sparse()
-    dense = torch.randn(40, 8)
-    replay = _captured(tmp_path, "sparse_input", lambda: (torch.sparse.mm(sp, dense) * 2).sum())
+
+def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
+    """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
+    and backward) is recorded with its id, type and shape only. The capture helper notes its
+    layout and element count in the sidecar; the replay rebuilds it with that many elements at
+    distinct positions, shared by all its readers, and every op replays. Without the record it
+    holds 1% of its positions, and says so; a record of another layout skips its readers with the
+    reason; a malformed record is an error naming the sidecar."""
+    gen = torch.Generator().manual_seed(1)
+    adj = torch.sparse_coo_tensor(torch.randint(0, 300, (2, 2000), generator=gen), torch.rand(2000, generator=gen),
+                                  (300, 300)).coalesce()  # fmt: skip
+    x, lin = torch.randn(300, 24), torch.nn.Linear(24, 8)
+    path = tmp_path / "gcn.json.gz"
+    capture_step(lambda: torch.sparse.mm(adj, lin(x)).relu().sum().backward(), path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    assert side["sparse_inputs"] == [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_coo",
+                                      "nnz": adj._nnz(), "sparse_dim": 2, "coalesced": True}]  # fmt: skip
+
+    def rebuilt(replay):
+        sparse = [v for v in replay.env if isinstance(v, torch.Tensor) and v.layout == torch.sparse_coo]
+        assert len(sparse) == 1  # (one tensor for the forward's reader and the backward's transpose)
+        return sparse[0]
+
+    replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
-    reasons = {s["reason"] for s in rep.skipped_list()}
-    assert reasons and all("recorded without storage" in r and "no replayed op made" in r for r in reasons), reasons
-    assert rep.ops_replayed > 0 and rep.ops_replayed + rep.ops_skipped == rep.ops_total
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    t = rebuilt(replay)
+    assert t.shape == adj.shape and t._nnz() == adj._nnz() and t.is_coalesced()
+    assert t._indices().unique(dim=1).shape[1] == adj._nnz() and 0 <= t._indices().min() and t._indices().max() < 300
+    assert any("300x300 float32) rebuilt as a sparse COO tensor of" in n and "as the capture recorded" in n
+               for n in rep.notes), rep.notes  # fmt: skip
     replay.run()
+    replay.run()
+
+    del side["sparse_inputs"]
+    sidecar_path(path).write_text(json.dumps(side))
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0
+    assert rebuilt(replay)._nnz() == 900
+    assert any("1% of its positions" in n for n in replay.report.notes), replay.report.notes
+
+    side["sparse_inputs"] = [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_csr"}]
+    sidecar_path(path).write_text(json.dumps(side))
+    replay = Replay(load_trace(path), "cpu").prepare()
+    reasons = {s["reason"] for s in replay.report.skipped_list()}
+    assert reasons and all("sparse_csr, which is not rebuilt" in r or "did not give" in r for r in reasons), reasons
+    assert replay.report.ops_replayed > 0
+    replay.run()
+
+    side["sparse_inputs"] = [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_coo", "nnz": -4}]
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"gcn\.meta\.json: malformed timing sidecar: sparse_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
 
 
 def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
@@ -545,6 +589,38 @@ def test_host_tensors_stay_in_host_memory_on_a_gpu(tmp_path, resnet_ddp):
     factory.zeros |= {host, dev}
     assert factory.make(host).device.type == "cpu" and factory.make(dev).device.type == "meta"
     assert factory.make(host).device.type == "cpu"  # (the host allocation again)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (MYSTIQUE_TEST_GPU=1 leaves it visible)")
+def test_a_mask_made_from_host_lengths_reads_a_device_copy_on_a_gpu(tmp_path):
+    """A CPU trace on a GPU: a packed sequence's lengths stay in host memory for
+    ``pack_padded_sequence``, and the mask the step makes from them beside device tensors reads a
+    copy on the device, made in each iteration before it; every op replays, and a sparse input
+    of the step is rebuilt on the device. The capture helper's sidecar says the step ran on the
+    CPU although the process had used the GPU before."""
+    lstm, x, lengths = torch.nn.LSTM(8, 16, batch_first=True), torch.randn(5, 12, 8), torch.tensor([12, 9, 9, 4, 1])
+    adj = torch.eye(16).to_sparse()
+
+    def step():
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=12)
+        mask = torch.arange(12)[None, :] < lengths[:, None]
+        (torch.sparse.mm(adj, (out * mask[..., None]).sum(1).t()).sum()).backward()
+
+    torch.zeros(1, device="cuda")  # (this process uses the GPU: the sidecar still says the step ran on the CPU)
+    capture_step(step, tmp_path / "masked.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    assert load_sidecar(tmp_path / "masked.json.gz")["device"] == "cpu"
+    replay = Replay(load_trace(tmp_path / "masked.json.gz"), "cuda").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("copied to cuda" in n for n in rep.notes) and any("sparse COO tensor of 16 " in n for n in rep.notes)
+    copies = [s for s in replay.steps if s.name == "aten::_to_copy" and s.view]
+    assert copies
+    seen = []
+    replay.run(lambda s, r: seen.append(r.device.type) if s in copies else None)
+    assert seen and set(seen) == {"cuda"}
+    replay.run()
+    torch.cuda.synchronize()
 
 
 def test_batch_norm_statistics_keep_relu_activations_mixed():
