@@ -26,6 +26,7 @@ operator replay takes it; the ``host`` columns give its share of each side's pro
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -44,6 +45,7 @@ import make_traces  # noqa: E402
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
+from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
 
@@ -223,8 +225,28 @@ def _rec_infer():
     return infer, None
 
 
+def _rec_train_hot():
+    """A recommender's training step over a large table (a million rows, 256 MB) whose ids follow a
+    power law, as real ones do (Zipf, s = 1.1: a few hot rows take most lookups), with sparse
+    gradients and SGD: which rows the lookups read decides the step's time."""
+    rows, batch, per = 1_000_000, 2048, 40
+    bag, top = torch.nn.EmbeddingBag(rows, 64, mode="sum", sparse=True), torch.nn.Linear(64, 1)
+    opt = torch.optim.SGD([*bag.parameters(), *top.parameters()], lr=0.01)
+    ranks = torch.distributions.Categorical(probs=1.0 / torch.arange(1, 100_001) ** 1.1).sample((batch * per,))
+    ids, offsets = torch.randperm(rows)[ranks], torch.arange(0, batch * per, per)
+    y = torch.rand(batch, 1)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(top(bag(ids, offsets)), y).backward()
+        opt.step()
+
+    return step, None
+
+
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
-TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train}
+TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
+                "rec_train_hot": _rec_train_hot}  # fmt: skip
 
 
 def models() -> dict:
@@ -255,6 +277,8 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="then compare the time inside operators over N profiled iterations of each side")
+    ap.add_argument("--uniform-ids", action="store_true",
+                    help="leave out the capture's record of the index inputs' spread (ids drawn uniformly)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
@@ -270,6 +294,10 @@ def main() -> int:
         if name in HF_MODELS or name in TORCH_MODELS:
             path = tmp / f"{name}.json.gz"
             capture_step(step, path, warmup=3, runs=3)
+            if args.uniform_ids:
+                side = load_sidecar(path)
+                side.pop("index_inputs", None)
+                sidecar_path(path).write_text(json.dumps(side))
         replay = Replay(load_trace(path), "cpu").prepare()
 
         def run_replay(replay=replay):

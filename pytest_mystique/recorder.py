@@ -133,7 +133,7 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
         step()
     if not _distributed():
         _check_runs_alike(step, result.path)
-        _record_sparse_inputs(step, result.path)
+        _record_inputs(step, result.path)
         _time_inside_operators(step, result.path)
     return result
 
@@ -166,55 +166,85 @@ def _check_runs_alike(step, path: Path) -> None:
                       f"one call, the original's timing covers others", stacklevel=3)  # fmt: skip
 
 
-def _record_sparse_inputs(step, path: Path) -> None:
-    """Where the trace's operators read sparse inputs of the step (an adjacency matrix: the trace
-    records such a tensor's id, type and shape, and neither its layout nor how many elements it
-    holds), call ``step()`` once more under a dispatch mode that notes them, and keep their layout,
-    element count and sparse dimensions in the sidecar (``sparse_inputs``, in the order they are
-    first read): the replay rebuilds them so."""
+def _record_inputs(step, path: Path) -> None:
+    """What a trace does not hold of the step's inputs, kept in the sidecar for the replay: call
+    ``step()`` once more under a dispatch mode that looks at every tensor an operator reads and no
+    operator made, and record, in the order they are first read,
+
+    - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
+      most frequent one's share, lowest and highest): a recommender's ids follow a power law,
+      and a lookup over hot rows is several times faster than one over uniform rows;
+    - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
+      matrix, which a trace records with its id, type and shape only): its layout and, for sparse
+      COO, its element count, sparse dimensions and coalescing.
+
+    Only where the trace's operators read such inputs; a step that fails under the mode (or a
+    compiler that refuses it) leaves the sidecar as it was, with a warning."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     from .graph import select_ops
-    from .trace import Unstrided, load_trace
+    from .trace import Unstrided, load_trace, tensors_of
 
-    made: set[int] = set()
+    made: set = set()
     wanted = False
     for node in select_ops(load_trace(path, freeze=False)):
-        wanted = wanted or any(isinstance(v, Unstrided) and v.tensor_id not in made for v in node.inputs)
+        ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
+        ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype.startswith(("int", "uint"))]
+        wanted = wanted or any(i not in made for i in ins)
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
+        made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: list[dict] = []
-    outputs: dict[int, object] = {}  # id -> a weak reference to a sparse tensor an operator returned
+    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": []}
+    outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
-    class Notes(TorchDispatchMode):
+    def made_here(t) -> bool:
+        return id(t) in outputs and outputs[id(t)]() is t
+
+    class Inputs(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
             for t in tree_leaves((args, kwargs or {})):
-                if (isinstance(t, torch.Tensor) and t.layout != torch.strided and id(t) not in seen
-                        and not (id(t) in outputs and outputs[id(t)]() is t)):  # fmt: skip
-                    seen.add(id(t))
-                    found.append(_sparse_record(t))
+                if isinstance(t, torch.Tensor) and id(t) not in seen and not made_here(t):
+                    record = _input_record(t)
+                    if record is not None:
+                        seen.add(id(t))
+                        found["sparse_inputs" if t.layout != torch.strided else "index_inputs"].append(record)
+            out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+                if isinstance(t, torch.Tensor):
                     outputs[id(t)] = weakref.ref(t)
             return out
 
-    with Notes():
-        step()
-    _sync()
+    try:
+        with Inputs():
+            step()
+        _sync()
+    except Exception as e:  # noqa: BLE001 - the record is an aid: the capture stands without it
+        warnings.warn(f"{path}: the step's inputs could not be looked at ({type(e).__name__}: {str(e)[:120]}); a "
+                      f"replay draws its index inputs uniformly and its sparse inputs at a guessed density",
+                      stacklevel=3)  # fmt: skip
+        return
+    found = {k: v for k, v in found.items() if v}
     if found:
-        add_to_sidecar(path, sparse_inputs=found)
+        add_to_sidecar(path, **found)
 
 
-def _sparse_record(t: torch.Tensor) -> dict:
-    """What a replay needs to rebuild ``t``, a tensor of a layout other than strided."""
-    layout = str(t.layout).removeprefix("torch.")
-    record = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "layout": layout}
-    if t.layout == torch.sparse_coo:
-        record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
+def _input_record(t: torch.Tensor) -> dict | None:
+    """What a replay needs to rebuild ``t``, an input of the step (see :func:`_record_inputs`):
+    None for a floating one, which the replay draws in the ranges it knows."""
+    record = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+    if t.layout != torch.strided:
+        record["layout"] = str(t.layout).removeprefix("torch.")
+        if t.layout == torch.sparse_coo:
+            record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
+        return record
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.numel() < 2:
+        return None
+    values, counts = torch.unique(t.detach(), return_counts=True)
+    record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
+                  low=int(values[0]), high=int(values[-1]))  # fmt: skip
     return record
 
 

@@ -38,7 +38,7 @@ from .packed import is_packed_linear, packed_linear
 from .sidecar import load_sidecar
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
-from .tensors import TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
+from .tensors import Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -195,6 +195,7 @@ class Replay:
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
+        self._side: dict | None = None  # the trace's sidecar (see _sidecar)
         self._sparse_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
         # a training step's forward: the ops that run with autograd recording their graph, and the
         # allocations of the parameters (they require grad)
@@ -232,6 +233,7 @@ class Replay:
         inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] | None = None  # see _inner_placements
         planned_ids: set[int] = set()
         views = 0
+        int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
@@ -290,6 +292,8 @@ class Replay:
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
                     if ref.key not in made:
+                        if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
+                            int_inputs.setdefault(ref)
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
                         if node.id not in in_step:
@@ -340,6 +344,7 @@ class Replay:
             return derived.get(key)
 
         self.factory.pass_back(sources_of)
+        self._skew_indices(list(int_inputs))
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
         if self.max_memory is not None:
@@ -689,6 +694,38 @@ class Replay:
         self._original.discard(slot)
         self._original.difference_update(self._original_in.pop(_address(self.env[slot]), ()))
 
+    def _sidecar(self) -> dict:
+        """The trace's sidecar (empty where it has none), read once; a malformed one is an error
+        naming it, not an op's error, which would only skip that op."""
+        if self._side is None:
+            try:
+                self._side = load_sidecar(self.trace.path) or {}
+            except ValueError as e:
+                raise ReplayError(None, str(e)) from None
+        return self._side
+
+    def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
+        """Index inputs of the step (integers an op reads as rows or positions, whose range the
+        replay knows) get values spread as the original's were, where the capture helper recorded
+        them (the sidecar's ``index_inputs``, matched in the order the step first read them among
+        those of the same shape and type): as many distinct values, the hottest as frequent
+        (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
+        records = list(self._sidecar().get("index_inputs", [])) if int_inputs else []
+        skewed = 0
+        for ref in int_inputs:
+            shape = list(ref.shape)
+            record = next((r for r in records if r["shape"] == shape and r["dtype"] == ref.dtype), None)
+            if record is None:
+                continue
+            records.remove(record)
+            rng = self.factory.ranges.get(ref)
+            if rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1:
+                self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"])
+                skewed += 1
+        if skewed:
+            self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
+                              f"distinct values, the most frequent as frequent)"] += 1  # fmt: skip
+
     def _sparse_input(self, u: Unstrided, p: PlannedOp) -> str | None:
         """Rebuild ``u``, an input of the step recorded without storage, as a sparse COO tensor of
         its shape, in a slot of its own that its later readers share. A trace records neither its
@@ -697,11 +734,7 @@ class Replay:
         it holds 1% of its positions, with a note. A layout other than sparse COO (nested,
         MKL-DNN) is not rebuilt: the reason its readers are skipped is returned."""
         if self._sparse_records is None:
-            try:
-                side = load_sidecar(self.trace.path)
-            except ValueError as e:  # (naming the file; not an op's error, which would only skip it)
-                raise ReplayError(None, str(e)) from None
-            self._sparse_records = list((side or {}).get("sparse_inputs", []))
+            self._sparse_records = list(self._sidecar().get("sparse_inputs", []))
         shape = list(u.shape)
         record = next((r for r in self._sparse_records if r["shape"] == shape and r["dtype"] == u.dtype), None)
         what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"

@@ -44,18 +44,33 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if sparse is not None and not (isinstance(sparse, list) and all(_sparse_record_ok(r) for r in sparse)):
         raise ValueError(f"{path}: malformed timing sidecar: sparse_inputs must be a list of records with a shape, "
                          f"a dtype, a layout and, for sparse_coo, nnz, sparse_dim and coalesced")  # fmt: skip
+    index = data.get("index_inputs")
+    if index is not None and not (isinstance(index, list) and all(_index_record_ok(r) for r in index)):
+        raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
+                         f"a dtype, a count of distinct values at most the elements and the top value's share")  # fmt: skip
     return data
 
 
-def _sparse_record_ok(r) -> bool:
-    def count(x) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
-    if not (isinstance(r, dict) and isinstance(r.get("shape"), list) and all(count(d) for d in r["shape"])
-            and isinstance(r.get("dtype"), str) and isinstance(r.get("layout"), str)):  # fmt: skip
+
+def _input_record_ok(r) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("shape"), list) and all(_count(d) for d in r["shape"])
+            and isinstance(r.get("dtype"), str))  # fmt: skip
+
+
+def _sparse_record_ok(r) -> bool:
+    if not (_input_record_ok(r) and isinstance(r.get("layout"), str)):
         return False
-    return r["layout"] != "sparse_coo" or (count(r.get("nnz")) and count(r.get("sparse_dim"))
+    return r["layout"] != "sparse_coo" or (_count(r.get("nnz")) and _count(r.get("sparse_dim"))
                                            and isinstance(r.get("coalesced"), bool))  # fmt: skip
+
+
+def _index_record_ok(r) -> bool:
+    top = r.get("top") if isinstance(r, dict) else None
+    return (_input_record_ok(r) and _count(r.get("distinct")) and 1 <= r["distinct"] <= math.prod(r["shape"])
+            and isinstance(top, (int, float)) and not isinstance(top, bool) and 0 < top <= 1)  # fmt: skip
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

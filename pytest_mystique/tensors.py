@@ -401,6 +401,18 @@ def _same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
             and a.layout_strides() == contiguous_strides(a.shape) and b.layout_strides() == contiguous_strides(b.shape))  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Skew:
+    """How an integer input of the original step spread its values, from the capture helper's
+    record: the share of its elements that were distinct values, and the share the most frequent
+    one took. Recommender ids follow a power law (a few hot rows take most lookups), and which rows
+    a lookup reads decides its cache misses: uniform ids over a large table made an embedding bag
+    four to seven times slower than ids of a Zipf law."""
+
+    distinct: float
+    top: float
+
+
 @dataclass
 class TensorFactory:
     """Makes the replay's input tensors: one allocation per storage, views into it."""
@@ -426,6 +438,7 @@ class TensorFactory:
     # tensor: a storage id is not one allocation's alone (a writer gives every empty tensor the same
     # one, and reuses freed ones), so host tensors get allocations of their own.
     host: set[TensorRef] = field(default_factory=set)
+    skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -594,14 +607,7 @@ class TensorFactory:
             raise ValueError(f"a sparse tensor of shape {list(shape)} has too many positions to draw from")
         nnz = max(0, min(nnz, positions))
         g, dev = self._seeded_generator(), self.device
-        if 4 * nnz >= positions:  # dense enough to take a permutation's first nnz
-            flat = torch.randperm(positions, generator=g, device=dev)[:nnz]
-        else:  # draws with few repeats, drawn again until nnz distinct ones
-            flat = torch.empty(0, dtype=torch.int64, device=dev)
-            while flat.numel() < nnz:
-                more = torch.randint(0, positions, (nnz - flat.numel() + nnz // 16 + 8,), generator=g, device=dev)
-                flat = torch.unique(torch.cat([flat, more]))
-            flat = flat[torch.randperm(flat.numel(), generator=g, device=dev)[:nnz]]
+        flat = _distinct_draws(positions, nnz, g, dev)
         if coalesced:
             flat = torch.sort(flat).values
         rows = []
@@ -662,4 +668,52 @@ class TensorFactory:
             return cuts.to(dtype)
         info = torch.iinfo(dtype)
         lo, hi = max(rng.low, info.min), min(rng.high, info.max)
+        skew = self.skews.get(ref)
+        if skew is not None:
+            return lo + _skewed(max(hi - lo, 1), n, skew, g, dev).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
+
+
+def _distinct_draws(span: int, k: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """``k`` distinct integers of ``[0, span)``, seeded, in random order."""
+    if 4 * k >= span:  # dense enough to take a permutation's first k
+        return torch.randperm(span, generator=g, device=dev)[:k]
+    flat = torch.empty(0, dtype=torch.int64, device=dev)
+    while flat.numel() < k:  # draws with few repeats, drawn again until k distinct ones
+        more = torch.randint(0, span, (k - flat.numel() + k // 16 + 8,), generator=g, device=dev)
+        flat = torch.unique(torch.cat([flat, more]))
+    return flat[torch.randperm(flat.numel(), generator=g, device=dev)[:k]]
+
+
+def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """``n`` integers of ``[0, span)`` spread as ``skew`` says: ``distinct * n`` distinct values
+    (as many as fit), each at least once, the rest drawn with Zipf weights ``1 / rank ** s`` over
+    them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements. The hot
+    values are random ones of the range, the order random."""
+    k = max(1, min(n, span, round(skew.distinct * n)))
+    values = _distinct_draws(span, k, g, dev)
+    extra = n - k
+    if extra > 0:
+        hottest = min(1.0, max(1.0 / k, (skew.top * n - 1) / extra))  # its weight among the extra draws
+        weights = torch.arange(1, k + 1, dtype=torch.float64, device=dev).pow_(-_zipf_exponent(k, hottest))
+        cdf = weights.cumsum_(0)
+        cdf /= cdf[-1].item()
+        picks = torch.searchsorted(cdf, torch.rand(extra, generator=g, device=dev, dtype=torch.float64))
+        values = torch.cat([values, values[picks.clamp_(max=k - 1)]])
+    return values[torch.randperm(n, generator=g, device=dev)]
+
+
+def _zipf_exponent(k: int, hottest: float) -> float:
+    """The exponent ``s`` of Zipf weights over ``k`` ranks whose first takes the ``hottest`` share:
+    ``1 / sum(i ** -s)`` grows with ``s`` from ``1 / k`` (uniform) to 1; found by bisection."""
+    if hottest <= 1.0 / k:
+        return 0.0
+    ranks = torch.arange(1, k + 1, dtype=torch.float64)
+    low, high = 0.0, 64.0
+    for _ in range(50):
+        mid = (low + high) / 2
+        if 1.0 / ranks.pow(-mid).sum().item() < hottest:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2

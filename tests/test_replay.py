@@ -532,6 +532,52 @@ def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_rec
         Replay(load_trace(path), "cpu").prepare()
 
 
+def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
+    """A recommender's ids follow a power law: the capture helper records each integer input's
+    number of distinct values and its hottest value's share (``index_inputs``), and the replay
+    draws the embedding bag's ids with as many distinct values and the hottest as frequent, in the
+    table's range; the bag offsets keep their own layout. Without the record the ids are uniform
+    (almost all distinct); a malformed record is an error naming the sidecar."""
+    rows, n = 50_000, 8192
+    gen = torch.Generator().manual_seed(3)
+    ranks = torch.distributions.Categorical(probs=1.0 / torch.arange(1, rows + 1) ** 1.2).sample((n,))
+    idx = torch.randperm(rows, generator=gen)[ranks]
+    bag, offsets = torch.nn.EmbeddingBag(rows, 16, mode="sum"), torch.arange(0, n, 32)
+    path = tmp_path / "rec.json.gz"
+    capture_step(lambda: bag(idx, offsets).sum().backward(), path, warmup=1, runs=1, min_warmup_s=0)
+    _, counts = idx.unique(return_counts=True)
+    side = load_sidecar(path)
+    record = next(r for r in side["index_inputs"] if r["shape"] == [n])
+    assert record["distinct"] == counts.numel() and record["top"] == pytest.approx(counts.max().item() / n, abs=1e-6)
+    assert record["distinct"] < n / 3 and record["top"] > 0.05
+
+    def ids(replay):
+        [t] = [t for ref, t in replay.inputs() if ref.shape == (n,)]
+        return t
+
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0
+    assert any("1 index input(s) spread as the original's were" in note for note in replay.report.notes)
+    got = ids(replay)
+    _, got_counts = got.unique(return_counts=True)
+    assert got_counts.numel() == record["distinct"] and 0 <= got.min() and got.max() < rows
+    assert got_counts.max().item() / n == pytest.approx(record["top"], rel=0.25)
+    [bounds] = [t for ref, t in replay.inputs() if ref.shape == (n // 32,)]  # (offsets: sorted, from 0)
+    assert bounds[0] == 0 and bool((bounds.diff() >= 0).all()) and bounds.max() < n
+    replay.run()
+
+    del side["index_inputs"]
+    sidecar_path(path).write_text(json.dumps(side))
+    uniform = Replay(load_trace(path), "cpu").prepare()
+    assert ids(uniform).unique().numel() > 0.9 * n
+    assert not any("index input" in note for note in uniform.report.notes)
+
+    side["index_inputs"] = [{**record, "distinct": n + 1}]
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"rec\.meta\.json: malformed timing sidecar: index_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
+
 def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
     """A packed LSTM: ``_pack_padded_sequence`` needs lengths sorted from the longest down, each at
     most the padded length, summing to the packed rows; the recurrent kernel and
