@@ -713,11 +713,9 @@ class Replay:
         records = list(self._sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = 0
         for ref in int_inputs:
-            shape = list(ref.shape)
-            record = next((r for r in records if r["shape"] == shape and r["dtype"] == ref.dtype), None)
+            record = _take_record(records, ref.shape, ref.dtype)
             if record is None:
                 continue
-            records.remove(record)
             rng = self.factory.ranges.get(ref)
             if rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1:
                 self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"])
@@ -736,10 +734,9 @@ class Replay:
         if self._sparse_records is None:
             self._sparse_records = list(self._sidecar().get("sparse_inputs", []))
         shape = list(u.shape)
-        record = next((r for r in self._sparse_records if r["shape"] == shape and r["dtype"] == u.dtype), None)
+        record = _take_record(self._sparse_records, u.shape, u.dtype)
         what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
         if record is not None:
-            self._sparse_records.remove(record)
             if record["layout"] != "sparse_coo":
                 return f"reads an input of the step of layout {record['layout']}, which is not rebuilt"
             nnz, how = record["nnz"], "as the capture recorded"
@@ -1365,6 +1362,15 @@ def _refs_of_value(v: Any) -> list[TensorRef]:
     if isinstance(v, ListValue):
         return [r for item in v.items for r in _refs_of_value(item)]
     return []
+
+
+def _take_record(records: list[dict], shape: tuple[int, ...], dtype: str) -> dict | None:
+    """The first of the capture helper's ``records`` of an input of ``shape`` and ``dtype``, taken
+    out of the list: records are matched to the trace's inputs in the order the step read them."""
+    record = next((r for r in records if r["shape"] == list(shape) and r["dtype"] == dtype), None)
+    if record is not None:
+        records.remove(record)
+    return record
 
 
 def _unstrided(v: Any) -> bool:

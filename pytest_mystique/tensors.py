@@ -614,7 +614,7 @@ class TensorFactory:
         for size in reversed(shape[:sd]):  # the flat position's index along each sparse dimension
             rows.append(flat % size)
             flat = flat // size
-        indices = torch.stack(rows[::-1]) if rows else torch.empty(0, 0, dtype=torch.int64, device=dev)
+        indices = torch.stack(rows[::-1])
         values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
         if dtype.is_floating_point or dtype.is_complex:
             values.uniform_(-1.0, 1.0, generator=g)
