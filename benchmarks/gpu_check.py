@@ -13,7 +13,11 @@ iterations (``torch.cuda.max_memory_allocated``: held tensors, rounding, librari
 and, where the trace has an original CPU timing, the GPU/CPU speed-up.
 Multi-rank jobs (``--jobs``) run their ranks on the GPUs there are, each in a time limit.
 
-    python benchmarks/gpu_check.py [--device cuda:0] [--iters 20] [--jobs] [TRACE ...]
+    python benchmarks/gpu_check.py [--device cuda:0] [--iters 20] [--jobs] [--rounds N] [TRACE ...]
+
+(--rounds N: events against the host clock again, in N rounds alternated on the same replay, as
+the separate medians of the table are taken minutes apart and a shared machine drifts between
+them.)
 
 (--jobs runs the folders of ../shared/corpus/multirank; a lone rank's file of a larger job given as
 TRACE is reported as such.)
@@ -37,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
-from pytest_mystique.measure import measure  # noqa: E402
+from pytest_mystique.measure import measure, time_replay  # noqa: E402
 from pytest_mystique.memory import _refs as tensor_refs  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.report import format_table  # noqa: E402
@@ -70,7 +74,20 @@ def wall_samples(replay, device: torch.device, iters: int) -> list[float]:
     return out
 
 
-def check_trace(path: Path, device: str, iters: int) -> dict:
+def alternated(replay, device: torch.device, iters: int, rounds: int) -> list[float]:
+    """Events against the host clock in ``rounds`` alternated rounds of ``iters`` iterations each
+    way on the same prepared replay (the order flips each round), so that the machine's drift hits
+    both alike: the median events / median host clock of each round."""
+    out = []
+    for r in range(rounds):
+        sides = [lambda: time_replay(replay, iters, between=replay.reset_state), lambda: wall_samples(replay, device, iters)]
+        got = [statistics.median(f()) for f in (sides if r % 2 == 0 else sides[::-1])]
+        events, wall = got if r % 2 == 0 else got[::-1]
+        out.append(events / wall)
+    return out
+
+
+def check_trace(path: Path, device: str, iters: int, rounds: int = 0) -> dict:
     replay, load_s = prepare_file(path, Options(device=device))
     if isinstance(replay, DistributedReplay):  # (a lone rank's file of a job of several ranks)
         raise ValueError(f"a job of {replay.world_size} ranks: give its folder with --jobs")
@@ -98,6 +115,9 @@ def check_trace(path: Path, device: str, iters: int) -> dict:
     row["_skips"] = [f"skipped {n}x {op}: {why}" for (op, why), n in rep.skipped.most_common()]
     row["_subs"] = [f"substituted {n}x {op} -> {sub}" for (op, sub), n in rep.substitutions.most_common()]
     row["_notes"] = [f"note {n}x {text}" for text, n in rep.notes.most_common()]
+    if rounds:
+        ratios = alternated(replay, dev, iters, rounds)
+        row["_notes"].append(f"events / host clock in {rounds} alternated rounds: {', '.join(f'{x:.3f}' for x in ratios)}")
     del replay
     torch.cuda.empty_cache()
     return row
@@ -143,6 +163,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--jobs", action="store_true", help="also the corpus's multi-rank jobs")
     ap.add_argument("--job-limit", type=float, default=120.0, help="seconds per multi-rank job")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="then set events against the host clock in this many alternated rounds per trace")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check (this script needs a GPU)")
@@ -154,7 +176,7 @@ def main() -> int:
     rows = []
     for path in paths:
         try:
-            rows.append(check_trace(path, args.device, args.iters))
+            rows.append(check_trace(path, args.device, args.iters, args.rounds))
         except Exception as e:  # noqa: BLE001 - one trace's failure is reported, the others go on
             print(f"# {path.name}: FAILED {type(e).__name__}: {e}")
             traceback.print_exc(limit=4)
