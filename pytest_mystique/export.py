@@ -9,7 +9,9 @@ runs (``--device cuda:0``). Something to hand to a hardware vendor: Mystique's "
 benchmark".
 
 Input values follow the replay's: each view is filled with values in the range the replay gave
-it (indices stay valid, scales stay positive; the optimizer's state is zero). Inputs the step
+it (indices stay valid, scales stay positive; the optimizer's state is zero), index inputs with
+the spread the replay gave them (distinct values, the hottest one's share), and sparse inputs
+with their element counts. Inputs the step
 writes in place are refilled between iterations, outside the timing, as the replay does.
 """
 
@@ -65,7 +67,8 @@ def _finite(x: float, instead: float) -> float:
 
 def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
-    shape, stride, low, high) of the replay's input tensors."""
+    shape, stride, low, high, written, spread) of the replay's input tensors (spread: an index
+    input's share of distinct values and its hottest value's share, as the replay drew it)."""
     storages: dict[int, int] = {}
     index: dict[int, int] = {}
     views = []
@@ -84,8 +87,10 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
         elif t.numel() and not t.is_complex():
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
+        skew = replay.factory.skews.get(ref)
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
-                      tuple(t.stride()), low, high, slot in replay._mutated))  # fmt: skip
+                      tuple(t.stride()), low, high, slot in replay._mutated,
+                      None if skew is None else (skew.distinct, skew.top)))  # fmt: skip
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
 
 
@@ -169,14 +174,15 @@ import time
 import torch
 
 OPS = {ops}
-# storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high, written)
+# storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
+# written, spread: None, or an index input's share of distinct values and its hottest value's share)
 STORAGES = {storages}
 VIEWS = {views}
 # sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)
 SPARSE = {sparse}
 
 
-def fill(t, low, high, gen):
+def fill(t, low, high, gen, spread=None):
     if t.numel() == 0:
         return
     if t.dtype == torch.bool:
@@ -187,17 +193,51 @@ def fill(t, low, high, gen):
         t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high, generator=gen))
     elif t.is_complex():
         t.zero_()
+    elif spread is not None:
+        t.copy_((int(low) + skewed(int(high) - int(low) + 1, t.numel(), spread, gen)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
+
+
+def distinct_draws(span, k, gen):
+    """k distinct integers of [0, span), in random order."""
+    if 4 * k >= span:  # dense enough to take a permutation's first k
+        return torch.randperm(span, generator=gen)[:k]
+    flat = torch.empty(0, dtype=torch.int64)
+    while flat.numel() < k:
+        more = torch.randint(0, span, (k - flat.numel() + k // 16 + 8,), generator=gen)
+        flat = torch.unique(torch.cat([flat, more]))
+    return flat[torch.randperm(flat.numel(), generator=gen)[:k]]
+
+
+def skewed(span, n, spread, gen):
+    """n integers of [0, span) as the replay draws an index input: a share of distinct values,
+    each at least once, the rest with Zipf weights over them, the hottest taking its share."""
+    distinct, top = spread
+    k = max(1, min(n, span, round(distinct * n)))
+    values = distinct_draws(span, k, gen)
+    extra = n - k
+    if extra > 0:
+        hottest = min(1.0, max(1.0 / k, (top * n - 1) / extra))
+        ranks = torch.arange(1, k + 1, dtype=torch.float64)
+        low, high = 0.0, 64.0
+        for _ in range(50):  # the Zipf exponent whose first rank takes the hottest share
+            mid = (low + high) / 2
+            low, high = (mid, high) if 1.0 / ranks.pow(-mid).sum().item() < hottest else (low, mid)
+        cdf = ranks.pow(-(low + high) / 2).cumsum(0)
+        cdf /= cdf[-1].item()
+        picks = torch.searchsorted(cdf, torch.rand(extra, generator=gen, dtype=torch.float64)).clamp_(max=k - 1)
+        values = torch.cat([values, values[picks]])
+    return values[torch.randperm(n, generator=gen)]
 
 
 def make_inputs(dev, gen):
     bases = [torch.empty(n, dtype=torch.uint8, device=dev) for n, _ in STORAGES]
     e = [None] * {slots}
-    for slot, st, dtype, offset, shape, stride, low, high, _ in VIEWS:
+    for slot, st, dtype, offset, shape, stride, low, high, _, spread in VIEWS:
         t = torch.empty(0, dtype=getattr(torch, dtype), device=dev)
         t.set_(bases[st].untyped_storage(), offset, shape, stride)
-        fill(t, low, high, gen)
+        fill(t, low, high, gen, spread)
         e[slot] = t
     for slot, shape, dtype, nnz, sparse_dim, coalesced in SPARSE:
         e[slot] = make_sparse(shape, getattr(torch, dtype), nnz, sparse_dim, coalesced, dev, gen)
@@ -209,26 +249,26 @@ def make_sparse(shape, dtype, nnz, sparse_dim, coalesced, dev, gen):
     positions = 1
     for size in shape[:sparse_dim]:
         positions *= size
-    flat = torch.empty(0, dtype=torch.int64)
-    while flat.numel() < nnz:
-        more = torch.randint(0, positions, (nnz - flat.numel() + 8,), generator=gen)
-        flat = torch.unique(torch.cat([flat, more]))
-    flat = flat[torch.randperm(flat.numel(), generator=gen)[:nnz]]
+    flat = distinct_draws(positions, nnz, gen)
     if coalesced:
         flat = flat.sort().values
     rows = []
     for size in reversed(shape[:sparse_dim]):
         rows.append(flat % size)
         flat = flat // size
-    values = torch.empty((nnz, *shape[sparse_dim:]), dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    values = torch.empty((nnz, *shape[sparse_dim:]), dtype=torch.float64)
+    if dtype.is_floating_point or dtype.is_complex:
+        values.uniform_(-1, 1, generator=gen)
+    else:  # integers 0 or 1, booleans either
+        values.copy_(torch.randint(0, 2, values.shape, generator=gen))
     t = torch.sparse_coo_tensor(torch.stack(rows[::-1]), values.to(dtype), shape, check_invariants=False).to(dev)
     return t._coalesced_(True) if coalesced else t
 
 
 def refill(e, gen):
-    for slot, _, _, _, _, _, low, high, written in VIEWS:
+    for slot, _, _, _, _, _, low, high, written, spread in VIEWS:
         if written:
-            fill(e[slot], low, high, gen)
+            fill(e[slot], low, high, gen, spread)
 
 
 def step(e):

@@ -99,12 +99,16 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
 def _recorded_device(path: Path) -> str:
     """``cuda`` where the trace's operators read or wrote a tensor on a GPU, else ``cpu``: what the
     step ran on, whatever else this process has on a GPU."""
+    from .errors import TraceError
     from .graph import select_ops
     from .trace import load_trace, tensors_of
 
-    for node in select_ops(load_trace(path, freeze=False)):
-        if any(ref.device.startswith("cuda") for ref in tensors_of((*node.inputs, *node.outputs))):
-            return "cuda"
+    try:
+        for node in select_ops(load_trace(path, freeze=False)):
+            if any(ref.device.startswith("cuda") for ref in tensors_of((*node.inputs, *node.outputs))):
+                return "cuda"
+    except (TraceError, ValueError, OSError):  # a trace this parser refuses: whether the process used a GPU
+        return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
     return "cpu"
 
 
@@ -183,12 +187,17 @@ def _record_inputs(step, path: Path) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
+    from .errors import TraceError
     from .graph import select_ops
     from .trace import Unstrided, load_trace, tensors_of
 
     made: set = set()
     wanted = False
-    for node in select_ops(load_trace(path, freeze=False)):
+    try:
+        ops = select_ops(load_trace(path, freeze=False))
+    except (TraceError, ValueError, OSError):  # (a trace this parser refuses: nothing to rebuild it with)
+        return
+    for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
         ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype.startswith(("int", "uint"))]
         wanted = wanted or any(i not in made for i in ins)
@@ -203,16 +212,21 @@ def _record_inputs(step, path: Path) -> None:
     def made_here(t) -> bool:
         return id(t) in outputs and outputs[id(t)]() is t
 
+    # ``torch.tensor(...)`` inside the step: the new tensor reaches the ops through these, and the
+    # trace counts it as made there
+    fresh = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift.default}
+
     class Inputs(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            for t in tree_leaves((args, kwargs or {})):
+            leaves = tree_leaves((args, kwargs or {}))
+            for t in leaves if func not in fresh else ():
                 if isinstance(t, torch.Tensor) and id(t) not in seen and not made_here(t):
+                    seen.add(id(t))
                     record = _input_record(t)
                     if record is not None:
-                        seen.add(id(t))
-                        found["sparse_inputs" if t.layout != torch.strided else "index_inputs"].append(record)
+                        found["sparse_inputs" if "layout" in record else "index_inputs"].append(record)
             out = func(*args, **(kwargs or {}))
-            for t in tree_leaves(out):
+            for t in tree_leaves(out) + (leaves if func in fresh else []):
                 if isinstance(t, torch.Tensor):
                     outputs[id(t)] = weakref.ref(t)
             return out
@@ -233,8 +247,18 @@ def _record_inputs(step, path: Path) -> None:
 
 def _input_record(t: torch.Tensor) -> dict | None:
     """What a replay needs to rebuild ``t``, an input of the step (see :func:`_record_inputs`):
-    None for a floating one, which the replay draws in the ranges it knows."""
-    record = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+    None for a floating one, which the replay draws in the ranges it knows, and for one this
+    record cannot describe (nested, quantized, a tensor subclass, symbolic sizes)."""
+    if type(t) is not torch.Tensor or t.is_nested or t.is_quantized:
+        return None
+    try:
+        return _described(t)
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return None
+
+
+def _described(t: torch.Tensor) -> dict | None:
+    record = {"shape": [int(d) for d in t.shape], "dtype": str(t.dtype).removeprefix("torch.")}
     if t.layout != torch.strided:
         record["layout"] = str(t.layout).removeprefix("torch.")
         if t.layout == torch.sparse_coo:

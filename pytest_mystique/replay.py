@@ -197,6 +197,7 @@ class Replay:
         self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
         self._side: dict | None = None  # the trace's sidecar (see _sidecar)
         self._sparse_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
+        self._sparse_refused: dict[int, str] = {}  # sparse inputs not rebuilt -> why (their readers are skipped)
         # a training step's forward: the ops that run with autograd recording their graph, and the
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
@@ -208,6 +209,7 @@ class Replay:
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
         # on a GPU, for a trace recorded on one: its host tensors stay in host memory (set by _plan)
         self._host_kept = False
+        self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -645,16 +647,25 @@ class Replay:
             self._mark_original((slot,))
         return slot
 
+    def _mixes_host(self, fills: list[tuple[int, int]]) -> bool:
+        """A CPU trace on a GPU: the op reads a tensor kept in host memory (not 0-dim) beside device
+        tensors."""
+        if self.device.type == "cpu" or self._host_kept:
+            return False
+        tensors = [self.env[s] for _, s in fills if isinstance(self.env[s], torch.Tensor)]
+        return any(t.device.type == "cpu" and t.dim() for t in tensors) and any(t.device.type != "cpu" for t in tensors)
+
     def _host_copied(self, fills: list[tuple[int, int]], p: PlannedOp) -> list[tuple[int, int]]:
         """A CPU trace on a GPU keeps in host memory what a GPU kernel reads there (:data:`HOST_ARGS`,
-        a packed sequence's lengths). Another op that reads such a tensor beside device tensors (a
-        mask made from the lengths) reads a copy on the device instead, made before it in each
-        iteration, as a GPU program copies it: ``fills`` with those slots replaced."""
+        a packed sequence's lengths). Another op that refused such a tensor beside device tensors
+        (a mask made from the lengths) reads a copy on the device instead, made before it in each
+        iteration, as a GPU program copies it: ``fills`` with those slots replaced. (Ops that read
+        it there, as the packed sequence's backward does, keep reading it there.)"""
         env = self.env
-        tensors = [(s, env[s]) for _, s in fills if isinstance(env[s], torch.Tensor)]
-        on_host = sorted({s for s, t in tensors if t.device.type == "cpu" and t.dim()})
-        if not on_host or all(t.device.type == "cpu" for _, t in tensors):
+        if not self._mixes_host(fills):
             return fills
+        on_host = sorted({s for _, s in fills if isinstance(env[s], torch.Tensor) and env[s].device.type == "cpu"
+                          and env[s].dim()})  # fmt: skip
         copies = {}
         for slot in on_host:
             copies[slot] = self._new_slot(env[slot].to(self.device))
@@ -717,7 +728,9 @@ class Replay:
             if record is None:
                 continue
             rng = self.factory.ranges.get(ref)
-            if rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1:
+            if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
+                    and rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high):  # fmt: skip
+                # (the original's values lie in the op's range: a record outside it is another tensor's)
                 self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"])
                 skewed += 1
         if skewed:
@@ -731,8 +744,16 @@ class Replay:
         (``sparse_inputs``, taken in order among those of the same shape and type); without them
         it holds 1% of its positions, with a note. A layout other than sparse COO (nested,
         MKL-DNN) is not rebuilt: the reason its readers are skipped is returned."""
+        if u.tensor_id in self._sparse_refused:  # (a reader before was refused: so are the others)
+            return self._sparse_refused[u.tensor_id]
         if self._sparse_records is None:
             self._sparse_records = list(self._sidecar().get("sparse_inputs", []))
+        why = self._rebuilt_sparse(u, p)
+        if why:
+            self._sparse_refused[u.tensor_id] = why
+        return why
+
+    def _rebuilt_sparse(self, u: Unstrided, p: PlannedOp) -> str | None:
         shape = list(u.shape)
         record = _take_record(self._sparse_records, u.shape, u.dtype)
         what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
@@ -745,8 +766,11 @@ class Replay:
         else:
             nnz = max(1, math.prod(shape) // 100)
             how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
-        t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
-                                         coalesced=(record or {}).get("coalesced", True))  # fmt: skip
+        try:
+            t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
+                                             coalesced=(record or {}).get("coalesced", True))  # fmt: skip
+        except (RuntimeError, ValueError, TypeError, MemoryError) as e:
+            return f"cannot rebuild its sparse input: {_reason(e)}"
         self._unstrided[u.tensor_id] = slot = self._new_slot(t)
         self.permanent.add(slot)
         self.report.notes[f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"] += 1
@@ -794,7 +818,7 @@ class Replay:
             # A recorded layout torch refuses (sizes, strides, offsets out of range).
             self.report.skipped[(p.node.name, f"cannot build its input tensors: {_reason(e)}")] += 1
             return
-        if self.device.type != "cpu" and not self._host_kept and p.node.name not in HOST_ARGS:
+        if p.node.id in self._copy_host:
             fills = self._host_copied(fills, p)
         npos, kwnames = len(args) - len(p.kwnames), p.kwnames
         fn = p.overload._op
@@ -821,6 +845,12 @@ class Replay:
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             torch._C._set_grad_enabled(False)
             self.probe_s += time.perf_counter() - t0
+            if p.node.id not in self._copy_host and self._mixes_host(step.fills):
+                # it refused a tensor kept in host memory beside device tensors: it reads a copy
+                self._copy_host.add(p.node.id)
+                del call
+                self._build_step(p)
+                return
             if step.grad and _runs_without_grad(step, call):
                 # autograd refused to record it (an in-place write to a parameter...): it runs as is
                 self._recording.discard(p.node.id)
@@ -1345,6 +1375,7 @@ def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
 #: Arguments that the ops' GPU kernels read in host memory: a packed sequence's lengths and batch
 #: sizes (on a GPU, ``pack_padded_sequence`` needs its lengths on the CPU).
 HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequence": "batch_sizes",
+             "aten::_pack_padded_sequence_backward": "batch_sizes",
              **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
 
 

@@ -63,8 +63,11 @@ def _input_record_ok(r) -> bool:
 def _sparse_record_ok(r) -> bool:
     if not (_input_record_ok(r) and isinstance(r.get("layout"), str)):
         return False
-    return r["layout"] != "sparse_coo" or (_count(r.get("nnz")) and _count(r.get("sparse_dim"))
-                                           and isinstance(r.get("coalesced"), bool))  # fmt: skip
+    if r["layout"] != "sparse_coo":
+        return True
+    dims = r.get("sparse_dim")
+    return (_count(dims) and 1 <= dims <= len(r["shape"]) and _count(r.get("nnz"))
+            and r["nnz"] <= math.prod(r["shape"][:dims]) and isinstance(r.get("coalesced"), bool))  # fmt: skip
 
 
 def _index_record_ok(r) -> bool:

@@ -577,7 +577,8 @@ class TensorFactory:
                 self._fill_from_pool(t.view(-1), *self._float_range(ref))
             elif t.is_contiguous() and n <= TILE and (t.dtype.is_floating_point or t.dtype.is_complex):
                 t.uniform_(*self._float_range(ref), generator=self._generator)  # in place: the same draws
-            elif n > TILE and t.is_contiguous() and rng.kind == "uniform":
+            elif n > TILE and t.is_contiguous() and rng.kind == "uniform" and ref not in self.skews:
+                # (a skewed index is drawn whole: repeated blocks would cap its distinct values)
                 block = self._sample(t.dtype, ref, rng, TILE)
                 flat = t.view(-1)
                 for start in range(0, n, TILE):

@@ -183,3 +183,17 @@ def test_the_capture_helper_leaves_the_users_garbage_collector_as_it_was(tmp_pat
     before = gc.get_freeze_count()
     capture_step(tiny_step(), tmp_path / "t.json.gz", warmup=1, runs=2, min_warmup_s=0)
     assert gc.get_freeze_count() == before
+
+
+def test_inputs_a_record_cannot_describe_are_left_out():
+    """The capture helper's input records (``index_inputs``, ``sparse_inputs``) leave out what
+    they cannot describe (nested, quantized, floating), so that one odd input costs its own record
+    only; an integer input is described by its spread."""
+    from pytest_mystique.recorder import _input_record
+
+    nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(5)], layout=torch.jagged)
+    quantized = torch.quantize_per_tensor(torch.rand(4), 0.1, 0, torch.quint8)
+    assert _input_record(nested) is None and _input_record(quantized) is None
+    assert _input_record(torch.rand(4)) is None
+    assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
+                                                          "low": 1, "high": 7}  # fmt: skip

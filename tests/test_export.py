@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from pytest_mystique.cli import main
 
 from conftest import bundled, corpus
@@ -103,3 +105,29 @@ def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "median:" in out.stdout
+
+
+def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
+    """Ids of a power law, recorded by the capture helper: the exported script draws them with
+    the distinct values and the hottest share the replay gave them, not uniformly."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    rows, n = 20_000, 4096
+    ranks = torch.distributions.Categorical(probs=1.0 / torch.arange(1, rows + 1) ** 1.2).sample((n,))
+    ids, offsets = torch.randperm(rows)[ranks], torch.arange(0, n, 16)
+    bag = torch.nn.EmbeddingBag(rows, 8, mode="sum")
+    capture_step(lambda: bag(ids, offsets).sum().backward(), tmp_path / "r.json", warmup=1, runs=1, min_warmup_s=0)
+    script = tmp_path / "bench.py"
+    assert main(["export", str(tmp_path / "r.json"), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location("bench_ids", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    [view] = [v for v in bench.VIEWS if v[9] is not None]
+    assert view[4] == (n,)
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
+    _, counts = made.unique(return_counts=True)
+    _, original = ids.unique(return_counts=True)
+    assert counts.numel() == original.numel() and 0 <= made.min() and made.max() < rows
+    assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)

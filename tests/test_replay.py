@@ -521,10 +521,21 @@ def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_rec
     side["sparse_inputs"] = [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_csr"}]
     sidecar_path(path).write_text(json.dumps(side))
     replay = Replay(load_trace(path), "cpu").prepare()
-    reasons = {s["reason"] for s in replay.report.skipped_list()}
-    assert reasons and all("sparse_csr, which is not rebuilt" in r or "did not give" in r for r in reasons), reasons
+    skipped = replay.report.skipped_list()
+    refused = {s["op"]: s["count"] for s in skipped if "sparse_csr, which is not rebuilt" in s["reason"]}
+    # both readers of the input (the forward's product and the backward's transpose) are refused,
+    # not the first alone with the second falling back to a guess; the transpose's reader follows
+    assert refused == {"aten::_sparse_mm": 1, "aten::t": 1}, skipped
+    assert all("did not give" in s["reason"] for s in skipped if s["op"] not in refused), skipped
+    assert not any(isinstance(v, torch.Tensor) and v.layout == torch.sparse_coo for v in replay.env)
     assert replay.report.ops_replayed > 0
     replay.run()
+
+    side["sparse_inputs"] = [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_coo", "nnz": 10,
+                              "sparse_dim": 3, "coalesced": True}]  # fmt: skip
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"malformed timing sidecar: sparse_inputs"):  # (3 sparse dims of 2)
+        Replay(load_trace(path), "cpu").prepare()
 
     side["sparse_inputs"] = [{"shape": [300, 300], "dtype": "float32", "layout": "sparse_coo", "nnz": -4}]
     sidecar_path(path).write_text(json.dumps(side))
@@ -544,15 +555,23 @@ def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
     idx = torch.randperm(rows, generator=gen)[ranks]
     bag, offsets = torch.nn.EmbeddingBag(rows, 16, mode="sum"), torch.arange(0, n, 32)
     path = tmp_path / "rec.json.gz"
-    capture_step(lambda: bag(idx, offsets).sum().backward(), path, warmup=1, runs=1, min_warmup_s=0)
+
+    pos_emb = torch.nn.Embedding(n, 4)
+
+    def step():  # (a tensor the step makes itself, of the ids' shape and type, is not an input)
+        positions = torch.tensor(range(n))
+        (bag(idx, offsets).sum() + pos_emb(positions).sum()).backward()
+
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     _, counts = idx.unique(return_counts=True)
     side = load_sidecar(path)
-    record = next(r for r in side["index_inputs"] if r["shape"] == [n])
+    [record] = [r for r in side["index_inputs"] if r["shape"] == [n]]
     assert record["distinct"] == counts.numel() and record["top"] == pytest.approx(counts.max().item() / n, abs=1e-6)
     assert record["distinct"] < n / 3 and record["top"] > 0.05
 
-    def ids(replay):
-        [t] = [t for ref, t in replay.inputs() if ref.shape == (n,)]
+    def ids(replay):  # (the bag's ids: the input of their shape whose range is the table's rows)
+        rng = replay.factory.ranges
+        [t] = [t for ref, t in replay.inputs() if ref.shape == (n,) and getattr(rng.get(ref), "high", 0) == rows]
         return t
 
     replay = Replay(load_trace(path), "cpu").prepare()
@@ -577,6 +596,20 @@ def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
     with pytest.raises(ReplayError, match=r"rec\.meta\.json: malformed timing sidecar: index_inputs"):
         Replay(load_trace(path), "cpu").prepare()
 
+
+
+def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
+    """Index tensors past TILE elements are otherwise filled by repeating one random block; a
+    skewed one is drawn whole, or its distinct values would be capped at the block's."""
+    from pytest_mystique.tensors import TILE, IntRange, Skew
+
+    n = TILE + TILE // 2
+    factory = TensorFactory(torch.device("cpu"))
+    ref = TensorRef(1, 1, 0, n, 8, "cpu", "int64", (n,), (1,))
+    factory.constrain(ref, IntRange(0, 10_000_000))
+    factory.skews[ref] = Skew(0.6, 0.01)
+    _, counts = factory.make(ref).unique(return_counts=True)
+    assert counts.numel() == round(0.6 * n) and counts.max().item() / n == pytest.approx(0.01, rel=0.1)
 
 def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
     """A packed LSTM: ``_pack_padded_sequence`` needs lengths sorted from the longest down, each at
@@ -644,7 +677,8 @@ def test_a_mask_made_from_host_lengths_reads_a_device_copy_on_a_gpu(tmp_path):
     copy on the device, made in each iteration before it; every op replays, and a sparse input
     of the step is rebuilt on the device. The capture helper's sidecar says the step ran on the
     CPU although the process had used the GPU before."""
-    lstm, x, lengths = torch.nn.LSTM(8, 16, batch_first=True), torch.randn(5, 12, 8), torch.tensor([12, 9, 9, 4, 1])
+    lstm, lengths = torch.nn.LSTM(8, 16, batch_first=True), torch.tensor([12, 9, 9, 4, 1])
+    x = torch.randn(5, 12, 8, requires_grad=True)  # (the packing's backward reads the batch sizes on the host)
     adj = torch.eye(16).to_sparse()
 
     def step():
@@ -660,6 +694,7 @@ def test_a_mask_made_from_host_lengths_reads_a_device_copy_on_a_gpu(tmp_path):
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert any("copied to cuda" in n for n in rep.notes) and any("sparse COO tensor of 16 " in n for n in rep.notes)
+    assert any(s.name == "aten::_pack_padded_sequence_backward" for s in replay.steps)
     copies = [s for s in replay.steps if s.name == "aten::_to_copy" and s.view]
     assert copies
     seen = []
