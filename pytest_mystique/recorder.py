@@ -33,6 +33,9 @@ class Captured:
     path: Path
     sidecar_path: Path
     samples_s: list[float] = field(default_factory=list)
+    # the trace's selected operators, parsed once for the capture helper's checks after the capture
+    # (None once they are done, or where the parser refuses the trace)
+    ops: list | None = field(default=None, repr=False)
 
     @property
     def median_s(self) -> float:
@@ -58,8 +61,10 @@ def _all_agree(flag: bool) -> bool:
 
 
 @contextmanager
-def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] | None = None):
-    """Record an execution trace of the ``with`` block into ``path``."""
+def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] | None = None,
+            _keep_ops: bool = False):  # fmt: skip
+    """Record an execution trace of the ``with`` block into ``path``. (``_keep_ops``: the capture
+    helper's own checks read the parsed operators from the result.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, raw_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".json", dir=path.parent)
@@ -87,7 +92,9 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
             os.fsync(f.fileno())
         os.replace(final_tmp, path)
         result.samples_s = list(samples_s) if samples_s else [elapsed]
-        write_sidecar(path, result.samples_s, what=what, device=_recorded_device(path))
+        ops = _selected_ops(path)
+        write_sidecar(path, result.samples_s, what=what, device=_recorded_device(ops))
+        result.ops = ops if _keep_ops else None
     finally:
         for leftover in (raw_tmp, raw_tmp + ".gz"):
             try:
@@ -96,19 +103,28 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
                 pass
 
 
-def _recorded_device(path: Path) -> str:
-    """``cuda`` where the trace's operators read or wrote a tensor on a GPU, else ``cpu``: what the
-    step ran on, whatever else this process has on a GPU."""
+def _selected_ops(path: Path) -> list | None:
+    """The operators a replay of the trace at ``path`` selects, None where the parser refuses it."""
     from .errors import TraceError
     from .graph import select_ops
-    from .trace import load_trace, tensors_of
+    from .trace import load_trace
 
     try:
-        for node in select_ops(load_trace(path, freeze=False)):
-            if any(ref.device.startswith("cuda") for ref in tensors_of((*node.inputs, *node.outputs))):
-                return "cuda"
-    except (TraceError, ValueError, OSError):  # a trace this parser refuses: whether the process used a GPU
+        return select_ops(load_trace(path, freeze=False))
+    except (TraceError, ValueError, OSError):
+        return None
+
+
+def _recorded_device(ops: list | None) -> str:
+    """``cuda`` where the trace's operators read or wrote a tensor on a GPU, else ``cpu``: what the
+    step ran on, whatever else this process has on a GPU. (For a trace the parser refuses: whether
+    the process used a GPU.)"""
+    from .trace import tensors_of
+
+    if ops is None:
         return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+    if any(ref.device.startswith("cuda") for node in ops for ref in tensors_of((*node.inputs, *node.outputs))):
+        return "cuda"
     return "cpu"
 
 
@@ -133,12 +149,13 @@ def capture_step(step, path: str | os.PathLike, *, warmup: int = 3, runs: int = 
         step()
         _sync()
         samples.append(time.perf_counter() - t0)
-    with capture(path, what=what, samples_s=samples) as result:
+    with capture(path, what=what, samples_s=samples, _keep_ops=True) as result:
         step()
     if not _distributed():
-        _check_runs_alike(step, result.path)
-        _record_inputs(step, result.path)
+        _check_runs_alike(step, result)
+        _record_inputs(step, result)
         _time_inside_operators(step, result.path)
+    result.ops = None  # (the parsed trace is not the caller's to keep alive)
     return result
 
 
@@ -148,7 +165,7 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def _check_runs_alike(step, path: Path) -> None:
+def _check_runs_alike(step, result: Captured) -> None:
     """Record ``step()`` once more and compare its operators with the trace's. A step whose
     control flow is random (LayerDrop skips a layer now and then) or follows the data runs other
     operators from one call to the next: the trace holds one call, the timing covers others, and
@@ -158,11 +175,13 @@ def _check_runs_alike(step, path: Path) -> None:
     from .graph import select_ops
     from .trace import load_trace
 
+    path = result.path
     with tempfile.TemporaryDirectory() as d:
-        again = Path(d) / "again.json"
-        with capture(again):
+        with capture(Path(d) / "again.json", _keep_ops=True) as second:
             step()
-        ops = [[n.name for n in select_ops(load_trace(p, freeze=False))] for p in (path, again)]
+        # (a trace the parser refuses is loaded again here, for its error)
+        ops = [[n.name for n in (c.ops if c.ops is not None else select_ops(load_trace(c.path, freeze=False)))]
+               for c in (result, second)]  # fmt: skip
     if ops[0] != ops[1]:
         add_to_sidecar(path, recorded_ops=[len(ops[0]), len(ops[1])], recorded_ops_differ=True)
         warnings.warn(f"{path}: two recorded calls of the step ran different operators ({differing(*ops)}): its "
@@ -170,7 +189,7 @@ def _check_runs_alike(step, path: Path) -> None:
                       f"one call, the original's timing covers others", stacklevel=3)  # fmt: skip
 
 
-def _record_inputs(step, path: Path) -> None:
+def _record_inputs(step, result: Captured) -> None:
     """What a trace does not hold of the step's inputs, kept in the sidecar for the replay: call
     ``step()`` once more under a dispatch mode that looks at every tensor an operator reads and no
     operator made, and record, in the order they are first read,
@@ -187,16 +206,13 @@ def _record_inputs(step, path: Path) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    from .errors import TraceError
-    from .graph import select_ops
-    from .trace import Unstrided, load_trace, tensors_of
+    from .trace import Unstrided, tensors_of
 
+    path, ops = result.path, result.ops
+    if ops is None:  # (a trace this parser refuses: nothing to rebuild it with)
+        return
     made: set = set()
     wanted = False
-    try:
-        ops = select_ops(load_trace(path, freeze=False))
-    except (TraceError, ValueError, OSError):  # (a trace this parser refuses: nothing to rebuild it with)
-        return
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
         ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype.startswith(("int", "uint"))]
