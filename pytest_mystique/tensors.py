@@ -607,7 +607,12 @@ class TensorFactory:
         if positions >= 2**62:
             raise ValueError(f"a sparse tensor of shape {list(shape)} has too many positions to draw from")
         nnz = max(0, min(nnz, positions))
-        g, dev = self._seeded_generator(), self.device
+        dev = self.device
+        if dev.type == "meta":  # (shapes only: no positions to draw, and no generator for meta)
+            indices = torch.empty((sd, nnz), dtype=torch.int64, device=dev)
+            values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
+            return torch.sparse_coo_tensor(indices, values, shape, dtype=dtype, device=dev, check_invariants=False)
+        g = self._seeded_generator()
         flat = _distinct_draws(positions, nnz, g, dev)
         if coalesced:
             flat = torch.sort(flat).values
