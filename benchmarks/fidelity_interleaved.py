@@ -270,6 +270,23 @@ def block(fn, n: int, before=None) -> list[float]:
     return out
 
 
+def alternate(step, run_replay, reset, rounds: int, size: int) -> tuple[list[float], list[float], list[float]]:
+    """Blocks of ``size`` original steps and replay iterations (``reset`` untimed before each),
+    alternated for ``rounds`` rounds, which side goes first swapping each round, after a warm-up
+    block of each: the original's samples, the replay's, and each round's ratio of medians."""
+    block(step, 5)
+    block(run_replay, 5, reset)
+    orig, rep, ratios = [], [], []
+    for r in range(rounds):
+        a = block(step, size) if r % 2 == 0 else block(run_replay, size, reset)
+        b = block(run_replay, size, reset) if r % 2 == 0 else block(step, size)
+        o, p = (a, b) if r % 2 == 0 else (b, a)
+        orig += o
+        rep += p
+        ratios.append(statistics.median(p) / statistics.median(o))
+    return orig, rep, ratios
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*")
@@ -304,18 +321,7 @@ def main() -> int:
             with torch.no_grad():
                 replay.run()
 
-        resets = {run_replay: replay.reset_state, step: None}
-
-        block(step, 5)
-        block(run_replay, 5, replay.reset_state)
-        orig, rep, ratios = [], [], []
-        for r in range(args.rounds):
-            first, second = (step, run_replay) if r % 2 == 0 else (run_replay, step)
-            a, b = block(first, args.block, resets[first]), block(second, args.block, resets[second])
-            o, p = (a, b) if r % 2 == 0 else (b, a)
-            orig += o
-            rep += p
-            ratios.append(statistics.median(p) / statistics.median(o))
+        orig, rep, ratios = alternate(step, run_replay, replay.reset_state, args.rounds, args.block)
         ratio = statistics.median(rep) / statistics.median(orig)
         errors.append(abs(ratio - 1))
         q = statistics.quantiles(ratios, n=4)
