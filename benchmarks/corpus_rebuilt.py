@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import math
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fidelity_interleaved import alternate  # noqa: E402
+from fidelity_interleaved import alternate, summary  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -155,11 +154,8 @@ def main() -> int:
             op_errors.append(abs(r.ops_s / o.ops_s - 1))
             line += f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(line, flush=True)
-    for label, errs in (("replay/original here", errors), ("time inside operators", op_errors)):
-        if errs:
-            geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errs))
-            print(f"{label}: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(errs) * 100:.1f}%, "
-                  f"within 5%: {sum(e <= 0.05 for e in errs)}/{len(errs)}")  # fmt: skip
+    summary("replay/original here", errors)
+    summary("time inside operators", op_errors)
     return 0
 
 

@@ -287,6 +287,14 @@ def alternate(step, run_replay, reset, rounds: int, size: int) -> tuple[list[flo
     return orig, rep, ratios
 
 
+def summary(label: str, errors: list[float]) -> None:
+    """The last line of a table: geomean, worst and count within 5% of the errors |ratio - 1|."""
+    if errors:
+        geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors))
+        print(f"{label}: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(errors) * 100:.1f}%, "
+              f"within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*")
@@ -332,13 +340,8 @@ def main() -> int:
             extra = f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
               f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
-    geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors))
-    print(f"interleaved fidelity: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(errors) * 100:.1f}%, "
-          f"within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
-    if op_errors:
-        geo = math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in op_errors))
-        print(f"time inside operators: geomean |ratio-1| = {geo * 100:.1f}%, worst {max(op_errors) * 100:.1f}%, "
-              f"within 5%: {sum(e <= 0.05 for e in op_errors)}/{len(op_errors)}")  # fmt: skip
+    summary("interleaved fidelity", errors)
+    summary("time inside operators", op_errors)
     return 0
 
 

@@ -30,7 +30,7 @@ import torch
 
 from .collectives import backend_for
 from .errors import ReplayError
-from .replay import Report
+from .steps import Report
 
 #: Run-to-run noise of a multi-rank replay on the CPU: the ranks' collectives go through gloo over
 #: loopback and the ranks share the cores, so two sessions of the same job differ by far more than

@@ -23,7 +23,6 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,9 +32,26 @@ from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step_ops, select_ops
 from .measure import gc_paused
-from .ops import NO_DEFAULT, ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
+from .nonfinite import LOG_TABLES, nonfinite, nonfinite_inputs
+from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
 from .sidecar import load_sidecar
+from .steps import (
+    PlannedOp,
+    Report,
+    Step,
+    TensorArg,
+    TensorListArg,
+    UnstridedArg,
+    arg_refs,
+    as_recorded,
+    bound_call,
+    filled_args,
+    kept_positions,
+    out_slots,
+    runs_without_grad,
+    value_refs,
+)
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
 from .tensors import Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
@@ -51,93 +67,9 @@ _UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "ate
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomial", "exponential", "cauchy",
                  "geometric", "poisson", "rrelu", "gamma", "binomial", "dirichlet")
 
-#: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
-#: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
-#: yet), in the original's data too: NaN or inf is looked for only in the outputs before it.
-_LOG_TABLES = {"aten::_ctc_loss": 1}
-
 _AS_STRIDED = torch.ops.aten.as_strided.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-@dataclass
-class TensorArg:
-    ref: TensorRef
-
-
-@dataclass
-class TensorListArg:
-    refs: list[TensorRef | None]
-
-
-@dataclass
-class UnstridedArg:
-    """A tensor recorded without storage (sparse...): what an earlier replayed op with the id the
-    trace gives it returned, or, for an input of the step (``rebuild``), a sparse tensor made from
-    its recorded shape."""
-
-    tensor_id: int
-    rebuild: Unstrided | None = None
-
-
-@dataclass
-class PlannedOp:
-    node: Node
-    overload: Any
-    values: list[Any]  # constants, TensorArg or TensorListArg, in schema order
-    kwnames: tuple[str, ...]  # names of the trailing keyword-only arguments
-    substitution: str | None = None
-    collective: bool = False  # a c10d op, called through torch.distributed (collectives.py)
-    # inputs no replayed op makes that are views an op inside a replayed one made of an earlier
-    # output -> that output (read through a view of it: Replay._view_of)
-    views: dict[TensorRef, TensorRef] = field(default_factory=dict)
-    refused: str = ""  # for a substitute called where the recorded op failed: that op's error
-
-
-@dataclass(slots=True)
-class Step:
-    """One call of the replay loop."""
-
-    fn: Any
-    args: list[Any]
-    fills: list[tuple[int, int]]  # (position in args, env slot)
-    list_fills: list[tuple[int, tuple[int, ...]]]  # (position, slots; -1 for None)
-    npos: int  # args[:npos] are positional, the rest are keyword arguments named kwnames
-    kwnames: tuple[str, ...]
-    outs: list[tuple[int, Any]]  # (result index, slot or tuple of slots)
-    single: bool  # the op returns one value, not a tuple
-    frees: tuple[int, ...] = ()
-    name: str = ""
-    node_id: int = -1
-    out: int | None = None  # where ``outs`` is just the single result's slot (most ops): that slot
-    grad: bool = False  # it runs with autograd recording (a training step's forward op)
-    op: str = ""  # the overload called, "namespace::name.overload"
-    release: tuple[int, ...] = ()  # (a backward pass's first op) slots whose autograd graph is let go first
-    # not a traced op: the view an op's input is of an earlier op's output (Replay._view_of), or a
-    # copy of an input on the device (Replay._host_copied); dropped where nothing reads it
-    view: bool = False
-
-
-@dataclass
-class Report:
-    """What the replay did with the trace's ops; shown to the user."""
-
-    ops_total: int = 0
-    ops_replayed: int = 0
-    skipped: Counter = field(default_factory=Counter)  # (op, reason) -> count
-    substitutions: Counter = field(default_factory=Counter)  # (op, replacement) -> count
-    notes: Counter = field(default_factory=Counter)  # free-text remarks -> count
-
-    @property
-    def ops_skipped(self) -> int:
-        return sum(self.skipped.values())
-
-    def skipped_list(self) -> list[dict]:
-        return [{"op": op, "reason": why, "count": n} for (op, why), n in self.skipped.most_common()]
-
-    def substitutions_list(self) -> list[dict]:
-        return [{"op": op, "replacement": rep, "count": n} for (op, rep), n in self.substitutions.most_common()]
 
 
 def resolve_device(spec: str | None) -> torch.device:
@@ -219,7 +151,7 @@ class Replay:
         # before its copy to the device, a count) stay there, and the copies between them stay
         # copies. A CPU trace replayed on a GPU has all of its tensors there.
         self._host_kept = self.device.type != "cpu" and any(
-            ref.device not in ("cpu", "meta") for n in ops for v in (*n.inputs, *n.outputs) for ref in _refs_of_value(v))
+            ref.device not in ("cpu", "meta") for n in ops for v in (*n.inputs, *n.outputs) for ref in value_refs(v))
         planned = []
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
@@ -260,13 +192,13 @@ class Replay:
                 why = str(e) if isinstance(e, Unsupported) else f"malformed arguments in the trace: {_reason(e)}"
                 self.report.skipped[(node.name, why)] += 1
                 # (its outputs' memory is still another allocation: what lay there is gone)
-                allocated([r for out in node.outputs for r in _refs_of_value(out)], storages_of(node.inputs), False)
+                allocated([r for out in node.outputs for r in value_refs(out)], storages_of(node.inputs), False)
                 continue
             planned_ids.add(node.id)
             same = [_same_tensor(v, made, placed, p.values) for v in p.values]
             for before, after in zip(p.values, same):
                 if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
-                    for old, new in zip(_refs(before), _refs(after)):
+                    for old, new in zip(arg_refs(before), arg_refs(after)):
                         if old in self.factory.ranges and new is not old:
                             self.factory.constrain(new, self.factory.ranges[old])
             p.values = same
@@ -274,7 +206,7 @@ class Replay:
             writes = () if p.collective else schema_facts(p.overload).writes
             read: set[tuple[int, int]] = set()
             for pos, v in enumerate(p.values):
-                for ref in _refs(v):
+                for ref in arg_refs(v):
                     read.add(ref.key)
                     self.factory.reserve(ref)
                     if ref.key in unwritten:
@@ -304,7 +236,7 @@ class Replay:
                             stepped.add(ref)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             self._unstrided_made.update(v.tensor_id for v in node.outputs if _unstrided(v))
-            outs = [ref for out in node.outputs for ref in _refs_of_value(out)]
+            outs = [ref for out in node.outputs for ref in value_refs(out)]
             allocated(outs, {sid for _, sid in read})
             for ref in outs:
                 made.add(ref.key)
@@ -391,7 +323,7 @@ class Replay:
             if p.node.id in in_step and not p.collective:
                 writes = schema_facts(p.overload).writes
                 params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
-                              for ref in _refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
+                              for ref in arg_refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
         params &= read
         last = max((i for i, p in enumerate(planned) if p.node.id in backward), default=None)
         if last is None or not params:
@@ -451,7 +383,7 @@ class Replay:
         from a packed sequence's lengths, reads a copy on the device: :meth:`_host_copied`.)"""
         host_arg = HOST_ARGS.get(op)
         for name, v in zip(names, values):
-            for ref in _refs(v):
+            for ref in arg_refs(v):
                 if (self._host_kept and ref.device == "cpu") or name == host_arg:
                     self.factory.host.add(ref)
 
@@ -824,7 +756,7 @@ class Replay:
         fn = p.overload._op
         facts = schema_facts(p.overload)
         writes = facts.writes
-        kept = _kept(args, npos, kwnames, {pos for pos, _ in (*fills, *list_fills)}, facts)
+        kept = kept_positions(args, npos, kwnames, {pos for pos, _ in (*fills, *list_fills)}, facts)
         if kept is not None:  # arguments equal to their default left out: the call is shorter
             moved = {old: new for new, old in enumerate(kept)}
             args, writes = [args[i] for i in kept], tuple(writes[i] if i < len(writes) else False for i in kept)
@@ -835,13 +767,13 @@ class Replay:
         step = Step(fn, args, fills, list_fills, npos, kwnames, [], True, name=p.node.name, node_id=p.node.id,
                     op=facts.qualname, grad=p.node.id in self._recording)  # fmt: skip
         env = self.env
-        call = _fill(step, env)
+        call = filled_args(step, env)
         if self.progress is not None:  # a canary build (runner.build_canary): say which op runs now
             os.write(self.progress, f"{p.node.name} (node {p.node.id})\n".encode())
         t0 = time.perf_counter()
         try:
             torch._C._set_grad_enabled(step.grad)
-            result = _bound_call(step, facts, call, p.node.outputs)
+            result = bound_call(step, facts, call, p.node.outputs)
         except Exception as e:  # noqa: BLE001 - the op's own error is the skip reason
             torch._C._set_grad_enabled(False)
             self.probe_s += time.perf_counter() - t0
@@ -851,7 +783,7 @@ class Replay:
                 del call
                 self._build_step(p)
                 return
-            if step.grad and _runs_without_grad(step, call):
+            if step.grad and runs_without_grad(step, call):
                 # autograd refused to record it (an in-place write to a parameter...): it runs as is
                 self._recording.discard(p.node.id)
                 self.report.notes[f"{p.node.name}: run without autograd recording, which refused it "
@@ -859,7 +791,7 @@ class Replay:
                 del call
                 self._build_step(p)
                 return
-            computed = [ref for v in p.values for ref in _refs(v)
+            computed = [ref for v in p.values for ref in arg_refs(v)
                         if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
             if computed and _out_of_range(e):
                 # Indices the original computed from its own data (a router's choice of experts):
@@ -900,10 +832,10 @@ class Replay:
                  and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
         if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact
-                and _nonfinite(results[: _LOG_TABLES.get(p.node.name)])
-                and not _nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
+                and nonfinite(results[: LOG_TABLES.get(p.node.name)])
+                and not nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
-        in_storages = {ref.storage_id for v in p.values for ref in _refs(v)}
+        in_storages = {ref.storage_id for v in p.values for ref in arg_refs(v)}
         if facts.dynamic and not exact and _dynamic_here(p):
             # Its output's shape follows the replay's data, which differ from the original's and may
             # differ between iterations (dropout, a router's choice): its consumers read seeded
@@ -923,7 +855,7 @@ class Replay:
         self.steps.append(step)
         self.report.ops_replayed += 1
         if exact:
-            self._mark_original(_out_slots(step.outs))
+            self._mark_original(out_slots(step.outs))
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
             if not (p.collective or (pos < len(writes) and writes[pos])):
                 continue
@@ -969,7 +901,7 @@ class Replay:
         if isinstance(out, TensorRef):
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
-            if not _as_recorded(out, value):
+            if not as_recorded(out, value):
                 self.report.notes[f"{op}: an output's shape or dtype differs from the trace (data-dependent?); "
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
@@ -1029,7 +961,7 @@ class Replay:
                 alive = {s for s in recorded if last_read.get(s, -1) >= i}
                 step.release = tuple(sorted(alive.union(self._grad_inputs)))
             if step.grad:
-                recorded.update(_out_slots(step.outs))
+                recorded.update(out_slots(step.outs))
 
     def prepare(self, *, timed: bool = True) -> Replay:
         """Plan, make the inputs and call every op once. ``timed=False`` where no iteration will
@@ -1054,7 +986,7 @@ class Replay:
         last_use: dict[tuple[int, int], int] = {}
         for i, p in enumerate(planned):
             for v in p.values:
-                for ref in _refs(v):
+                for ref in arg_refs(v):
                     last_use[ref.key] = i
             for base in p.views.values():  # (read through a view of it)
                 last_use[base.key] = i
@@ -1063,10 +995,10 @@ class Replay:
             for i, p in enumerate(planned):
                 self._build_step(p)
                 for out in p.node.outputs:
-                    for ref in _refs_of_value(out):
+                    for ref in value_refs(out):
                         if last_use.get(ref.key, -1) <= i:
                             self._release(ref.key)
-                for ref in [r for v in p.values for r in _refs(v)] + list(p.views.values()):
+                for ref in [r for v in p.values for r in arg_refs(v)] + list(p.views.values()):
                     if last_use.get(ref.key) == i:
                         self._release(ref.key)
         finally:
@@ -1200,83 +1132,6 @@ def _dynamic_here(p: PlannedOp) -> bool:
     return True
 
 
-def _runs_without_grad(step: Step, args: list) -> bool:
-    """The op, which failed with grad mode on, runs with it off: autograd was what refused it (an
-    op's own complaint, an index out of range, comes again and is handled as such)."""
-    try:
-        _call(step.fn, args, step.npos, step.kwnames)
-    except Exception:  # noqa: BLE001 - not autograd's doing
-        return False
-    return True
-
-
-def _kept(args: list, npos: int, kwnames: tuple[str, ...], filled: set[int], facts) -> list[int] | None:
-    """The positions of ``args`` to pass: all but the trailing positional ones and the keyword-only
-    ones whose value is the schema's default (a parameter is never left out). None where nothing
-    is left out, or the schema does not describe ``args``."""
-    defaults = facts.defaults
-    if len(args) > len(defaults):
-        return None
-
-    def default(i: int) -> bool:
-        v, d = args[i], defaults[i]
-        if i in filled or d is NO_DEFAULT:
-            return False
-        if v is None or d is None:
-            return v is d
-        return type(v) is type(d) and (repr(v) == repr(d) if isinstance(v, float) else v == d)
-
-    n = npos
-    while n and default(n - 1):
-        n -= 1
-    kept = [*range(n), *(i for i in range(npos, len(args)) if not default(i))]
-    return kept if len(kept) < len(args) else None
-
-
-def _call(fn, args: list, npos: int, kwnames: tuple[str, ...]):
-    return fn(*args[:npos], **dict(zip(kwnames, args[npos:]))) if kwnames else fn(*args)
-
-
-def _bound_call(step: Step, facts, args: list, outputs: list):
-    """The op's first call, through its Python binding where it has one (:func:`ops.python_binding`),
-    which then becomes ``step.fn``; through the ``OpOverload`` where the binding does not take
-    these arguments (a Python signature that differs from the schema's: ``Tensor.to``'s memory
-    format is keyword-only; an operator dunder such as ``Tensor.__and__`` says so by returning
-    ``NotImplemented``) or returns tensors of other shapes or types than the trace records."""
-    binding = facts.binding
-    if binding is not None:
-        try:
-            result = _call(binding, args, step.npos, step.kwnames)
-        except TypeError:  # the binding's argument parser; an op's own errors come again below
-            result = NotImplemented
-        if result is not NotImplemented:  # (kept, a declining binding would do nothing in every iteration)
-            results = (result,) if facts.returns <= 1 else tuple(result)
-            if all(not isinstance(out, TensorRef) or not out.defined or _as_recorded(out, r)
-                   for out, r in zip(outputs, results)):  # fmt: skip
-                step.fn = binding
-                return result
-    return _call(step.fn, args, step.npos, step.kwnames)
-
-
-def _out_slots(outs: list[tuple[int, Any]]) -> list[int]:
-    """The slots a step's ``outs`` fill (a list output's slots one by one, its unbound items left out)."""
-    return [s for _, out in outs for s in ((out,) if isinstance(out, int) else out) if s >= 0]
-
-
-def _as_recorded(out: TensorRef, value: Any) -> bool:
-    """``value`` is a tensor of the shape and type the trace records for the output ``out``."""
-    return isinstance(value, torch.Tensor) and tuple(value.shape) == out.shape and str(value.dtype)[6:] == out.dtype
-
-
-def _fill(step: Step, env: list) -> list:
-    args = step.args.copy()
-    for pos, slot in step.fills:
-        args[pos] = env[slot]
-    for pos, slots in step.list_fills:
-        args[pos] = [env[s] if s >= 0 else None for s in slots]
-    return args
-
-
 def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[TensorRef]]]]:
     """Where the tensors that operators inside selected ones made lie -> (the inner operator's id,
     the selected operator's it ran inside, the tensors it read)."""
@@ -1285,7 +1140,7 @@ def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[Ten
     for nid, outer in sorted(enclosing_ops(trace).items()):
         node = by_id[nid]
         for out in node.outputs:
-            for ref in _refs_of_value(out):
+            for ref in value_refs(out):
                 inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
     return inner
 
@@ -1369,7 +1224,7 @@ def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
     if not _may_be_number(ref):
         return False
     rank = _kind_rank(ref.dtype)
-    return any(_kind_rank(r.dtype) < rank for v in values for r in _refs(v) if r is not ref)
+    return any(_kind_rank(r.dtype) < rank for v in values for r in arg_refs(v) if r is not ref)
 
 
 #: Arguments that the ops' GPU kernels read in host memory: a packed sequence's lengths and batch
@@ -1377,22 +1232,6 @@ def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
 HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequence": "batch_sizes",
              "aten::_pack_padded_sequence_backward": "batch_sizes",
              **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
-
-
-def _refs(v: Any) -> list[TensorRef]:
-    if isinstance(v, TensorArg):
-        return [v.ref]
-    if isinstance(v, TensorListArg):
-        return [r for r in v.refs if r is not None]
-    return []
-
-
-def _refs_of_value(v: Any) -> list[TensorRef]:
-    if isinstance(v, TensorRef):
-        return [v] if v.defined else []
-    if isinstance(v, ListValue):
-        return [r for item in v.items for r in _refs_of_value(item)]
-    return []
 
 
 def _take_record(records: list[dict], shape: tuple[int, ...], dtype: str) -> dict | None:
@@ -1421,42 +1260,9 @@ def _kind(v: Any) -> str:
 def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
     """The tensors the values of ``p``'s output ``key`` come from (see tensors.value_sources)."""
     names = [a.name for a in arg_specs(p.overload)]
-    found = value_sources(p.node.name, [(n, _refs(v)) for n, v in zip(names, p.values)],
-                          [_refs_of_value(out) for out in p.node.outputs])  # fmt: skip
+    found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],
+                          [value_refs(out) for out in p.node.outputs])  # fmt: skip
     return found.get(key, [])
-
-
-def _nonfinite(v: Any) -> bool:
-    """A floating tensor (or list of them) holding NaN or inf in its first 256 elements: a sample,
-    as NaN spreads to whatever reads it, and a whole check would lengthen the build. Their sum in
-    float64 (which no finite float32 values overflow) is finite exactly when they all are: one
-    kernel call, a few microseconds an op (``isfinite().all()`` takes three times as long)."""
-    if isinstance(v, (list, tuple)):
-        return any(_nonfinite(x) for x in v)
-    if (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
-            or not v.is_contiguous()):  # fmt: skip
-        return False  # (a view's values were checked where its base was made)
-    return not _finite_sum(v.view(-1)[:256])
-
-
-def _nonfinite_inputs(args: list[Any]) -> bool:
-    """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
-    NaN or inf came from them, not from the op. A whole check (:func:`_finite_sum`), made only when
-    an output had some. The arguments an op writes are not its inputs here: they hold its output."""
-    for a in args:
-        if isinstance(a, float) and not math.isfinite(a):
-            return True
-        if isinstance(a, (list, tuple)) and _nonfinite_inputs(list(a)):
-            return True
-        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not _finite_sum(a):
-            return True
-    return False
-
-
-def _finite_sum(t: torch.Tensor) -> bool:
-    """``t``'s elements are all finite: their sum in float64 is (finite float32 values never overflow
-    it), one kernel call and no tensor of ``t``'s size. (A meta tensor has no values.)"""
-    return t.device.type == "meta" or math.isfinite(t.sum(dtype=torch.float64).item())
 
 
 def _out_of_range(e: BaseException) -> bool:

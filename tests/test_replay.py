@@ -1228,13 +1228,13 @@ def test_a_binding_that_declines_its_arguments_is_not_kept():
     ``OpOverload`` is called instead, and stays the op's call."""
     from types import SimpleNamespace
 
-    from pytest_mystique.replay import Step, _bound_call
+    from pytest_mystique.steps import Step, bound_call
 
     overload = torch.ops.aten.bitwise_and.Tensor
     step = Step(overload, [], [], [], 2, (), [], True)
     facts = SimpleNamespace(binding=lambda *a: NotImplemented, returns=1)
     a, b = torch.tensor([True, False]), torch.tensor([True, True])
-    result = _bound_call(step, facts, [a, b], [])
+    result = bound_call(step, facts, [a, b], [])
     assert result is not NotImplemented and result.tolist() == [True, False] and step.fn is overload
 
 
@@ -1500,7 +1500,7 @@ def test_straight_line_iteration_of_more_ops_than_a_bytecode_argument_holds():
     arguments) and 70,000 locals, past the 65,536 that a bytecode argument holds without an
     extension. It computes what the steps compute: a chain of additions whose sum lands in the
     input it writes in place."""
-    from pytest_mystique.replay import Step
+    from pytest_mystique.steps import Step
     from pytest_mystique.straightline import straight_line
 
     n = 70_000

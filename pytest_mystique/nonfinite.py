@@ -1,0 +1,53 @@
+"""Whether the replay's data went NaN or inf, and where first.
+
+Seeded data that a step's arithmetic drives to NaN or inf (a log of a negative number, an
+overflow) makes the ops after it take other paths than the original's; the build says where it
+happened first. Each op's output is checked at the build, on a sample (NaN spreads to whatever
+reads it); where an output has some, its op's inputs are checked in full, so that the op named is
+the one that made them, not one that read them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+#: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
+#: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
+#: yet), in the original's data too: NaN or inf is looked for only in the outputs before it.
+LOG_TABLES = {"aten::_ctc_loss": 1}
+
+
+def nonfinite(v: Any) -> bool:
+    """A floating tensor (or list of them) holding NaN or inf in its first 256 elements: a sample,
+    as NaN spreads to whatever reads it, and a whole check would lengthen the build. Their sum in
+    float64 (which no finite float32 values overflow) is finite exactly when they all are: one
+    kernel call, a few microseconds an op (``isfinite().all()`` takes three times as long)."""
+    if isinstance(v, (list, tuple)):
+        return any(nonfinite(x) for x in v)
+    if (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
+            or not v.is_contiguous()):  # fmt: skip
+        return False  # (a view's values were checked where its base was made)
+    return not finite_sum(v.view(-1)[:256])
+
+
+def nonfinite_inputs(args: list[Any]) -> bool:
+    """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
+    NaN or inf came from them, not from the op. A whole check (:func:`finite_sum`), made only when
+    an output had some. The arguments an op writes are not its inputs here: they hold its output."""
+    for a in args:
+        if isinstance(a, float) and not math.isfinite(a):
+            return True
+        if isinstance(a, (list, tuple)) and nonfinite_inputs(list(a)):
+            return True
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel() and not finite_sum(a):
+            return True
+    return False
+
+
+def finite_sum(t: torch.Tensor) -> bool:
+    """``t``'s elements are all finite: their sum in float64 is (finite float32 values never overflow
+    it), one kernel call and no tensor of ``t``'s size. (A meta tensor has no values.)"""
+    return t.device.type == "meta" or math.isfinite(t.sum(dtype=torch.float64).item())
