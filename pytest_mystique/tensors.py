@@ -608,26 +608,25 @@ class TensorFactory:
             raise ValueError(f"a sparse tensor of shape {list(shape)} has too many positions to draw from")
         nnz = max(0, min(nnz, positions))
         dev = self.device
+        values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
         if dev.type == "meta":  # (shapes only: no positions to draw, and no generator for meta)
             indices = torch.empty((sd, nnz), dtype=torch.int64, device=dev)
-            values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
-            return torch.sparse_coo_tensor(indices, values, shape, dtype=dtype, device=dev, check_invariants=False)
-        g = self._seeded_generator()
-        flat = _distinct_draws(positions, nnz, g, dev)
-        if coalesced:
-            flat = torch.sort(flat).values
-        rows = []
-        for size in reversed(shape[:sd]):  # the flat position's index along each sparse dimension
-            rows.append(flat % size)
-            flat = flat // size
-        indices = torch.stack(rows[::-1])
-        values = torch.empty((nnz, *shape[sd:]), dtype=dtype, device=dev)
-        if dtype.is_floating_point or dtype.is_complex:
-            values.uniform_(-1.0, 1.0, generator=g)
-        elif dtype == torch.bool:
-            values.copy_(torch.rand(values.shape, generator=g, device=dev) < 0.5)
         else:
-            values.copy_(torch.randint(0, 2, values.shape, generator=g, device=dev))
+            g = self._seeded_generator()
+            flat = _distinct_draws(positions, nnz, g, dev)
+            if coalesced:
+                flat = torch.sort(flat).values
+            rows = []
+            for size in reversed(shape[:sd]):  # the flat position's index along each sparse dimension
+                rows.append(flat % size)
+                flat = flat // size
+            indices = torch.stack(rows[::-1])
+            if dtype.is_floating_point or dtype.is_complex:
+                values.uniform_(-1.0, 1.0, generator=g)
+            elif dtype == torch.bool:
+                values.copy_(torch.rand(values.shape, generator=g, device=dev) < 0.5)
+            else:
+                values.copy_(torch.randint(0, 2, values.shape, generator=g, device=dev))
         t = torch.sparse_coo_tensor(indices, values, shape, dtype=dtype, device=dev, check_invariants=False)
         return t._coalesced_(True) if coalesced else t
 

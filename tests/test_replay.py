@@ -525,7 +525,7 @@ def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_rec
     # on the meta device (shapes only: no positions drawn, no generator) it is rebuilt too; the
     # products that read it are refused by torch itself, which has no sparse meta kernels for them
     meta = Replay(load_trace(path), "meta").prepare()
-    assert rebuilt(meta).shape == adj.shape and rebuilt(meta)._nnz() == adj._nnz()
+    assert rebuilt(meta).shape == adj.shape and rebuilt(meta)._nnz() == adj._nnz() and rebuilt(meta).is_coalesced()
     assert {s["op"] for s in meta.report.skipped_list()} <= {"aten::_sparse_mm", "aten::mm"}
     assert all(s["reason"].startswith("NotImplementedError: Could not run") for s in meta.report.skipped_list())
 
