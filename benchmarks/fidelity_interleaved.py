@@ -20,7 +20,13 @@ operator event): the part of a step that a trace holds. The original's remaining
 module code, the autograd engine's and the optimizer's own work) is not in a trace, and no
 operator replay takes it; the ``host`` columns give its share of each side's profiled step.
 
-    python benchmarks/fidelity_interleaved.py [--rounds 15] [--block 5] [--ops 10] [NAME ...]
+With ``--device cuda`` every model is built, captured, run and replayed on the GPU (a trace of
+CUDA ops replayed on cuda:0), each original step and replay iteration ending with a device
+synchronisation; ``--ops N`` then compares the GPU's time inside kernels of the two sides (the
+profiler's CUDA kernel events), which is what a replay on a GPU must reproduce, and the ``host``
+columns give the share of each side's wall-clock step in which the GPU ran no kernel.
+
+    python benchmarks/fidelity_interleaved.py [--rounds 15] [--block 5] [--ops 10] [--device cuda] [NAME ...]
 """
 
 from __future__ import annotations
@@ -287,6 +293,36 @@ def alternate(step, run_replay, reset, rounds: int, size: int) -> tuple[list[flo
     return orig, rep, ratios
 
 
+def kernels_alternated(fns, n: int, befores, device) -> list[tuple[float, float]] | None:
+    """The GPU's time inside kernels per call of each of ``fns``, and the share of the wall-clock
+    call it covers: one profiled call of each in turn, ``n`` times; medians (None where the
+    profiler gives no kernel events)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    got: list[list[tuple[float, float]]] = [[] for _ in fns]
+    for _ in range(n):
+        for i, (fn, before) in enumerate(zip(fns, befores)):
+            if before is not None:
+                before()
+            torch.cuda.synchronize(device)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                t0 = time.perf_counter()
+                fn()
+                wall = time.perf_counter() - t0
+            averages = prof.key_averages()
+            host = {e.key for e in averages if e.device_type != DeviceType.CUDA}
+            # a record_function range (the optimizer's step) shows on the GPU's timeline too,
+            # spanning the kernels inside it: not a kernel
+            events = [e for e in averages if e.device_type == DeviceType.CUDA and e.key not in host
+                      and not getattr(e, "is_user_annotation", False)]  # fmt: skip
+            busy = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e6
+            if not events or busy <= 0:
+                return None
+            got[i].append((busy, min(1.0, busy / wall)))
+    return [(statistics.median(b for b, _ in g), statistics.median(s for _, s in g)) for g in got]
+
+
 def summary(label: str, errors: list[float]) -> None:
     """The last line of a table: geomean, worst and count within 5% of the errors |ratio - 1|."""
     if errors:
@@ -304,44 +340,65 @@ def main() -> int:
                     help="then compare the time inside operators over N profiled iterations of each side")
     ap.add_argument("--uniform-ids", action="store_true",
                     help="leave out the capture's record of the index inputs' spread (ids drawn uniformly)")
+    ap.add_argument("--device", default="cpu", help="cuda[:N]: build, capture, run and replay on that GPU")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print(f"no GPU here for --device {args.device}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     table = models()
     tmp = Path(tempfile.mkdtemp(prefix="fidelity."))
-    extra = f" {'ops ratio':>9} {'host orig':>9} {'host repl':>9}" if args.ops else ""
+    extra = f" {'kern ratio' if cuda else 'ops ratio':>9} {'host orig':>9} {'host repl':>9}" if args.ops else ""
     print(f"{'trace':<20} {'ops':>5} {'original ms':>12} {'replay ms':>10} {'ratio':>7} {'block ratio IQR':>16}{extra}")
     errors, op_errors = [], []
     for name in args.names or list(table):
         torch.manual_seed(0)
-        step, _ = table[name]()
+        with device:  # parameters and inputs made on the device
+            made, _ = table[name]()
+        step = made
+        if cuda:
+            def step(made=made):
+                made()
+                torch.cuda.synchronize(device)
+
         path = ROOT / "traces" / f"{name}.json.gz"
-        if name in HF_MODELS or name in TORCH_MODELS:
+        if cuda or name in HF_MODELS or name in TORCH_MODELS:  # the bundled traces are of CPU steps
             path = tmp / f"{name}.json.gz"
             capture_step(step, path, warmup=3, runs=3)
             if args.uniform_ids:
                 side = load_sidecar(path)
                 side.pop("index_inputs", None)
                 sidecar_path(path).write_text(json.dumps(side))
-        replay = Replay(load_trace(path), "cpu").prepare()
+        replay = Replay(load_trace(path), device).prepare()
 
         def run_replay(replay=replay):
             with torch.no_grad():
                 replay.run()
+            if cuda:
+                torch.cuda.synchronize(device)
 
         orig, rep, ratios = alternate(step, run_replay, replay.reset_state, args.rounds, args.block)
         ratio = statistics.median(rep) / statistics.median(orig)
         errors.append(abs(ratio - 1))
         q = statistics.quantiles(ratios, n=4)
         extra = ""
-        if args.ops:
+        if args.ops and cuda:
+            got = kernels_alternated((step, run_replay), args.ops, (None, replay.reset_state), device)
+            if got is not None:
+                (o_busy, o_share), (r_busy, r_share) = got
+                op_errors.append(abs(r_busy / o_busy - 1))
+                extra = f" {r_busy / o_busy:>9.3f} {1 - o_share:>9.1%} {1 - r_share:>9.1%}"
+        elif args.ops:
             o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state))
             op_errors.append(abs(r.ops_s / o.ops_s - 1))
             extra = f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
               f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
     summary("interleaved fidelity", errors)
-    summary("time inside operators", op_errors)
+    summary("GPU time inside kernels" if cuda else "time inside operators", op_errors)
     return 0
 
 

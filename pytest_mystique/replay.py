@@ -708,6 +708,34 @@ class Replay:
         self.report.notes[f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"] += 1
         return None
 
+    def _computed_indices(self, p: PlannedOp) -> list[TensorRef]:
+        """The index inputs of ``p`` (inputs with a range it needs) that an earlier replayed op
+        computed from the replay's data."""
+        return [ref for v in p.values for ref in arg_refs(v)
+                if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
+
+    def _outside_ranges(self, refs: list[TensorRef]) -> bool:
+        """Some value of the computed index inputs ``refs`` lies outside the range its op needs."""
+        for ref in refs:
+            slot = self._produced_slot(ref)
+            t = self.env[slot] if slot is not None else None
+            rng = self.factory.ranges[ref]
+            if t is None or t.numel() == 0 or t.is_floating_point() or t.is_complex() or rng.kind != "uniform":
+                continue
+            low, high = torch.aminmax(t.detach())
+            if int(low) < rng.low or int(high) >= rng.high:
+                return True
+        return False
+
+    def _seed_indices(self, p: PlannedOp, computed: list[TensorRef]) -> None:
+        """Indices the original computed from its own data (a router's choice of experts): computed
+        from the replay's data they fall outside ``p``'s range. It reads seeded indices, in its
+        range, instead."""
+        self._seeded.update(ref.key for ref in computed)
+        self.report.notes[f"{p.node.name}: indices computed from the replay's data were out of its range "
+                          f"(data-dependent in the original): it reads seeded indices"] += 1  # fmt: skip
+        self._build_step(p)
+
     def _release(self, key: tuple[int, int]) -> None:
         hit = self._produced.get(key)
         if hit is not None and hit[0] not in self.permanent and self.env[hit[0]] is not None:
@@ -768,6 +796,12 @@ class Replay:
                     op=facts.qualname, grad=p.node.id in self._recording)  # fmt: skip
         env = self.env
         call = filled_args(step, env)
+        if self.device.type in CHECKS_INDICES_FIRST:
+            computed = self._computed_indices(p)
+            if computed and self._outside_ranges(computed):
+                del call
+                self._seed_indices(p, computed)
+                return
         if self.progress is not None:  # a canary build (runner.build_canary): say which op runs now
             os.write(self.progress, f"{p.node.name} (node {p.node.id})\n".encode())
         t0 = time.perf_counter()
@@ -791,17 +825,10 @@ class Replay:
                 del call
                 self._build_step(p)
                 return
-            computed = [ref for v in p.values for ref in arg_refs(v)
-                        if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
+            computed = self._computed_indices(p)
             if computed and _out_of_range(e):
-                # Indices the original computed from its own data (a router's choice of experts):
-                # computed from the replay's data they fall outside this op's range. It reads
-                # seeded indices, in its range, instead.
-                self._seeded.update(ref.key for ref in computed)
-                self.report.notes[f"{p.node.name}: indices computed from the replay's data were out of its range "
-                                  f"(data-dependent in the original): it reads seeded indices"] += 1  # fmt: skip
                 del call
-                self._build_step(p)
+                self._seed_indices(p, computed)
                 return
             alt = _substitute(p.node) if p.substitution is None else None
             if alt is not None and not alt.target:
@@ -1263,6 +1290,12 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
     found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],
                           [value_refs(out) for out in p.node.outputs])  # fmt: skip
     return found.get(key, [])
+
+
+#: Devices on which an index outside its range is no error the op raises but a device-side assertion,
+#: after which the process can use the device no more: there, indices an earlier op computed are
+#: checked before the call that reads them.
+CHECKS_INDICES_FIRST = {"cuda"}
 
 
 def _out_of_range(e: BaseException) -> bool:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from bad_inputs import make_huge, set_op_schema
 
+import pytest_mystique.replay as replay_module
 from pytest_mystique import capture_step
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
@@ -187,11 +188,20 @@ class _TopFourRouting(torch.nn.Module):
         return (self.expert(x[tokens]) * weights.flatten()[:, None]).sum()
 
 
-def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path):
+@pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
+def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monkeypatch, checked_first):
     """The original's routing keeps every token index below the token count; the replay's
     divisor is seeded (a 0-dim tensor records no value) and its quotients overrun the token
     count. The index op then reads seeded indices in its range, and says so, instead of being
-    skipped; the 0-dim divisor itself is never zero (an integer division by zero raises)."""
+    skipped; the 0-dim divisor itself is never zero (an integer division by zero raises).
+
+    On a GPU an index out of range is a device-side assertion, after which the process can use
+    the device no more, not an error to catch: there the computed indices are checked before
+    the call. ``checked-first`` runs that check on the CPU, with the op's own complaint no longer
+    taken for an index out of range, so only the check can catch them."""
+    if checked_first:
+        monkeypatch.setattr(replay_module, "CHECKS_INDICES_FIRST", {"cpu"})
+        monkeypatch.setattr(replay_module, "_out_of_range", lambda e: False)
     model, x = _TopFourRouting(), torch.randn(32, 16)
     capture_step(lambda: model(x).backward(), tmp_path / "moe.json.gz", warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(tmp_path / "moe.json.gz"), "cpu").prepare()
