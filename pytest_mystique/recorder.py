@@ -195,8 +195,10 @@ def _record_inputs(step, result: Captured) -> None:
     operator made, and record, in the order they are first read,
 
     - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
-      most frequent one's share, lowest and highest): a recommender's ids follow a power law,
-      and a lookup over hot rows is several times faster than one over uniform rows;
+      most frequent one's share, lowest and highest, and for a sorted one, bag boundaries, the
+      smallest and largest step): a recommender's ids follow a power law, and a lookup over hot
+      rows is several times faster than one over uniform rows; a GPU's embedding bag waits on
+      its longest bag;
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
       matrix, which a trace records with its id, type and shape only): its layout and, for sparse
       COO, its element count, sparse dimensions and coalescing.
@@ -285,6 +287,10 @@ def _described(t: torch.Tensor) -> dict | None:
     values, counts = torch.unique(t.detach(), return_counts=True)
     record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
                   low=int(values[0]), high=int(values[-1]))  # fmt: skip
+    if t.dim() == 1:
+        steps = t.detach().diff()
+        if bool((steps >= 0).all()):  # bag boundaries (offsets): the smallest and largest bag
+            record["steps"] = [int(steps.min()), int(steps.max())]
     return record
 
 

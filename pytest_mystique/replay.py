@@ -54,7 +54,16 @@ from .steps import (
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
-from .tensors import Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, integer_divisor, value_sources
+from .tensors import (
+    Bags,
+    Skew,
+    TensorFactory,
+    definite_inputs,
+    float_ranges,
+    index_ranges,
+    integer_divisor,
+    value_sources,
+)
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -654,12 +663,19 @@ class Replay:
         those of the same shape and type): as many distinct values, the hottest as frequent
         (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
         records = list(self._sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = 0
+        skewed = bagged = 0
         for ref in int_inputs:
             record = _take_record(records, ref.shape, ref.dtype)
             if record is None:
                 continue
             rng = self.factory.ranges.get(ref)
+            steps = record.get("steps")
+            if (rng is not None and rng.kind == "offsets" and steps is not None
+                    and 0 <= record.get("low", -1) and record.get("high", rng.high) < rng.high):  # fmt: skip
+                # (checked by the sidecar's loader: two counts, the smallest first)
+                self.factory.bags[ref] = Bags(steps[0], steps[1], int(record["high"]))
+                bagged += 1
+                continue
             if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
                     and rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high):  # fmt: skip
                 # (the original's values lie in the op's range: a record outside it is another tensor's)
@@ -668,6 +684,9 @@ class Replay:
         if skewed:
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
                               f"distinct values, the most frequent as frequent)"] += 1  # fmt: skip
+        if bagged:
+            self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
+                              f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
 
     def _sparse_input(self, u: Unstrided, p: PlannedOp) -> str | None:
         """Rebuild ``u``, an input of the step recorded without storage, as a sparse COO tensor of

@@ -47,7 +47,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     index = data.get("index_inputs")
     if index is not None and not (isinstance(index, list) and all(_index_record_ok(r) for r in index)):
         raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
-                         f"a dtype, a count of distinct values at most the elements and the top value's share")  # fmt: skip
+                         f"a dtype, a count of distinct values at most the elements, the top value's share and, "
+                         f"if any, the smallest and largest of two steps")  # fmt: skip
     return data
 
 
@@ -72,8 +73,11 @@ def _sparse_record_ok(r) -> bool:
 
 def _index_record_ok(r) -> bool:
     top = r.get("top") if isinstance(r, dict) else None
+    steps = r.get("steps", [0, 0]) if isinstance(r, dict) else None  # (bag boundaries: smallest and largest bag)
     return (_input_record_ok(r) and _count(r.get("distinct")) and 1 <= r["distinct"] <= math.prod(r["shape"])
-            and isinstance(top, (int, float)) and not isinstance(top, bool) and 0 < top <= 1)  # fmt: skip
+            and isinstance(top, (int, float)) and not isinstance(top, bool) and 0 < top <= 1
+            and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps)
+            and steps[0] <= steps[1])  # fmt: skip
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

@@ -413,6 +413,19 @@ class Skew:
     top: float
 
 
+@dataclass(frozen=True)
+class Bags:
+    """How the original step's bag boundaries (an embedding bag's offsets) cut its indices, from the
+    capture helper's record: the smallest and largest bag, and where the last bag began. On a GPU
+    a bag's lookups are one thread block's work, so bags of uneven sizes (sorted uniform cut points
+    make an exponential spread, with empty bags and some many times the mean) leave the kernel
+    waiting on its longest ones, where the original's sizes stayed in a band."""
+
+    smallest: int
+    largest: int
+    last: int
+
+
 @dataclass
 class TensorFactory:
     """Makes the replay's input tensors: one allocation per storage, views into it."""
@@ -439,6 +452,7 @@ class TensorFactory:
     # one, and reuses freed ones), so host tensors get allocations of their own.
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
+    bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -666,6 +680,8 @@ class TensorFactory:
             cuts = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), inner,
                               torch.full((1,), max(rng.high, 0), dtype=torch.int64, device=dev)])[-k:]  # fmt: skip
             return (cuts if rng.kind == "cuts" else cuts.diff()).to(dtype)
+        if rng.kind == "offsets" and ref in self.bags:
+            return _bag_offsets(n, self.bags[ref], rng.high - 1, g, dev).to(dtype)
         if rng.kind == "offsets":
             # Monotone offsets into a bag of indices: 0, then sorted cut points.
             cuts = torch.sort(torch.randint(0, max(rng.high, 1), (n,), generator=g, device=dev)).values
@@ -677,6 +693,16 @@ class TensorFactory:
         if skew is not None:
             return lo + _skewed(max(hi - lo, 1), n, skew, g, dev).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
+
+
+def _bag_offsets(n: int, bags: Bags, limit: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """``n`` offsets from 0, each bag's size drawn uniformly between the original's smallest and
+    largest, scaled so that the last bag begins where the original's did (at most ``limit``, the
+    number of indices): bags of one size come out exactly as the original's."""
+    sizes = torch.randint(max(bags.smallest, 0), max(bags.largest, bags.smallest, 0) + 1, (n,), generator=g, device=dev)
+    starts = torch.cumsum(sizes, 0) - sizes
+    end, last = int(starts[-1]), max(min(bags.last, limit), 0)
+    return torch.div(starts * last, end, rounding_mode="floor") if end > 0 else torch.zeros_like(starts)
 
 
 def _distinct_draws(span: int, k: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:

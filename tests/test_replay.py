@@ -625,6 +625,48 @@ def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
         Replay(load_trace(path), "cpu").prepare()
 
 
+def test_bag_offsets_cut_bags_of_the_sizes_the_capture_recorded(tmp_path):
+    """A recommender's bags hold between a few and a few tens of ids (here 3 to 7 in one table, 4
+    each in the other). Offsets drawn as sorted uniform cut points make empty bags and bags many
+    times the mean, which a GPU's embedding bag waits on. The capture helper records the smallest
+    and largest bag of each sorted integer input, and the replay cuts bags in that band, the last
+    beginning where the original's did: equal bags come out as the original's exactly. Without the
+    record the offsets are still sorted from 0; a malformed record is an error naming the sidecar."""
+    batch = 512
+    lengths = torch.randint(3, 8, (batch,), generator=torch.Generator().manual_seed(5))
+    uneven = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+    even = torch.arange(0, 4 * batch, 4)
+    bags = torch.nn.EmbeddingBag(1000, 8, mode="sum"), torch.nn.EmbeddingBag(300, 8, mode="sum")
+    ids = torch.randint(0, 1000, (int(lengths.sum()),)), torch.randint(0, 300, (4 * batch,))
+    path = tmp_path / "bags.json.gz"
+    capture_step(lambda: (bags[0](ids[0], uneven).sum() + bags[1](ids[1], even).sum()).backward(), path,
+                 warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    side = load_sidecar(path)
+    assert [r["steps"] for r in side["index_inputs"] if r["shape"] == [batch]] == [[3, 7], [4, 4]]
+
+    def offsets(replay):  # (in the order the step read them)
+        return [t for ref, t in replay.inputs() if ref.shape == (batch,) and ref.dtype == "int64"]
+
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0
+    assert any(note.startswith("2 offsets input(s) cut bags between") for note in replay.report.notes)
+    got_uneven, got_even = offsets(replay)
+    sizes = got_uneven.diff()
+    assert got_uneven[0] == 0 and got_uneven[-1] == uneven[-1] and 2 <= sizes.min() and sizes.max() <= 8, sizes
+    assert torch.equal(got_even, even)
+    replay.run()
+
+    for r in side["index_inputs"]:
+        r.pop("steps", None)
+    sidecar_path(path).write_text(json.dumps(side))
+    cuts = offsets(Replay(load_trace(path), "cpu").prepare())[0]
+    assert cuts[0] == 0 and bool((cuts.diff() >= 0).all()) and cuts.diff().max() > 8  # (sorted uniform cuts)
+
+    side["index_inputs"][0]["steps"] = [7, 3]
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"bags\.meta\.json: malformed timing sidecar: index_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
 
 def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
     """Index tensors past TILE elements are otherwise filled by repeating one random block; a
