@@ -733,16 +733,32 @@ class Replay:
         return [ref for v in p.values for ref in arg_refs(v)
                 if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
 
-    def _outside_ranges(self, refs: list[TensorRef]) -> bool:
-        """Some value of the computed index inputs ``refs`` lies outside the range its op needs."""
+    def _outside_ranges(self, p: PlannedOp, refs: list[TensorRef]) -> bool:
+        """Some value of the computed index inputs ``refs`` of ``p`` lies outside the range ``p``
+        itself accepts: not the range the factory draws them in, which the ops reading their
+        sources narrow too (a sort's indices, some of them divided into a smaller range for
+        another op) and the trace's recorded ranges replace."""
+        if p.substitution is not None:  # (the recorded arguments are not the substitute's)
+            return False
+        names = [a.name for a in arg_specs(p.overload)]
+        accepts = index_ranges(p.node, names, recorded=False)
+        name = p.node.name.split("::")[-1]
+        ignored = dict(zip(names, p.node.inputs)).get("ignore_index") if name in _LOSSES_IGNORING else None
         for ref in refs:
             slot = self._produced_slot(ref)
             t = self.env[slot] if slot is not None else None
-            rng = self.factory.ranges[ref]
-            if t is None or t.numel() == 0 or t.is_floating_point() or t.is_complex() or rng.kind != "uniform":
+            rng = accepts.get(ref)
+            if t is None or rng is None or t.numel() == 0 or t.is_floating_point() or t.is_complex():
                 continue
-            low, high = torch.aminmax(t.detach())
-            if int(low) < rng.low or int(high) >= rng.high:
+            if rng.kind != "uniform":
+                continue
+            t = t.detach()
+            if isinstance(ignored, Scalar) and isinstance(ignored.value, int):
+                t = t[t != ignored.value]  # (a target equal to the ignored index is counted for nothing)
+                if t.numel() == 0:
+                    continue
+            low, high = torch.aminmax(t)
+            if int(low) < (-rng.high if name in _INDEXING_FROM_THE_END else rng.low) or int(high) >= rng.high:
                 return True
         return False
 
@@ -817,7 +833,7 @@ class Replay:
         call = filled_args(step, env)
         if self.device.type in CHECKS_INDICES_FIRST:
             computed = self._computed_indices(p)
-            if computed and self._outside_ranges(computed):
+            if computed and self._outside_ranges(p, computed):
                 del call
                 self._seed_indices(p, computed)
                 return
@@ -1310,6 +1326,12 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
                           [value_refs(out) for out in p.node.outputs])  # fmt: skip
     return found.get(key, [])
 
+
+#: Ops whose indices count from the end where negative, down to minus the size
+_INDEXING_FROM_THE_END = {"index", "index_put", "index_put_", "_index_put_impl_"}
+#: Losses whose target may hold the ``ignore_index`` (-100: padding), outside the classes' range
+_LOSSES_IGNORING = {"nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d", "nll_loss2d_forward",
+                    "nll_loss2d_backward", "cross_entropy_loss", "nll_loss_nd"}  # fmt: skip
 
 #: Devices on which an index outside its range is no error the op raises but a device-side assertion,
 #: after which the process can use the device no more: there, indices an earlier op computed are

@@ -174,7 +174,20 @@ def _sdpa_backward_on_gpu(v: list) -> list:
     return [g, q, k, val, mask, out, lse, seed, seed, p, [True, True, True, False], causal, scale]
 
 
+def _histc_of_integers(op, x, *args, **kwargs):
+    # the same bins over the same values, counted in float64 (exact for integers below 2**53) and
+    # returned in the input's type, as the GPU kernel returns them
+    if x.is_floating_point():
+        return op(x, *args, **kwargs)
+    return op(x.to(torch.float64), *args, **kwargs).to(x.dtype)
+
+
 SUBSTITUTES: dict[str, Substitute] = {
+    # The CPU's histogram counts floating-point data only, a GPU's integers too (a mixture of
+    # experts' tokens per expert, before a grouped matrix product).
+    "aten::histc": Substitute("aten::histc", around=_histc_of_integers,
+                              adds=lambda v: "integers counted as float64, the counts converted back"),
+
     "aten::cudnn_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
     "aten::miopen_batch_norm": Substitute("aten::native_batch_norm", lambda v: list(v[:8])),
     "aten::cudnn_batch_norm_backward": Substitute("aten::native_batch_norm_backward", _bn_backward),

@@ -206,12 +206,13 @@ def integer_divisor(op: str, dividend: Any, divisor: Any, rounding_mode: Any = N
     return isinstance(dividend, int) and not isinstance(dividend, bool)
 
 
-def index_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, IntRange]:
-    """Value ranges the op ``node`` needs for its integer tensor inputs.
+def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> dict[TensorRef, IntRange]:
+    """Value ranges the op ``node`` needs for its integer tensor inputs, and (``recorded``) the
+    ranges the trace recorded for them, which replace those.
 
     ``arg_names`` are the schema's argument names, aligned with ``node.inputs``."""
     out: dict[TensorRef, IntRange] = {}
-    recorded = _recorded_ranges(node)
+    recorded = _recorded_ranges(node) if recorded else {}
     args = dict(zip(arg_names, node.inputs))
     name = node.name.split("::")[-1]
 

@@ -20,9 +20,9 @@ from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.tensors import TensorFactory
-from pytest_mystique.trace import TensorRef, load_trace, parse_trace
+from pytest_mystique.trace import TensorRef, load_trace, parse_trace, tensors_of
 
-from conftest import bundled, corpus, extract_ops, read_json, write_json
+from conftest import ROOT, bundled, corpus, extract_ops, read_json, write_json
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
@@ -175,7 +175,9 @@ def test_sparse_features_are_consistent_through_permutes_and_conversions():
 
 class _TopFourRouting(torch.nn.Module):
     """Tokens routed to experts as transformers' mixture-of-experts layers do it: each token's
-    top four choices, sorted by expert, and each position divided by four back into its token."""
+    top four choices, sorted by expert, and each position divided by four back into its token;
+    the experts' outputs put back in the choices' order through the sort's inverse permutation
+    (an uninitialised tensor that the sort's indices fill whole)."""
 
     def __init__(self, dim: int = 16):
         super().__init__()
@@ -184,8 +186,11 @@ class _TopFourRouting(torch.nn.Module):
 
     def forward(self, x):
         weights, chosen = self.router(x).topk(4, dim=-1)
-        tokens = chosen.flatten().argsort() // 4  # a Python int: recorded as a 0-dim tensor
-        return (self.expert(x[tokens]) * weights.flatten()[:, None]).sum()
+        order = chosen.flatten().argsort()
+        tokens = order // 4  # a Python int: recorded as a 0-dim tensor
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel())
+        return (self.expert(x[tokens])[inverse] * weights.flatten()[:, None]).sum()
 
 
 @pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
@@ -198,7 +203,10 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
     On a GPU an index out of range is a device-side assertion, after which the process can use
     the device no more, not an error to catch: there the computed indices are checked before
     the call. ``checked-first`` runs that check on the CPU, with the op's own complaint no longer
-    taken for an index out of range, so only the check can catch them."""
+    taken for an index out of range, so only the check can catch them. It checks the range the op
+    accepts, not the one the sort's indices are drawn in for the division's reader: seeded there,
+    they would leave the inverse permutation partly unwritten (on a GPU: another assertion, in
+    whichever later iteration that memory held something else)."""
     if checked_first:
         monkeypatch.setattr(replay_module, "CHECKS_INDICES_FIRST", {"cpu"})
         monkeypatch.setattr(replay_module, "_out_of_range", lambda e: False)
@@ -208,6 +216,8 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert any(n.startswith("aten::index: indices computed from the replay's data") for n in rep.notes), rep.notes
+    # the sort's indices are in the inverse permutation's range, whatever range the division needs
+    assert not any(n.startswith("aten::index_put_: indices computed") for n in rep.notes), rep.notes
     divisors = [t for ref, t in replay.inputs() if t.dim() == 0 and not t.dtype.is_floating_point]
     assert divisors and all(int(t) != 0 for t in divisors)
     for _ in range(3):
@@ -911,6 +921,31 @@ def test_cuda_trace_maps_onto_cpu():
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0, json.dumps(replay.report.skipped_list())
     assert all(t.device.type == "cpu" for t in replay.env if isinstance(t, torch.Tensor))
+
+
+def test_a_gpu_captured_mixture_of_experts_replays_whole_on_the_cpu(monkeypatch):
+    """A Mixtral layer's inference captured on an H100 (tests/data/README.md): its experts take
+    their tokens through a histogram of integer expert ids (which the CPU's kernel refuses: the
+    report lists it counted as float64) and a grouped matrix product, and put them back through
+    the sort's inverse permutation. Every op replays on the CPU; with the index check a GPU runs
+    before each call, only the index whose divisor the trace records without a value reads seeded
+    indices, and iterations read no unwritten memory."""
+    trace = load_trace(ROOT / "tests" / "data" / "mixtral_infer_h100.json.gz")
+    assert {ref.device for n in trace.nodes for v in n.inputs for ref in tensors_of([v])} >= {"cuda:0"}
+    for checked_first in (False, True):
+        if checked_first:
+            monkeypatch.setattr(replay_module, "CHECKS_INDICES_FIRST", {"cpu"})
+        replay = Replay(trace, "cpu").prepare()
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        assert rep.substitutions_list() == [{"op": "aten::histc", "count": 2, "replacement":
+                                             "aten::histc (integers counted as float64, the counts converted back)"}]
+        seeded = [n for n in rep.notes if "indices computed from the replay's data" in n]
+        assert [n.split(":")[2] for n in seeded] == ["index"], rep.notes
+        assert not any("NaN or inf" in n for n in rep.notes), rep.notes
+        for _ in range(3):
+            replay.reset_state()
+            replay.run()
 
 
 @pytest.fixture(scope="module")
