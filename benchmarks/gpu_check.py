@@ -42,18 +42,17 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
 from pytest_mystique.measure import measure, time_replay  # noqa: E402
-from pytest_mystique.memory import _refs as tensor_refs  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.report import format_table  # noqa: E402
 from pytest_mystique.runner import Options, prepare_file  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
-from pytest_mystique.trace import trace_stem  # noqa: E402
+from pytest_mystique.trace import tensors_of, trace_stem  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
 def recorded_devices(trace) -> set[str]:
-    return {ref.device for n in trace.nodes for ref in tensor_refs((*n.inputs, *n.outputs)) if ref.device}
+    return {ref.device for n in trace.nodes for ref in tensors_of((*n.inputs, *n.outputs)) if ref.device}
 
 
 def replay_devices(replay) -> set[str]:

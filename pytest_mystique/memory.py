@@ -11,20 +11,7 @@ from __future__ import annotations
 import torch
 
 from .graph import select_ops
-from .trace import ListValue, TensorRef, Trace
-
-
-def _refs(values) -> list[TensorRef]:
-    out = []
-    stack = list(values)
-    while stack:
-        v = stack.pop()
-        if isinstance(v, TensorRef):
-            if v.defined:
-                out.append(v)
-        elif isinstance(v, ListValue):
-            stack.extend(v.items)
-    return out
+from .trace import Trace, tensors_of
 
 
 def trace_peak_bytes(trace: Trace) -> int:
@@ -35,7 +22,7 @@ def trace_peak_bytes(trace: Trace) -> int:
     preexisting: set[int] = set()
     for i, node in enumerate(ops):
         for side, values in (("in", node.inputs), ("out", node.outputs)):
-            for ref in _refs(values):
+            for ref in tensors_of(values):
                 sid = ref.storage_id
                 size[sid] = max(size.get(sid, 0), (ref.offset + ref.extent()) * ref.itemsize)
                 if sid not in first:

@@ -50,7 +50,6 @@ from .steps import (
     kept_positions,
     out_slots,
     runs_without_grad,
-    value_refs,
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT, Substitute, substitute_for
@@ -160,7 +159,7 @@ class Replay:
         # before its copy to the device, a count) stay there, and the copies between them stay
         # copies. A CPU trace replayed on a GPU has all of its tensors there.
         self._host_kept = self.device.type != "cpu" and any(
-            ref.device not in ("cpu", "meta") for n in ops for v in (*n.inputs, *n.outputs) for ref in value_refs(v))
+            ref.device not in ("cpu", "meta") for n in ops for ref in tensors_of((*n.inputs, *n.outputs)))
         planned = []
         made: set[tuple[int, int]] = set()
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
@@ -201,7 +200,7 @@ class Replay:
                 why = str(e) if isinstance(e, Unsupported) else f"malformed arguments in the trace: {_reason(e)}"
                 self.report.skipped[(node.name, why)] += 1
                 # (its outputs' memory is still another allocation: what lay there is gone)
-                allocated([r for out in node.outputs for r in value_refs(out)], storages_of(node.inputs), False)
+                allocated(tensors_of(node.outputs), storages_of(node.inputs), False)
                 continue
             planned_ids.add(node.id)
             same = [_same_tensor(v, made, placed, p.values) for v in p.values]
@@ -245,7 +244,7 @@ class Replay:
                             stepped.add(ref)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             self._unstrided_made.update(v.tensor_id for v in node.outputs if _unstrided(v))
-            outs = [ref for out in node.outputs for ref in value_refs(out)]
+            outs = tensors_of(node.outputs)
             allocated(outs, {sid for _, sid in read})
             for ref in outs:
                 made.add(ref.key)
@@ -1057,7 +1056,7 @@ class Replay:
             for i, p in enumerate(planned):
                 self._build_step(p)
                 for out in p.node.outputs:
-                    for ref in value_refs(out):
+                    for ref in tensors_of([out]):
                         if last_use.get(ref.key, -1) <= i:
                             self._release(ref.key)
                 for ref in [r for v in p.values for r in arg_refs(v)] + list(p.views.values()):
@@ -1202,7 +1201,7 @@ def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[Ten
     for nid, outer in sorted(enclosing_ops(trace).items()):
         node = by_id[nid]
         for out in node.outputs:
-            for ref in value_refs(out):
+            for ref in tensors_of([out]):
                 inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
     return inner
 
@@ -1323,7 +1322,7 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
     """The tensors the values of ``p``'s output ``key`` come from (see tensors.value_sources)."""
     names = [a.name for a in arg_specs(p.overload)]
     found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],
-                          [value_refs(out) for out in p.node.outputs])  # fmt: skip
+                          [tensors_of([out]) for out in p.node.outputs])  # fmt: skip
     return found.get(key, [])
 
 

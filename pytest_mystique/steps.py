@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .ops import NO_DEFAULT
-from .trace import ListValue, Node, TensorRef, Unstrided
+from .trace import Node, TensorRef, Unstrided
 
 
 @dataclass
@@ -103,15 +103,6 @@ def arg_refs(v: Any) -> list[TensorRef]:
         return [v.ref]
     if isinstance(v, TensorListArg):
         return [r for r in v.refs if r is not None]
-    return []
-
-
-def value_refs(v: Any) -> list[TensorRef]:
-    """The defined tensors of a recorded value (a list's, however nested)."""
-    if isinstance(v, TensorRef):
-        return [v] if v.defined else []
-    if isinstance(v, ListValue):
-        return [r for item in v.items for r in value_refs(item)]
     return []
 
 

@@ -145,10 +145,17 @@ class Unstrided:
 Value = TensorRef | ListValue | Scalar | Unstrided
 
 
-def tensors_of(values: list[Value]) -> list[TensorRef]:
-    """The defined tensors among ``values``, those inside lists too."""
-    return [ref for v in values for ref in (v.items if isinstance(v, ListValue) else (v,))
-            if isinstance(ref, TensorRef) and ref.defined]  # fmt: skip
+def tensors_of(values) -> list[TensorRef]:
+    """The defined tensors among ``values``, in order, those inside lists too, however nested (a
+    collective's list of each rank's list of tensors)."""
+    out: list[TensorRef] = []
+    for v in values:
+        if isinstance(v, TensorRef):
+            if v.defined:
+                out.append(v)
+        elif isinstance(v, ListValue):
+            out.extend(tensors_of(v.items))
+    return out
 
 
 def storages_of(values: list[Value]) -> set[int]:

@@ -11,7 +11,7 @@ from bad_inputs import first_op
 from pytest_mystique.errors import TraceError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.replay import Replay
-from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, sniff
+from pytest_mystique.trace import ListValue, Scalar, TensorRef, load_trace, sniff, storages_of, tensors_of
 
 from conftest import corpus, read_json, write_json
 
@@ -41,6 +41,12 @@ def test_102_layout_loads():
     ag = next(n for n in trace.nodes if n.name == "c10d::allgather_")
     nested = ag.inputs[0]
     assert isinstance(nested, ListValue) and isinstance(nested.items[0], ListValue)
+    # the tensors of the output list of lists (one list per rank), in order, and the input's
+    inner = [ref for lst in nested.items for ref in lst.items]
+    assert len(inner) >= 2 and all(isinstance(r, TensorRef) and r.defined for r in inner)
+    [sent] = ag.inputs[1].items
+    assert tensors_of(ag.inputs) == [*inner, sent]
+    assert storages_of([nested]) == {r.storage_id for r in inner}
 
 
 def test_value_types_are_parsed():
