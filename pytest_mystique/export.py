@@ -67,8 +67,12 @@ def _finite(x: float, instead: float) -> float:
 
 def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
-    shape, stride, low, high, written, spread) of the replay's input tensors (spread: an index
-    input's share of distinct values and its hottest value's share, as the replay drew it)."""
+    shape, stride, low, high, written, spread) of the replay's input tensors. spread: None, or
+    ``("skew", distinct share, hottest share)`` for an index input as the replay drew it, or
+    ``("values", (...))`` for an integer input with a layout of its own (an embedding bag's sorted
+    offsets, a packed sequence's batch sizes, lengths that sum to a size), whose values the
+    replay made to fit its op and the script takes as they are: drawn uniformly, offsets would
+    not start at 0 nor rise, and the op would refuse them."""
     storages: dict[int, int] = {}
     index: dict[int, int] = {}
     views = []
@@ -87,10 +91,12 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
         elif t.numel() and not t.is_complex():
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
-        skew = replay.factory.skews.get(ref)
+        skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
+        spread = None if skew is None else ("skew", skew.distinct, skew.top)
+        if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
+            spread = ("values", tuple(int(x) for x in t.detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
-                      tuple(t.stride()), low, high, slot in replay._mutated,
-                      None if skew is None else (skew.distinct, skew.top)))  # fmt: skip
+                      tuple(t.stride()), low, high, slot in replay._mutated, spread))  # fmt: skip
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
 
 
@@ -175,7 +181,8 @@ import torch
 
 OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
-# written, spread: None, or an index input's share of distinct values and its hottest value's share)
+# written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share); or
+# ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
 STORAGES = {storages}
 VIEWS = {views}
 # sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)
@@ -193,8 +200,10 @@ def fill(t, low, high, gen, spread=None):
         t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high, generator=gen))
     elif t.is_complex():
         t.zero_()
+    elif spread is not None and spread[0] == "values":
+        t.copy_(torch.tensor(spread[1], dtype=t.dtype).view(t.shape))
     elif spread is not None:
-        t.copy_((int(low) + skewed(int(high) - int(low) + 1, t.numel(), spread, gen)).view(t.shape))
+        t.copy_((int(low) + skewed(int(high) - int(low) + 1, t.numel(), spread[1:], gen)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
 
