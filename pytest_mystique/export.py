@@ -18,7 +18,10 @@ writes in place are refilled between iterations, outside the timing, as the repl
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import inspect
 import math
+import textwrap
 
 import torch
 
@@ -105,7 +108,7 @@ def export_script(replay, trace_path: str) -> str:
     if not replay.prepared:
         raise ExportError(trace_path, "the replay must be prepared before it is exported")
     storages, views = _inputs(replay)
-    body = []
+    body, arounds = [], []
     for step in replay.steps:
         where = f"op {step.name} (node {step.node_id})"
         try:
@@ -119,7 +122,12 @@ def export_script(replay, trace_path: str) -> str:
                 if parts[i] is None:
                     parts[i] = _const(a, where)
             call_args = parts[: step.npos] + [f"{k}={v}" for k, v in zip(step.kwnames, parts[step.npos:])]
-            call = f"{_op_expr(step.op)}({', '.join(call_args)})"
+            around = _around(step.fn)
+            if around is None:
+                call = f"{_op_expr(step.op)}({', '.join(call_args)})"
+            else:  # a substitute's own ops around its target (substitute.Composite): its function goes along
+                arounds.append(around)
+                call = f"{around.__name__}({', '.join([_op_expr(step.op), *call_args])})"
         except ExportError as e:
             raise ExportError(trace_path, e.problem) from None
         if not step.outs:
@@ -142,8 +150,43 @@ def export_script(replay, trace_path: str) -> str:
     return _TEMPLATE.format(
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
-        sparse=repr(_sparse_inputs(replay)),
+        sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds),
     )  # fmt: skip
+
+
+def _around(fn):
+    """The function of a substitute that calls its target between ops of its own
+    (:class:`.substitute.Composite`: a partial of that function and the target), or None."""
+    from . import substitute
+
+    if isinstance(fn, functools.partial) and getattr(fn.func, "__module__", None) == substitute.__name__:
+        return fn.func
+    return None
+
+
+def _helper_sources(funcs) -> str:
+    """The source of the substitutes' functions ``funcs`` and of the module's functions they call
+    (this package's own code, never a trace's), for the script, which needs torch alone."""
+    from . import substitute
+
+    found: dict[str, str] = {}
+    stack = list(funcs)
+    while stack:
+        f = stack.pop()
+        if f.__name__ in found:
+            continue
+        found[f.__name__] = textwrap.dedent(inspect.getsource(f))
+        codes = [f.__code__]
+        while codes:  # (names read inside its comprehensions and lambdas too)
+            code = codes.pop()
+            codes.extend(c for c in code.co_consts if inspect.iscode(c))
+            for name in code.co_names:
+                g = getattr(substitute, name, None)
+                if inspect.isfunction(g) and g.__module__ == substitute.__name__:
+                    stack.append(g)
+    if not found:
+        return ""
+    return "\n\n".join(found[k] for k in sorted(found)) + "\n\n"
 
 
 def _sparse_inputs(replay) -> list[tuple]:
@@ -280,7 +323,7 @@ def refill(e, gen):
             fill(e[slot], low, high, gen, spread)
 
 
-def step(e):
+{helpers}def step(e):
 {step}
 
 

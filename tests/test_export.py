@@ -10,7 +10,7 @@ import pytest
 
 from pytest_mystique.cli import main
 
-from conftest import bundled, corpus
+from conftest import ROOT, bundled, corpus
 
 
 def test_exported_script_replays_the_trace_with_only_torch(tmp_path, capsys):
@@ -54,6 +54,23 @@ def test_exported_script_keeps_an_embedding_bags_offsets(tmp_path, capsys):
                           "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ops per iteration: 86" in out.stdout
+
+
+def test_exported_script_takes_a_substitutes_own_ops_along(tmp_path, capsys):
+    """A mixture of experts captured on a GPU counts its tokens with aten::histc over integers,
+    which the CPU's kernel refuses: the replay there counts them as float64 around the op
+    (substitute.Composite). The script calls that function, its source written into the script,
+    and runs on the CPU; the bare op would have stopped it."""
+    script = tmp_path / "bench.py"
+    assert main(["export", str(ROOT / "tests" / "data" / "mixtral_infer_h100.json.gz"), "-o", str(script)]) == 0
+    assert "substituted 2x aten::histc" in capsys.readouterr().out
+    source = script.read_text()
+    assert source.count("def _histc_of_integers(") == 1
+    assert source.count("_histc_of_integers(torch.ops.aten.histc.default, ") == 2
+    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1",
+                          "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ops per iteration: 229" in out.stdout
 
 
 def test_export_of_a_broken_trace_is_a_clear_error(tmp_path, capsys):
