@@ -287,7 +287,7 @@ def _described(t: torch.Tensor) -> dict | None:
     values, counts = torch.unique(t.detach(), return_counts=True)
     record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
                   low=int(values[0]), high=int(values[-1]))  # fmt: skip
-    if t.dim() == 1:
+    if t.dim() == 1 and t.dtype.is_signed:  # (an unsigned difference wraps round)
         steps = t.detach().diff()
         if bool((steps >= 0).all()):  # bag boundaries (offsets): the smallest and largest bag
             record["steps"] = [int(steps.min()), int(steps.max())]

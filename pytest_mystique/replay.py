@@ -366,6 +366,8 @@ class Replay:
                 kwnames.append(arg.name)
             elif kwnames:
                 raise Unsupported("positional argument after keyword-only ones")
+        if node.name in _EPSILON_ADDS:
+            self._epsilon_below_resolution(node, names, values)
         if self.device.type != "cpu":
             self._place_on_host(node.name, names, values)
         for ref, rng in index_ranges(node, names).items():
@@ -431,6 +433,17 @@ class Replay:
             else:
                 values.append(TensorListArg(tensor_refs(kind, val)))
         return PlannedOp(node, call, values, (), collective=True)
+
+    def _epsilon_below_resolution(self, node: Node, names: list[str], values: list) -> None:
+        """The trace writer prints a float scalar with six decimals: an optimizer's epsilon (1e-8),
+        added to a denominator that is 0 where a parameter's gradient was, comes out 0.0, and 0/0 made
+        the replay's parameters NaN. An addition's 0.0 adds a value below that resolution instead
+        (the same to the trace, and no different in time)."""
+        for i, (name, val) in enumerate(zip(names, node.inputs)):
+            if name in ("other", "scalar") and isinstance(val, Scalar) and val.type == "Double" and val.value == 0.0:
+                values[i] = _BELOW_RESOLUTION
+                self.report.notes[f"{node.name}: a float recorded as 0.0 (the trace keeps six decimals: an epsilon "
+                                  f"such as 1e-8 reads 0.0) adds {_BELOW_RESOLUTION:g}"] += 1  # fmt: skip
 
     def _convert(self, arg: ArgSpec, val) -> Any:
         """A recorded value as the schema argument ``arg`` wants it."""
@@ -1325,6 +1338,10 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
                           [tensors_of([out]) for out in p.node.outputs])  # fmt: skip
     return found.get(key, [])
 
+
+#: Additions of a scalar that may be an epsilon the trace writer's six decimals printed as 0.0
+_EPSILON_ADDS = {"aten::add", "aten::add_", "aten::_foreach_add", "aten::_foreach_add_"}
+_BELOW_RESOLUTION = 1e-8
 
 #: Ops whose indices count from the end where negative, down to minus the size
 _INDEXING_FROM_THE_END = {"index", "index_put", "index_put_", "_index_put_impl_"}

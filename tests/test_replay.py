@@ -225,6 +225,36 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
+def test_an_epsilon_the_trace_printed_as_zero_keeps_the_optimizer_finite(tmp_path):
+    """The trace writer prints float scalars with six decimals: AdamW's epsilon (1e-8), which the
+    foreach path adds to its denominators, is recorded as 0.0. Rows of an embedding that no id
+    reads have zero gradients, so zero denominators: 0/0 made the replay's parameters NaN. The
+    replay adds a value below the writer's resolution instead, says so, and the parameters stay
+    finite over iterations."""
+    emb, head = torch.nn.Embedding(1000, 16), torch.nn.Linear(16, 4)
+    opt = torch.optim.AdamW([*emb.parameters(), *head.parameters()], lr=1e-3, foreach=True)
+    ids = torch.randint(0, 10, (64,))
+
+    def step():
+        opt.zero_grad()
+        head(emb(ids)).sum().backward()
+        opt.step()
+
+    capture_step(step, tmp_path / "adamw.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    scalars = [v.value for n in load_trace(tmp_path / "adamw.json.gz").nodes if n.name == "aten::_foreach_add_"
+               for v in n.inputs if getattr(v, "type", None) == "Double"]  # fmt: skip
+    assert 0.0 in scalars  # (what the writer kept of 1e-8)
+    replay = Replay(load_trace(tmp_path / "adamw.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any(n.startswith("aten::_foreach_add_: a float recorded as 0.0") for n in rep.notes), rep.notes
+    assert not any("NaN or inf" in n for n in rep.notes), rep.notes
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
+    assert all(bool(torch.isfinite(t).all()) for t in replay.env if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
 def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
     """``torch.tensor([...])`` records an ``aten::empty`` and copies the list in outside the ops:
     replayed, the empty tensor would hold whatever the memory held (here an index that must stay
