@@ -843,7 +843,7 @@ class Replay:
                     op=facts.qualname, grad=p.node.id in self._recording)  # fmt: skip
         env = self.env
         call = filled_args(step, env)
-        if self.device.type in CHECKS_INDICES_FIRST:
+        if self.device.type not in RAISES_ON_BAD_INDICES:
             computed = self._computed_indices(p)
             if computed and self._outside_ranges(p, computed):
                 del call
@@ -1349,10 +1349,10 @@ _INDEXING_FROM_THE_END = {"index", "index_put", "index_put_", "_index_put_impl_"
 _LOSSES_IGNORING = {"nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d", "nll_loss2d_forward",
                     "nll_loss2d_backward", "cross_entropy_loss", "nll_loss_nd"}  # fmt: skip
 
-#: Devices on which an index outside its range is no error the op raises but a device-side assertion,
-#: after which the process can use the device no more: there, indices an earlier op computed are
-#: checked before the call that reads them.
-CHECKS_INDICES_FIRST = {"cuda"}
+#: Devices whose ops raise an error for an index outside its range. Elsewhere (a GPU) it is a
+#: device-side assertion, after which the process can use the device no more: there, indices an
+#: earlier op computed are checked before the call that reads them. (Meta tensors hold no values.)
+RAISES_ON_BAD_INDICES = {"cpu", "meta"}
 
 
 def _out_of_range(e: BaseException) -> bool:
