@@ -760,9 +760,7 @@ class Replay:
             slot = self._produced_slot(ref)
             t = self.env[slot] if slot is not None else None
             rng = accepts.get(ref)
-            if t is None or rng is None or t.numel() == 0 or t.is_floating_point() or t.is_complex():
-                continue
-            if rng.kind != "uniform":
+            if t is None or rng is None or rng.kind != "uniform" or t.numel() == 0 or t.is_floating_point() or t.is_complex():
                 continue
             t = t.detach()
             if isinstance(ignored, Scalar) and isinstance(ignored.value, int):
