@@ -32,6 +32,7 @@ columns give the share of each side's wall-clock step in which the GPU ran no ke
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -48,7 +49,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
-from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
+from pytest_mystique.measure import InsideOperators, inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
@@ -293,34 +294,29 @@ def alternate(step, run_replay, reset, rounds: int, size: int) -> tuple[list[flo
     return orig, rep, ratios
 
 
-def kernels_alternated(fns, n: int, befores, device) -> list[tuple[float, float]] | None:
-    """The GPU's time inside kernels per call of each of ``fns``, and the share of the wall-clock
-    call it covers: one profiled call of each in turn, ``n`` times; medians (None where the
-    profiler gives no kernel events)."""
+def inside_kernels(fn, before, device) -> InsideOperators | None:
+    """The GPU's time inside kernels in one call of ``fn`` (after ``before``), and the share of the
+    wall-clock call it covers (None where the profiler gives no kernel events)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    got: list[list[tuple[float, float]]] = [[] for _ in fns]
-    for _ in range(n):
-        for i, (fn, before) in enumerate(zip(fns, befores)):
-            if before is not None:
-                before()
-            torch.cuda.synchronize(device)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                t0 = time.perf_counter()
-                fn()
-                wall = time.perf_counter() - t0
-            averages = prof.key_averages()
-            host = {e.key for e in averages if e.device_type != DeviceType.CUDA}
-            # a record_function range (the optimizer's step) shows on the GPU's timeline too,
-            # spanning the kernels inside it: not a kernel
-            events = [e for e in averages if e.device_type == DeviceType.CUDA and e.key not in host
-                      and not getattr(e, "is_user_annotation", False)]  # fmt: skip
-            busy = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e6
-            if not events or busy <= 0:
-                return None
-            got[i].append((busy, min(1.0, busy / wall)))
-    return [(statistics.median(b for b, _ in g), statistics.median(s for _, s in g)) for g in got]
+    if before is not None:
+        before()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    averages = prof.key_averages()
+    host = {e.key for e in averages if e.device_type != DeviceType.CUDA}
+    # a record_function range (the optimizer's step) shows on the GPU's timeline too,
+    # spanning the kernels inside it: not a kernel
+    events = [e for e in averages if e.device_type == DeviceType.CUDA and e.key not in host
+              and not getattr(e, "is_user_annotation", False)]  # fmt: skip
+    busy = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e6
+    if not events or busy <= 0:
+        return None
+    return InsideOperators(busy, min(1.0, busy / wall))
 
 
 def summary(label: str, errors: list[float]) -> None:
@@ -385,16 +381,13 @@ def main() -> int:
         errors.append(abs(ratio - 1))
         q = statistics.quantiles(ratios, n=4)
         extra = ""
-        if args.ops and cuda:
-            got = kernels_alternated((step, run_replay), args.ops, (None, replay.reset_state), device)
+        if args.ops:
+            measure = functools.partial(inside_kernels, device=device) if cuda else None
+            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state), measure)
             if got is not None:
-                (o_busy, o_share), (r_busy, r_share) = got
-                op_errors.append(abs(r_busy / o_busy - 1))
-                extra = f" {r_busy / o_busy:>9.3f} {1 - o_share:>9.1%} {1 - r_share:>9.1%}"
-        elif args.ops:
-            o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state))
-            op_errors.append(abs(r.ops_s / o.ops_s - 1))
-            extra = f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
+                o, r = got
+                op_errors.append(abs(r.ops_s / o.ops_s - 1))
+                extra = f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
               f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
     summary("interleaved fidelity", errors)

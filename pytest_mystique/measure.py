@@ -228,13 +228,19 @@ def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | N
     return InsideOperators(statistics.median(ops), statistics.median(shares))
 
 
-def inside_operators_alternated(fns, n: int, befores=(None, None)) -> list[InsideOperators] | None:
+def inside_operators_alternated(fns, n: int, befores=(None, None), measure=None) -> list[InsideOperators] | None:
     """:func:`inside_operators` of each of ``fns`` (an original step and its replay), one profiled
-    call of each in turn, ``n`` times: the machine's drift then hits both alike. Medians."""
+    call of each in turn, ``n`` times: the machine's drift then hits both alike. Medians.
+    ``measure(fn, before)`` measures one call otherwise (a GPU's time inside kernels), None where
+    it cannot."""
+    if measure is None:
+        def measure(fn, before):
+            return inside_operators(fn, calls=1, between=before)
+
     got: list[list[InsideOperators]] = [[] for _ in fns]
     for _ in range(n):
         for i, (fn, before) in enumerate(zip(fns, befores)):
-            one = inside_operators(fn, calls=1, between=before)
+            one = measure(fn, before)
             if one is None:
                 return None
             got[i].append(one)
