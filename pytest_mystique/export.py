@@ -150,8 +150,15 @@ def export_script(replay, trace_path: str) -> str:
     return _TEMPLATE.format(
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
-        sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds),
+        sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
     )  # fmt: skip
+
+
+def _flagged(replay) -> list[int]:
+    """The slots of the inputs that require grad in the replay (the parameters: a few ATen paths
+    read the flag with autograd off, see :mod:`.grad_flags`): the script gives them the flag."""
+    return sorted(slot for slot in set(replay._externals.values())
+                  if isinstance(replay.env[slot], torch.Tensor) and replay.env[slot].requires_grad)  # fmt: skip
 
 
 def _around(fn):
@@ -230,6 +237,9 @@ STORAGES = {storages}
 VIEWS = {views}
 # sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)
 SPARSE = {sparse}
+# inputs that require grad, as the original's parameters did: with autograd off (the step runs under
+# torch.no_grad) the flag still decides the path of a few ops (a matmul folding a batch, an embedding bag)
+GRAD = {grad}
 
 
 def fill(t, low, high, gen, spread=None):
@@ -293,6 +303,8 @@ def make_inputs(dev, gen):
         e[slot] = t
     for slot, shape, dtype, nnz, sparse_dim, coalesced in SPARSE:
         e[slot] = make_sparse(shape, getattr(torch, dtype), nnz, sparse_dim, coalesced, dev, gen)
+    for slot in GRAD:
+        e[slot].requires_grad_(True)
     return e
 
 

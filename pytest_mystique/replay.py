@@ -30,6 +30,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
+from .grad_flags import required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step_ops, select_ops
 from .measure import gc_paused
 from .nonfinite import LOG_TABLES, nonfinite, nonfinite_inputs
@@ -142,6 +143,11 @@ class Replay:
         # allocations of the parameters (they require grad)
         self._recording: set[int] = set()
         self._parameters: set[tuple[int, str]] = set()
+        # allocations whose tensors required grad in the original, as the paths its ops took show
+        # (grad_flags: an inference step's parameters), and those given the flag at the build
+        self._flagged: set[tuple[int, str]] = set()
+        self._flag_given: set[tuple[int, str]] = set()
+        self._flag_paths: Counter = Counter()
         self._backward: set[int] = set()  # the backward pass's ops, where the forward recorded
         # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
         # pass starts, with the forward's outputs
@@ -289,6 +295,7 @@ class Replay:
         self._skew_indices(list(int_inputs))
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
+        self._flagged, self._flag_paths = required_grad(self.trace)
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:
@@ -547,6 +554,9 @@ class Replay:
                 self._mark_original((slot,))
             if (ref.storage_id, ref.dtype) in self._parameters:
                 t.requires_grad_(True)
+            elif (ref.storage_id, ref.dtype) in self._flagged and (t.dtype.is_floating_point or t.dtype.is_complex):
+                t.requires_grad_(True)
+                self._flag_given.add((ref.storage_id, ref.dtype))
             if t.untyped_storage().nbytes():
                 self._input_storages.setdefault(t.untyped_storage().data_ptr(), slot)
         return slot
@@ -1079,6 +1089,11 @@ class Replay:
         if untouched:
             self.report.notes[f"{len(untouched)} embedding table(s) read row by row ({fmt_bytes(sum(untouched.values()))}) "
                               f"left as zero pages, not filled: only the rows a lookup touches take memory"] += 1  # fmt: skip
+        if self._flag_given:
+            shown = "; ".join(f"{why} x{n}" for why, n in self._flag_paths.most_common())
+            self.report.notes[f"{len(self._flag_given)} input allocation(s) require grad, as the original's did (its "
+                              f"parameters): the paths its ops took show the flag ({shown}), and with autograd off "
+                              f"the flag still decides those paths"] += 1  # fmt: skip
         if self._first_nonfinite:
             self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
                               f"the ops after it may not take the original's time"] += 1  # fmt: skip

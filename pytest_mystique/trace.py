@@ -383,6 +383,10 @@ def _split_type_list(inner: str) -> list[str]:
     return parts
 
 
+#: Device strings of tensors already found well formed (a trace has a handful: checked once each).
+_DEVICES_SEEN: set = set()
+
+
 class _ValueParser:
     def __init__(self, path: Path, node_id: int, has_strides: bool):
         self.path = path
@@ -435,17 +439,23 @@ class _ValueParser:
             raise self.fail(f"tensor value must be [id, storage, offset, numel, itemsize, device], got {value!r:.80}")
         tid, sid, offset, numel, itemsize = value[:5]
         device = value[5] if len(value) > 5 else "cpu"
-        for label, x in (("id", tid), ("storage id", sid), ("offset", offset), ("numel", numel), ("itemsize", itemsize)):
-            if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-                raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
+        if not (type(tid) is type(sid) is type(offset) is type(numel) is type(itemsize) is int
+                and min(tid, sid, offset, numel, itemsize) >= 0):  # fmt: skip
+            for label, x in (("id", tid), ("storage id", sid), ("offset", offset), ("numel", numel),
+                             ("itemsize", itemsize)):  # fmt: skip
+                if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+                    raise self.fail(f"tensor {label} must be a non-negative integer, got {x!r:.40}")
         if device == "" and sid == itemsize == 0:
             # A tensor without a strided storage (sparse, nested, MKL-DNN): an op that reads what a
             # replayed op made reads that; an input of the step is rebuilt where it can be (from
             # its shape, which a nested tensor's writer may leave out).
             ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
             return Unstrided(tid, dtype, tuple(shape) if ok else ())
-        if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
-            raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
+        if type(device) is not str or device not in _DEVICES_SEEN:
+            if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
+                raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
+            if len(_DEVICES_SEEN) < 4096:
+                _DEVICES_SEEN.add(device)
         shp = self.dims(shape, "shape")
         strd = self.dims(strides, "strides") if self.has_strides and strides is not None else None
         if strd is not None and len(strd) != len(shp):
@@ -453,6 +463,8 @@ class _ValueParser:
         return TensorRef(tid, sid, offset, numel, itemsize, device, dtype, shp, strd)
 
     def dims(self, dims, what: str) -> tuple[int, ...]:
+        if type(dims) is list and all(type(d) is int and d >= 0 for d in dims):
+            return tuple(dims)  # (the common case, checked at once; what is wrong is found below)
         if not isinstance(dims, list):
             raise self.fail(f"tensor {what} must be a list, got {type(dims).__name__}")
         for d in dims:

@@ -96,11 +96,13 @@ def test_exported_inputs_keep_the_optimizer_state_at_zero(tmp_path):
     e = bench.make_inputs(torch.device("cpu"), gen)
     constant = [v for v in bench.VIEWS if v[2].startswith("float") and v[6] == v[7] == 0 and len(v[4]) > 0]
     assert len(constant) >= 54 and all(v[8] for v in constant)  # 54 moments, all written by the step
-    bench.step(e)
-    bench.refill(e, gen)
+    with torch.no_grad():  # (as the script's main runs it: its parameters require grad)
+        bench.step(e)
+        bench.refill(e, gen)
     assert all(bool((e[v[0]] == 0).all()) for v in constant)
     spread = [v for v in bench.VIEWS if v[2] == "float32" and v[6] < v[7]]
-    assert spread and all(float(e[v[0]].min()) < float(e[v[0]].max()) for v in spread if e[v[0]].numel() > 1)
+    assert spread and all(float(e[v[0]].detach().min()) < float(e[v[0]].detach().max())
+                          for v in spread if e[v[0]].numel() > 1)  # fmt: skip
 
 
 def test_exported_script_calls_operators_with_special_names(tmp_path, capsys):
@@ -172,3 +174,35 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     _, original = ids.unique(return_counts=True)
     assert counts.numel() == original.numel() and 0 <= made.min() and made.max() < rows
     assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)
+
+
+def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_path):
+    """An inference step's attention weight required grad in the original (a parameter), which
+    made its matmul fold a batch-first input into one mm (pytest_mystique.grad_flags): the exported
+    script's inputs carry the flag too, and its step runs that path."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pytest_mystique import capture_step
+
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    x = torch.randn(4, 32, 64)
+
+    def step():
+        with torch.no_grad():
+            attention(x, x, x, need_weights=False)
+
+    trace = tmp_path / "attention.json.gz"
+    capture_step(step, trace, warmup=1, runs=1, min_warmup_s=0)
+    script = tmp_path / "bench.py"
+    assert main(["export", str(trace), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location("bench_flag", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with torch.no_grad():
+        e = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
+        assert [tuple(e[s].shape) for s in bench.GRAD] == [(192, 64)]  # the in-projection's weight
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            bench.step(e)
+    ran = {ev.key for ev in prof.key_averages()}
+    assert "aten::mm" in ran and "aten::bmm" not in ran, ran

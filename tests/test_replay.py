@@ -255,6 +255,52 @@ def test_an_epsilon_the_trace_printed_as_zero_keeps_the_optimizer_finite(tmp_pat
     assert all(bool(torch.isfinite(t).all()) for t in replay.env if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
+def _ops_run(fn) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages()}
+
+
+def test_an_inference_step_s_parameters_require_grad_where_its_ops_paths_show_it(tmp_path):
+    """In an inference step autograd is off, yet a parameter still requires grad, and two ATen
+    paths read that flag: a matmul of a batch it cannot view as a matrix (the sequence-first
+    input of a batch-first attention) by a weight that requires grad folds the batch into one
+    ``mm``, else it runs ``bmm`` against the weight expanded (about twice as slow here), and an
+    embedding bag over such a weight runs ``_embedding_bag``, not its forward-only path. The trace
+    records the path each op took: the replay gives those inputs the flag, says so, and then runs
+    the original's paths."""
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    bag = torch.nn.EmbeddingBag(500, 16, mode="sum")
+    x, ids, offsets = torch.randn(4, 32, 64), torch.randint(0, 500, (40,)), torch.tensor([0, 10, 20, 30])
+
+    def step():
+        with torch.no_grad():
+            attention(x, x, x, need_weights=False)
+            bag(ids, offsets)
+
+    path = tmp_path / "infer.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    original = _ops_run(step)
+    assert {"aten::mm", "aten::_embedding_bag"} <= original and "aten::bmm" not in original
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any("2 input allocation(s) require grad, as the original's did" in n and "aten::matmul folded" in n
+               and "_embedding_bag" in n for n in rep.notes), rep.notes  # fmt: skip
+    flagged = [t for t in replay.env if isinstance(t, torch.Tensor) and t.requires_grad]
+    assert sorted(tuple(t.shape) for t in flagged) == [(192, 64), (500, 16)]  # the in-projection, the table
+
+    def iteration():
+        with torch.no_grad():
+            replay.run()
+
+    replayed = _ops_run(iteration)
+    assert {"aten::mm", "aten::_embedding_bag"} <= replayed, replayed
+    assert not {"aten::bmm", "aten::_embedding_bag_forward_only"} & replayed, replayed
+
+
 def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
     """``torch.tensor([...])`` records an ``aten::empty`` and copies the list in outside the ops:
     replayed, the empty tensor would hold whatever the memory held (here an index that must stay
