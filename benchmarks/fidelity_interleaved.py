@@ -10,7 +10,9 @@ Whisper over audio features), vision models (ViT, ConvNeXt, Swin), models whose 
 of small ops (Mamba's selective scan and RWKV's recurrence, on a CPU loops over positions),
 training and inference; and,
 beside the bundled CNN inference and recommender training, a residual CNN's training, a
-recommender's inference of other shapes and an LSTM language model's training. Each is captured with the capture helper, then
+recommender's inference of other shapes, an LSTM language model's training, and the inference of
+a batch-first transformer decoder and of a GRU encoder (whose parameters' requires_grad flag
+decides their matmuls' path). Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
@@ -251,9 +253,38 @@ def _rec_train_hot():
     return step, None
 
 
+def _decoder_infer():
+    """Inference of a batch-first transformer decoder (torch.nn.TransformerDecoder, two layers)
+    over a memory, in eval mode: its cross-attention takes no fast path and projects the
+    sequence-first transpose of its inputs, whose matmuls take the path that the parameters'
+    requires_grad flag chooses (pytest_mystique.grad_flags)."""
+    nn = torch.nn
+    layer = nn.TransformerDecoderLayer(256, 4, 1024, batch_first=True)
+    model = nn.TransformerDecoder(layer, 2).eval()
+    tgt, memory = torch.randn(16, 32, 256), torch.randn(16, 64, 256)
+
+    def infer():
+        with torch.no_grad():
+            model(tgt, memory)
+
+    return infer, None
+
+
+def _gru_infer():
+    """A two-layer GRU encoder's inference over batch-first sequences (its per-step linear layers
+    read the input's sequence-first transpose)."""
+    model, x = torch.nn.GRU(128, 256, 2, batch_first=True).eval(), torch.randn(16, 64, 128)
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    return infer, None
+
+
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
 TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
-                "rec_train_hot": _rec_train_hot}  # fmt: skip
+                "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "gru_infer": _gru_infer}  # fmt: skip
 
 
 def models() -> dict:
