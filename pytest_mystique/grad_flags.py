@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .errors import TraceError
 from .trace import Node, TensorRef, Trace, tensors_of
 
 #: Children of ``aten::matmul`` that show it folded its batch into one matrix product.
@@ -44,17 +45,20 @@ def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
     found: set[tuple[int, str]] = set()
     why: Counter = Counter()
     for node in trace.nodes:
-        if node.name == "aten::_embedding_bag" and node.is_op:
-            parent = by_id.get(node.parent)
-            refs = tensors_of(node.inputs)
-            if parent is not None and parent.name == "aten::embedding_bag" and refs:
-                found.add((refs[0].storage_id, refs[0].dtype))  # its weight
-                why["aten::embedding_bag ran _embedding_bag, not its forward-only path"] += 1
-        elif node.name == "aten::matmul" and node.is_op and "out)" not in node.op_schema:
-            small = _folded_for_flag(node, {c.name for c in children.get(node.id, ())})
-            if small is not None:
-                found.add((small.storage_id, small.dtype))
-                why["aten::matmul folded a batch it could not view as a matrix"] += 1
+        try:  # (the values of an op inside a selected one are parsed here, first: a malformed one shows nothing)
+            if node.name == "aten::_embedding_bag" and node.is_op:
+                parent = by_id.get(node.parent)
+                refs = tensors_of(node.inputs)
+                if parent is not None and parent.name == "aten::embedding_bag" and refs:
+                    found.add((refs[0].storage_id, refs[0].dtype))  # its weight
+                    why["aten::embedding_bag ran _embedding_bag, not its forward-only path"] += 1
+            elif node.name == "aten::matmul" and node.is_op and "out)" not in node.op_schema:
+                small = _folded_for_flag(node, {c.name for c in children.get(node.id, ())})
+                if small is not None:
+                    found.add((small.storage_id, small.dtype))
+                    why["aten::matmul folded a batch it could not view as a matrix"] += 1
+        except (TraceError, RecursionError):
+            continue
     return found, why
 
 

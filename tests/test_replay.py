@@ -301,6 +301,37 @@ def test_an_inference_step_s_parameters_require_grad_where_its_ops_paths_show_it
     assert not {"aten::bmm", "aten::_embedding_bag_forward_only"} & replayed, replayed
 
 
+def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tmp_path):
+    """The requires_grad evidence reads the recorded matmuls inside the replayed ops, whose values
+    nothing else may have parsed: one with a malformed tensor record shows nothing, and the ops
+    around it replay as before."""
+    from pytest_mystique.grad_flags import required_grad
+
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    x = torch.randn(4, 32, 64)
+
+    def step():
+        with torch.no_grad():
+            attention(x, x, x, need_weights=False)
+
+    path = tmp_path / "attention.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    assert required_grad(parse_trace(data, "intact"))[0]  # the in-projection's weight
+    damaged = 0
+    for node in data["nodes"]:
+        if node["name"] == "aten::matmul":
+            node["inputs"]["values"][0] = ["not an id", 1, 0, 1, 4, "cpu"]
+            damaged += 1
+    trace = parse_trace(data, "damaged")
+    assert damaged and not any(n.name == "aten::matmul" for n in select_ops(trace))
+    assert required_grad(trace) == (set(), {})
+    replay = Replay(trace, "cpu").prepare()
+    assert replay.report.ops_skipped == 0 and replay.report.ops_replayed == replay.report.ops_total
+    assert not any("require grad" in n for n in replay.report.notes)
+    replay.run()
+
+
 def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
     """``torch.tensor([...])`` records an ``aten::empty`` and copies the list in outside the ops:
     replayed, the empty tensor would hold whatever the memory held (here an index that must stay
