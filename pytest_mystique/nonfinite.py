@@ -12,11 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
-
-#: Element types numpy reads in place (bfloat16 and the float8 types it has not).
-_NUMPY_FLOATS = frozenset({torch.float32, torch.float64, torch.float16})
 
 #: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
 #: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
@@ -28,18 +24,12 @@ def nonfinite(v: Any) -> bool:
     """A floating tensor (or list of them) holding NaN or inf in its first 256 elements: a sample,
     as NaN spreads to whatever reads it, and a whole check would lengthen the build. Their sum in
     float64 (which no finite float32 values overflow) is finite exactly when they all are: one
-    kernel call, a few microseconds an op (``isfinite().all()`` takes three times as long). In
-    host memory, numpy sums them in place: no torch call, whose dispatch costs more than the sum
-    (measured: 6 us against 11 us, and 120 us against 180 us right after an op that streamed
-    hundreds of MiB and left the caches cold, as a build's large ops do)."""
+    kernel call, a few microseconds an op (``isfinite().all()`` takes three times as long)."""
     if isinstance(v, (list, tuple)):
         return any(nonfinite(x) for x in v)
     if (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
             or not v.is_contiguous()):  # fmt: skip
         return False  # (a view's values were checked where its base was made)
-    if v.is_cpu and v.dtype in _NUMPY_FLOATS and not v.is_neg():
-        head = (v.detach() if v.requires_grad else v).numpy().reshape(-1)[:256]
-        return not math.isfinite(np.add.reduce(head, dtype=np.float64))
     return not finite_sum(v.view(-1)[:256])
 
 
