@@ -265,20 +265,24 @@ def _ops_run(fn) -> set[str]:
 
 def test_an_inference_step_s_parameters_require_grad_where_its_ops_paths_show_it(tmp_path):
     """In an inference step autograd is off, yet a parameter still requires grad, and two ATen
-    paths read that flag: a matmul of a batch it cannot view as a matrix (the sequence-first
-    input of a batch-first attention) by a weight that requires grad folds the batch into one
-    ``mm``, else it runs ``bmm`` against the weight expanded (about twice as slow here), and an
-    embedding bag over such a weight runs ``_embedding_bag``, not its forward-only path. The trace
-    records the path each op took: the replay gives those inputs the flag, says so, and then runs
-    the original's paths."""
+    paths read that flag. A matmul of a batch by a weight that requires grad folds the batch into
+    one ``mm``; without the flag it runs ``bmm`` against the weight expanded (about twice as slow
+    here) where the batch cannot be viewed as a matrix (the sequence-first input of a batch-first
+    attention), and always where the weight is on the left. An embedding bag over a weight that
+    requires grad runs ``_embedding_bag``, not its forward-only path. The trace records the path
+    each op took: the replay gives those inputs the flag, says so, and then runs the original's
+    paths."""
     attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
     bag = torch.nn.EmbeddingBag(500, 16, mode="sum")
+    mixer = torch.nn.Parameter(torch.randn(8, 32))  # a matrix on the left of a batch: folded only for the flag,
+    columns = torch.randn(4, 64, 32).mT  # even a batch whose transpose folds as a view, as this one's does
     x, ids, offsets = torch.randn(4, 32, 64), torch.randint(0, 500, (40,)), torch.tensor([0, 10, 20, 30])
 
     def step():
         with torch.no_grad():
             attention(x, x, x, need_weights=False)
             bag(ids, offsets)
+            torch.matmul(mixer, columns)
 
     path = tmp_path / "infer.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
@@ -287,10 +291,10 @@ def test_an_inference_step_s_parameters_require_grad_where_its_ops_paths_show_it
     replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
-    assert any("2 input allocation(s) require grad, as the original's did" in n and "aten::matmul folded" in n
-               and "_embedding_bag" in n for n in rep.notes), rep.notes  # fmt: skip
+    assert any("3 input allocation(s) require grad, as the original's did" in n and "aten::matmul folded" in n
+               and " x2" in n and "_embedding_bag" in n for n in rep.notes), rep.notes  # fmt: skip
     flagged = [t for t in replay.env if isinstance(t, torch.Tensor) and t.requires_grad]
-    assert sorted(tuple(t.shape) for t in flagged) == [(192, 64), (500, 16)]  # the in-projection, the table
+    assert sorted(tuple(t.shape) for t in flagged) == [(8, 32), (192, 64), (500, 16)]  # the weights, the table
 
     def iteration():
         with torch.no_grad():
