@@ -66,6 +66,25 @@ def trace_copy(tmp_path):
     return make
 
 
+def capture_attention_inference(path: Path) -> Path:
+    """Capture the inference step of a batch-first ``nn.MultiheadAttention`` (64 wide, 4 heads,
+    in training mode, so it takes no fast path) at ``path``: its in-projection's matmul folds the
+    sequence-first transpose of its input only because the weight requires grad."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    x = torch.randn(4, 32, 64)
+
+    def step():
+        with torch.no_grad():
+            attention(x, x, x, need_weights=False)
+
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    return path
+
+
 def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
     """A small trace holding the first ``limit`` recorded top-level ops of each name in ``names``
     (with their recorded arguments), hung under the original thread root."""

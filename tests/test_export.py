@@ -10,7 +10,7 @@ import pytest
 
 from pytest_mystique.cli import main
 
-from conftest import ROOT, bundled, corpus
+from conftest import ROOT, bundled, capture_attention_inference, corpus
 
 
 def test_exported_script_replays_the_trace_with_only_torch(tmp_path, capsys):
@@ -183,17 +183,7 @@ def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_pat
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from pytest_mystique import capture_step
-
-    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
-    x = torch.randn(4, 32, 64)
-
-    def step():
-        with torch.no_grad():
-            attention(x, x, x, need_weights=False)
-
-    trace = tmp_path / "attention.json.gz"
-    capture_step(step, trace, warmup=1, runs=1, min_warmup_s=0)
+    trace = capture_attention_inference(tmp_path / "attention.json.gz")
     script = tmp_path / "bench.py"
     assert main(["export", str(trace), "-o", str(script)]) == 0
     spec = importlib.util.spec_from_file_location("bench_flag", script)

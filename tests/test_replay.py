@@ -22,7 +22,7 @@ from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.tensors import TensorFactory
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace, tensors_of
 
-from conftest import ROOT, bundled, corpus, extract_ops, read_json, write_json
+from conftest import ROOT, bundled, capture_attention_inference, corpus, extract_ops, read_json, write_json
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
@@ -311,16 +311,7 @@ def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tm
     around it replay as before."""
     from pytest_mystique.grad_flags import required_grad
 
-    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
-    x = torch.randn(4, 32, 64)
-
-    def step():
-        with torch.no_grad():
-            attention(x, x, x, need_weights=False)
-
-    path = tmp_path / "attention.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    data = read_json(path)
+    data = read_json(capture_attention_inference(tmp_path / "attention.json.gz"))
     assert required_grad(parse_trace(data, "intact"))[0]  # the in-projection's weight
     damaged = 0
     for node in data["nodes"]:
