@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .errors import TraceError
+from .graph import child_op_names
 from .trace import Node, TensorRef, Trace, tensors_of
 
 #: Children of ``aten::matmul`` that show it folded its batch into one matrix product.
@@ -37,10 +38,7 @@ _FOLDED = {"aten::mm", "aten::mv"}
 def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
     """The allocations (storage id, element type) whose tensors the recorded paths show required
     grad, and how many ops showed it, by the path (for the report)."""
-    children: dict[int, list[Node]] = {}
-    for node in trace.nodes:
-        if node.is_op:
-            children.setdefault(node.parent, []).append(node)
+    children = child_op_names(trace)
     by_id = trace.by_id
     found: set[tuple[int, str]] = set()
     why: Counter = Counter()
@@ -53,7 +51,7 @@ def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
                     found.add((refs[0].storage_id, refs[0].dtype))  # its weight
                     why["aten::embedding_bag ran _embedding_bag, not its forward-only path"] += 1
             elif node.name == "aten::matmul" and node.is_op and "out)" not in node.op_schema:
-                small = _folded_for_flag(node, {c.name for c in children.get(node.id, ())})
+                small = _folded_for_flag(node, children.get(node.id, set()))
                 if small is not None:
                     found.add((small.storage_id, small.dtype))
                     why["aten::matmul folded a batch into one mm, as it does here only for a matrix that requires grad"] += 1

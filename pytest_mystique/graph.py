@@ -18,17 +18,23 @@ from .trace import Node, Trace, storages_of, tensors_of
 _CASTS = ("aten::to", "aten::_to_copy")
 
 
+def child_op_names(trace: Trace) -> dict[int, set[str]]:
+    """The names of the operators each node ran directly inside it, by the node's id: the path
+    an operator took (an autocast wrapper's casts, a matmul's ``mm`` or ``bmm``)."""
+    names: dict[int, set[str]] = {}
+    for node in trace.nodes:
+        if node.is_op:
+            names.setdefault(node.parent, set()).add(node.name)
+    return names
+
+
 def _redispatching(trace: Trace) -> set[int]:
     """Operators that cast their inputs and call themselves again: under ``torch.autocast`` the
     recorded ``aten::linear`` takes float32 tensors, and its children cast them to bfloat16 and
     run the real ``aten::linear``. Replayed outside autocast, the wrapper would compute in float32
     (and fail where an input was already bfloat16); its children are replayed instead."""
-    names: dict[int, set[str]] = {}
-    for node in trace.nodes:
-        if node.is_op:
-            names.setdefault(node.parent, set()).add(node.name)
     by_id = trace.by_id
-    return {pid for pid, kids in names.items()
+    return {pid for pid, kids in child_op_names(trace).items()
             if pid in by_id and by_id[pid].is_op and by_id[pid].name in kids and kids.intersection(_CASTS)}  # fmt: skip
 
 

@@ -1076,10 +1076,9 @@ class Replay:
             torch.set_grad_enabled(False)
             for i, p in enumerate(planned):
                 self._build_step(p)
-                for out in p.node.outputs:
-                    for ref in tensors_of([out]):
-                        if last_use.get(ref.key, -1) <= i:
-                            self._release(ref.key)
+                for ref in tensors_of(p.node.outputs):
+                    if last_use.get(ref.key, -1) <= i:
+                        self._release(ref.key)
                 for ref in [r for v in p.values for r in arg_refs(v)] + list(p.views.values()):
                     if last_use.get(ref.key) == i:
                         self._release(ref.key)
@@ -1226,9 +1225,8 @@ def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[Ten
     inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] = {}
     for nid, outer in sorted(enclosing_ops(trace).items()):
         node = by_id[nid]
-        for out in node.outputs:
-            for ref in tensors_of([out]):
-                inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
+        for ref in tensors_of(node.outputs):
+            inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
     return inner
 
 

@@ -383,8 +383,10 @@ def _split_type_list(inner: str) -> list[str]:
     return parts
 
 
-#: Device strings of tensors already found well formed (a trace has a handful: checked once each).
-_DEVICES_SEEN: set = set()
+@lru_cache(maxsize=64)
+def _well_formed_device(device: str) -> bool:
+    """``device`` looks like ``cpu`` or ``cuda:0`` (a trace has a handful: each checked once)."""
+    return re.fullmatch(r"[a-z]+(:\d+)?", device) is not None
 
 
 class _ValueParser:
@@ -451,11 +453,8 @@ class _ValueParser:
             # its shape, which a nested tensor's writer may leave out).
             ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
             return Unstrided(tid, dtype, tuple(shape) if ok else ())
-        if type(device) is not str or device not in _DEVICES_SEEN:
-            if not isinstance(device, str) or not re.fullmatch(r"[a-z]+(:\d+)?", device):
-                raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
-            if len(_DEVICES_SEEN) < 4096:
-                _DEVICES_SEEN.add(device)
+        if not isinstance(device, str) or not _well_formed_device(device):
+            raise self.fail(f"tensor device must look like 'cpu' or 'cuda:0', got {device!r:.40}")
         shp = self.dims(shape, "shape")
         strd = self.dims(strides, "strides") if self.has_strides and strides is not None else None
         if strd is not None and len(strd) != len(shp):
