@@ -28,3 +28,11 @@ class BaselineError(MystiqueError):
 
 class ReplayError(MystiqueError):
     """The replay of a trace failed as a whole (not a single skipped op)."""
+
+
+def reason(e: BaseException) -> str:
+    """``e`` in one line, as a skipped op's or a failed replay's reason: its type and the first
+    line of its message (cut at 200 characters)."""
+    text = str(e).strip().splitlines()
+    first = text[0] if text else type(e).__name__
+    return f"{type(e).__name__}: {first[:200]}"

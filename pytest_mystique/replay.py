@@ -2,9 +2,9 @@
 
 Preparation runs in three passes:
 
-1. *plan*: resolve every selected op to a ``torch.ops`` overload, convert its recorded arguments
-   to the schema's types, and collect what the input data must look like (index ranges) and how
-   large each storage is;
+1. *plan* (:mod:`.plan`): resolve every selected op to a ``torch.ops`` overload, convert its
+   recorded arguments to the schema's types, and collect what the input data must look like
+   (index ranges) and how large each storage is;
 2. *build*: walk the ops in order, binding each tensor argument to the output of an earlier
    replayed op when there is one (same tensor id and layout), to a view of such an output (same
    storage), or else to a seeded input tensor; each op is called once here, so an op that cannot
@@ -27,16 +27,13 @@ from typing import Any
 
 import torch
 
-from .collectives import Comms, tensor_refs
-from .errors import ReplayError
-from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .grad_flags import required_grad
-from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step_ops, select_ops
+from .collectives import Comms
+from .errors import ReplayError, reason
 from .measure import gc_paused
 from .nonfinite import LOG_TABLES, nonfinite, nonfinite_inputs
-from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
-from .packed import is_packed_linear, packed_linear
-from .sidecar import load_sidecar
+from .ops import arg_specs, schema_facts
+from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
+from .sidecar import load_sidecar, take_record
 from .steps import (
     PlannedOp,
     Report,
@@ -53,24 +50,10 @@ from .steps import (
     runs_without_grad,
 )
 from .straightline import StraightLine, straight_line
-from .substitute import NO_EFFECT, Substitute, substitute_for
-from .tensors import (
-    Bags,
-    Skew,
-    TensorFactory,
-    definite_inputs,
-    float_ranges,
-    index_ranges,
-    integer_divisor,
-    value_sources,
-)
-from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
+from .substitute import NO_EFFECT
+from .tensors import TensorFactory, index_ranges, integer_divisor
+from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
-
-#: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
-#: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
-_UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-                  "aten::empty_permuted"}
 
 #: Ops whose output is drawn at random: it is not the original's data even when their inputs are.
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomial", "exponential", "cauchy",
@@ -78,7 +61,6 @@ _RANDOM_WORDS = ("rand", "bernoulli", "normal", "dropout", "uniform", "multinomi
 
 _AS_STRIDED = torch.ops.aten.as_strided.default
 _TO_COPY = torch.ops.aten._to_copy.default
-_FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def resolve_device(spec: str | None) -> torch.device:
@@ -153,386 +135,21 @@ class Replay:
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
-        # on a GPU, for a trace recorded on one: its host tensors stay in host memory (set by _plan)
+        # on a GPU, for a trace recorded on one: its host tensors stay in host memory (set by the plan)
         self._host_kept = False
         self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
-        ops = select_ops(self.trace)
-        self.report.ops_total = len(ops)
-        # A trace recorded on a GPU replayed on one: the tensors it had in host memory (a batch
-        # before its copy to the device, a count) stay there, and the copies between them stay
-        # copies. A CPU trace replayed on a GPU has all of its tensors there.
-        self._host_kept = self.device.type != "cpu" and any(
-            ref.device not in ("cpu", "meta") for n in ops for ref in tensors_of((*n.inputs, *n.outputs)))
-        planned = []
-        made: set[tuple[int, int]] = set()
-        placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
-        lying_in: dict[int, list[TensorRef]] = {}  # a storage id -> the produced tensors in its allocation
-        external_bytes: dict[tuple, int] = {}
-        in_step = optimizer_step_ops(self.trace)
-        stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
-        elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
-        producer: dict[tuple[int, int], int] = {}  # a produced tensor -> the planned op that made it
-        unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
-        made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
-        fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
-        inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] | None = None  # see _inner_placements
-        planned_ids: set[int] = set()
-        views = 0
-        int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
-
-        def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
-            # An output in a storage none of the op's inputs lies in is a new allocation: what lay
-            # there before was freed (memory a saved tensor holds is never reused), so a later
-            # input found there with an earlier tensor's ids or place is not that tensor (as
-            # _bind starts a new generation of the storage). Tensors of no elements have no memory.
-            for sid in {ref.storage_id for ref in outs if ref.numel}.difference(read):
-                if replayed:
-                    fresh.add(sid)
-                else:
-                    fresh.discard(sid)
-                for old in lying_in.pop(sid, ()):
-                    placed.pop(old.placement, None)
-                    made.discard(old.key)
-                    producer.pop(old.key, None)
-                    unwritten.discard(old.key)
-
-        for node in ops:
-            try:
-                p = self._plan_op(node)
-            except (Unsupported, TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as e:
-                why = str(e) if isinstance(e, Unsupported) else f"malformed arguments in the trace: {_reason(e)}"
-                self.report.skipped[(node.name, why)] += 1
-                # (its outputs' memory is still another allocation: what lay there is gone)
-                allocated(tensors_of(node.outputs), storages_of(node.inputs), False)
-                continue
-            planned_ids.add(node.id)
-            same = [_same_tensor(v, made, placed, p.values) for v in p.values]
-            for before, after in zip(p.values, same):
-                if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
-                    for old, new in zip(arg_refs(before), arg_refs(after)):
-                        if old in self.factory.ranges and new is not old:
-                            self.factory.constrain(new, self.factory.ranges[old])
-            p.values = same
-            planned.append(p)
-            writes = () if p.collective else schema_facts(p.overload).writes
-            read: set[tuple[int, int]] = set()
-            for pos, v in enumerate(p.values):
-                for ref in arg_refs(v):
-                    read.add(ref.key)
-                    self.factory.reserve(ref)
-                    if ref.key in unwritten:
-                        unwritten.discard(ref.key)
-                        if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
-                            self._seeded.add(ref.key)  # the program filled it outside the ops
-                    if (ref.key not in made and ref.key not in self._seeded and ref.storage_id in fresh
-                            and lying_in.get(ref.storage_id) and _floating(ref)):  # fmt: skip
-                        if inner is None:
-                            inner = _inner_placements(self.trace)
-                        base = _viewed(ref, lying_in[ref.storage_id], inner, made_at, planned_ids, node.id)
-                        if base is not None:
-                            p.views[ref] = base
-                            views += 1
-                            made.add(ref.key)
-                            placed[ref.placement] = ref
-                            lying_in[ref.storage_id].append(ref)
-                            made_at[ref.key] = made_at[base.key]
-                    if ref.key not in made:
-                        if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
-                            int_inputs.setdefault(ref)
-                        key = (ref.storage_id, ref.dtype)
-                        external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
-                        if node.id not in in_step:
-                            elsewhere.add(ref)
-                        elif pos < len(writes) and writes[pos]:
-                            stepped.add(ref)
-            derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
-            self._unstrided_made.update(v.tensor_id for v in node.outputs if _unstrided(v))
-            outs = tensors_of(node.outputs)
-            allocated(outs, {sid for _, sid in read})
-            for ref in outs:
-                made.add(ref.key)
-                made_at[ref.key] = node.id
-                placed[ref.placement] = ref
-                if ref.numel:
-                    lying_in.setdefault(ref.storage_id, []).append(ref)
-                if node.name in _UNINITIALISED:
-                    unwritten.add(ref.key)
-                if derives and ref.key not in read:  # not the input itself (an in-place op's or out= result)
-                    producer[ref.key] = len(planned) - 1
-        if self.trace.orphans:
-            self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
-                              f"read as top-level"] += 1  # fmt: skip
-        if self.trace.opened:
-            kinds = Counter(self.trace.by_id[i].name for i in self.trace.opened)
-            self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
-                              f"tensor one of their parts made and they do not return (saved for the backward pass): "
-                              f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
-        compiled = compiled_regions(self.trace)
-        if compiled:
-            self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
-                              f"operators and are not in the trace; only the operators they call replay"] += 1  # fmt: skip
-        if views:
-            self.report.notes[f"{views} input(s) are views that an op inside a replayed one made of an earlier op's "
-                              f"output (the flattened input aten::linear saves for the backward pass): they are read "
-                              f"through a view of that output (aten::as_strided), as the original read that "
-                              f"memory"] += 1  # fmt: skip
-        if self._seeded:
-            self.report.notes[f"{len(self._seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
-                              f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "
-                              f"they read seeded data"] += 1  # fmt: skip
-        derived: dict[tuple[int, int], tuple[list, int]] = {}
-
-        def sources_of(key: tuple[int, int]) -> tuple[list, int] | None:
-            i = producer.get(key)
-            if i is not None and key not in derived:
-                derived[key] = (_value_sources(planned[i], key), i)
-            return derived.get(key)
-
-        self.factory.pass_back(sources_of)
-        self._skew_indices(list(int_inputs))
-        self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
-        self._record_forward(planned, in_step, elsewhere)
-        self._flagged, self._flag_paths = required_grad(self.trace)
-        if self.max_memory is not None:
-            total = sum(external_bytes.values())
-            if total > self.max_memory:
-                raise ReplayError(
-                    self.trace.path,
-                    f"replay needs at least {fmt_bytes(total)} of input tensors, over the "
-                    f"{fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory); nothing was allocated",
-                )
+        """Pass 1 (:mod:`.plan`): the planned ops; the seeded data's requirements are in the
+        factory, and what else the build needs is taken from the planner."""
+        planner = Planner(self.trace, self.device, self.factory, self.report, comms=self.comms, sidecar=self._sidecar,
+                          max_memory=self.max_memory)  # fmt: skip
+        planned = planner.plan()
+        self._seeded, self._unstrided_made, self._host_kept = planner.seeded, planner.unstrided_made, planner.host_kept
+        self._recording, self._parameters, self._backward = planner.recording, planner.parameters, planner.backward
+        self._flagged, self._flag_paths = planner.flagged, planner.flag_paths
         return planned
-
-    def _zero_state(self, refs: set[TensorRef]) -> None:
-        """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
-        writes) starts at zero, as the optimizer makes it, and is reset to zero between
-        iterations; the step's own gradients then give it the original's zero pattern: the rows of
-        an embedding that no index touched stay zero, and a square root over them is several
-        times slower than over seeded values (AdamW's on a 4000 x 128 table: 1.1 ms against
-        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero."""
-        if refs:
-            self.factory.zeros |= refs
-            size = sum(math.prod(r.shape) * r.itemsize for r in refs)
-            self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
-                              f"optimizer makes them"] += 1  # fmt: skip
-
-    def _record_forward(self, planned: list[PlannedOp], in_step: set[int], elsewhere: set[TensorRef]) -> None:
-        """In a training step, the original's forward ops ran with autograd recording the graph
-        of every op that reads a parameter or what was computed from one: a node per op, the
-        tensors it saves, version counters. That work is part of the step's time (on a CPU, 2-5%
-        of a small transformer's training step) and is not an op of the trace. The parameters
-        (inputs that ops outside the optimizer's step read, in allocations that the step writes)
-        require grad, and the ops before the last backward op that ran neither in the backward
-        pass nor in the optimizer's step run with grad mode on, as they did (what follows the last
-        backward pass, such as an average of the weights, ran under ``torch.no_grad``). The
-        backward pass is replayed from its own recorded ops, so the graphs are never used; they
-        are released where it starts, as the original's backward frees what they saved. Without
-        an optimizer's step the parameters are not known, and nothing records."""
-        backward = backward_ops(self.trace)
-        read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
-        params = set()
-        for p in planned:
-            if p.node.id in in_step and not p.collective:
-                writes = schema_facts(p.overload).writes
-                params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
-                              for ref in arg_refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
-        params &= read
-        last = max((i for i, p in enumerate(planned) if p.node.id in backward), default=None)
-        if last is None or not params:
-            return
-        self._parameters, self._backward = params, backward
-        self._recording = {p.node.id for p in planned[:last]
-                           if p.node.id not in backward and p.node.id not in in_step and not p.collective}  # fmt: skip
-        self.report.notes[f"{len(self._recording)} forward op(s) run with autograd recording their graph, as in the "
-                          f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
-
-    def _plan_op(self, node: Node) -> PlannedOp:
-        if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
-            raise Unsupported(
-                f"compiled Triton kernel ({node.attrs.get('kernel_file') or node.name}): GPU-only, and replaying "
-                f"kernels from a trace's _resources folder is not supported (a trace is never code)"
-            )
-        if parse_op_name(node.op_schema).namespace == "c10d":
-            return self._plan_collective(node)
-        overload, schema_args, alt = self._resolve(node)
-        if len(node.inputs) > len(schema_args):
-            raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
-        values, kwnames = [], []
-        names = [a.name for a in schema_args]
-        for arg, val in zip(schema_args, node.inputs):
-            if is_packed_linear(arg.type):
-                values.append(packed_linear(node, self.device, self.factory.seed))
-                self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from the op's "
-                                  f"shapes, seeded, with a bias"] += 1  # fmt: skip
-            else:
-                values.append(self._convert(arg, val))
-            if arg.kwarg_only:
-                kwnames.append(arg.name)
-            elif kwnames:
-                raise Unsupported("positional argument after keyword-only ones")
-        if node.name in _EPSILON_ADDS:
-            self._epsilon_below_resolution(node, names, values)
-        if self.device.type != "cpu":
-            self._place_on_host(node.name, names, values)
-        for ref, rng in index_ranges(node, names).items():
-            self.factory.constrain(ref, rng)
-        self.factory.suggest_floats(float_ranges(node, names))
-        self.factory.definite.update(definite_inputs(node))
-        if node.name.startswith("fbgemm::"):
-            name, args = node.name[8:], dict(zip(names, node.inputs))
-            for ref, rng in tbe_ranges(name, args).items():
-                self.factory.constrain(ref, rng)
-            self.factory.sparse.update(sparse_tables(name, args))
-            note = drop_data_sizes(name, names, values)
-            if note:
-                self.report.notes[note] += 1
-        if alt is not None:
-            return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
-        return PlannedOp(node, overload, values, tuple(kwnames))
-
-    def _place_on_host(self, op: str, names: list[str], values: list) -> None:
-        """On a GPU: the op's tensors that the trace had in host memory (where they are kept
-        there), and its arguments that a GPU kernel reads in host memory (:data:`HOST_ARGS`), are
-        made in host memory. (An op that reads such an argument beside device tensors, a mask made
-        from a packed sequence's lengths, reads a copy on the device: :meth:`_host_copied`.)"""
-        host_arg = HOST_ARGS.get(op)
-        for name, v in zip(names, values):
-            for ref in arg_refs(v):
-                if (self._host_kept and ref.device == "cpu") or name == host_arg:
-                    self.factory.host.add(ref)
-
-    @staticmethod
-    def _resolve(node: Node) -> tuple[Any, tuple[ArgSpec, ...], Any]:
-        """The op's overload and argument specs; for an op this torch lacks that has a portable
-        substitute (FBGEMM's device-memory lookups), the recorded schema's arguments and the
-        substitute, whose arguments are mapped from them."""
-        try:
-            overload = resolve(node.op_schema)
-            return overload, arg_specs(overload), None
-        except Unsupported as missing:
-            alt = _substitute(node)
-            if alt is None or not alt.target:
-                raise
-            try:
-                resolve(alt.target + "(")
-                recorded = torch._C.parse_schema(node.op_schema)
-            except (Unsupported, RuntimeError):
-                raise missing from None
-            return None, tuple(ArgSpec.of(a) for a in recorded.arguments), alt
-
-    def _plan_collective(self, node: Node) -> PlannedOp:
-        if self.comms is None:
-            raise Unsupported("collective: no process group to replay it on (torch.distributed is not available "
-                              "or another world is initialised in this process)")  # fmt: skip
-        call, args = self.comms.bind(node)
-        values = []
-        for arg, kind, val in args:
-            if kind == "skip":
-                values.append(None)
-            elif kind == "value":
-                values.append(self._convert(ArgSpec.of(arg), val))
-            elif kind == "tensor":
-                refs = tensor_refs(kind, val)
-                values.append(TensorArg(refs[0]) if refs[0] is not None else None)
-            else:
-                values.append(TensorListArg(tensor_refs(kind, val)))
-        return PlannedOp(node, call, values, (), collective=True)
-
-    def _epsilon_below_resolution(self, node: Node, names: list[str], values: list) -> None:
-        """The trace writer prints a float scalar with six decimals: an optimizer's epsilon (1e-8),
-        added to a denominator that is 0 where a parameter's gradient was, comes out 0.0, and 0/0 made
-        the replay's parameters NaN. An addition's 0.0 adds a value below that resolution instead
-        (the same to the trace, and no different in time)."""
-        for i, (name, val) in enumerate(zip(names, node.inputs)):
-            if name in ("other", "scalar") and isinstance(val, Scalar) and val.type == "Double" and val.value == 0.0:
-                values[i] = _BELOW_RESOLUTION
-                self.report.notes[f"{node.name}: a float recorded as 0.0 (the trace keeps six decimals: an epsilon "
-                                  f"such as 1e-8 reads 0.0) adds {_BELOW_RESOLUTION:g}"] += 1  # fmt: skip
-
-    def _convert(self, arg: ArgSpec, val) -> Any:
-        """A recorded value as the schema argument ``arg`` wants it."""
-        t = arg.type
-        if isinstance(val, Scalar) and (val.type == "None" or val.value in (None, "<None>")):
-            if not arg.optional and not arg.has_default:
-                raise Unsupported(f"argument {arg.name!r} is None in the trace but required by the schema")
-            return None
-        if _unstrided(val):
-            if t == "Tensor" and val.tensor_id in self._unstrided_made:
-                return UnstridedArg(val.tensor_id)
-            if t == "Tensor" and val.shape:
-                return UnstridedArg(val.tensor_id, val)
-            raise Unsupported(f"argument {arg.name!r} is a tensor the trace recorded without storage (a sparse or "
-                              f"other non-strided layout) and no replayed op made: it cannot be rebuilt")  # fmt: skip
-        if t == "Tensor":
-            if isinstance(val, TensorRef):
-                return TensorArg(val) if val.defined else None
-            raise Unsupported(f"argument {arg.name!r} should be a tensor, trace has {_kind(val)}")
-        if t in ("List[Tensor]", "List[Optional[Tensor]]"):
-            if not isinstance(val, ListValue):
-                raise Unsupported(f"argument {arg.name!r} should be a tensor list, trace has {_kind(val)}")
-            refs = []
-            for item in val.items:
-                if isinstance(item, TensorRef):
-                    refs.append(item if item.defined else None)
-                elif isinstance(item, Scalar) and item.type == "None":
-                    refs.append(None)
-                else:
-                    raise Unsupported(f"argument {arg.name!r}: tensor list holds {_kind(item)}")
-            return TensorListArg(refs)
-        if isinstance(val, (TensorRef, ListValue)) and t not in ("List[int]", "List[float]", "List[bool]",
-                                                                "List[SymInt]", "List[Optional[int]]",
-                                                                "List[str]", "List[Scalar]", "List[number]"):  # fmt: skip
-            raise Unsupported(f"argument {arg.name!r} of type {t} cannot take {_kind(val)} from the trace")
-        if isinstance(val, ListValue):
-            return [self._scalar(t[5:-1], x, arg.name) for x in val.items]
-        return self._scalar(t, val, arg.name)
-
-    def _scalar(self, t: str, val: Any, name: str) -> Any:
-        if not isinstance(val, Scalar):
-            raise Unsupported(f"argument {name!r} of type {t} cannot take {_kind(val)} from the trace")
-        v = val.value
-        if t == "Stream":
-            # The replay runs on one stream: the current stream of the replay device.
-            if self.device.type == "cuda":
-                return torch.cuda.current_stream(self.device)
-            return torch.Stream(self.device.type)
-        if val.type in ("Object", "Storage", "Generator") or t == "Storage":
-            raise Unsupported(f"argument {name!r} of type {val.type}/{t} cannot be rebuilt from a trace")
-        if v is None or v == "<None>":
-            return None
-        if t.startswith("Optional["):
-            t = t[9:-1]
-        if t in ("ScalarType", "Layout", "MemoryFormat"):
-            return enum_from_code(t, v)
-        if t == "Device":
-            if v == "cpu" and self._host_kept:
-                return torch.device("cpu")
-            return self.device if isinstance(v, str) else v
-        if t in ("int", "SymInt"):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise Unsupported(f"argument {name!r} should be an integer, trace has {v!r:.40}")
-            return int(v)
-        if t == "bool":
-            if name == "pin_memory" and v and not torch.cuda.is_available():
-                self.report.notes["pin_memory=True dropped: no CUDA on this machine"] += 1
-                return False
-            return bool(v)
-        if t in ("float", "Scalar", "number"):
-            if isinstance(v, str):
-                if v in _FLOAT_WORDS:
-                    return _FLOAT_WORDS[v]
-                raise Unsupported(f"argument {name!r} should be a number, trace has {v!r:.40}")
-            return v
-        if t == "str":
-            if not isinstance(v, str):
-                raise Unsupported(f"argument {name!r} should be a string, trace has {v!r:.40}")
-            return v
-        if t == "Generator":
-            return None
-        raise Unsupported(f"argument {name!r} has schema type {t}, which the replayer cannot rebuild")
 
     # ---------------------------------------------------------------- build
     def _new_slot(self, value: Any = None) -> int:
@@ -585,7 +202,7 @@ class Replay:
         return self._external(ref) if slot is None else slot
 
     def _view_of(self, ref: TensorRef, p: PlannedOp) -> int | None:
-        """A step making ``ref`` as a view of the replayed output it lies in (:func:`_viewed`), run
+        """A step making ``ref`` as a view of the replayed output it lies in (:func:`.plan._viewed`), run
         before the op ``p`` that reads it; its slot, or None where that output was not made."""
         base = p.views[ref]
         bslot = self._produced_slot(base)
@@ -619,7 +236,7 @@ class Replay:
         return any(t.device.type == "cpu" and t.dim() for t in tensors) and any(t.device.type != "cpu" for t in tensors)
 
     def _host_copied(self, fills: list[tuple[int, int]], p: PlannedOp) -> list[tuple[int, int]]:
-        """A CPU trace on a GPU keeps in host memory what a GPU kernel reads there (:data:`HOST_ARGS`,
+        """A CPU trace on a GPU keeps in host memory what a GPU kernel reads there (:data:`.plan.HOST_ARGS`,
         a packed sequence's lengths). Another op that refused such a tensor beside device tensors
         (a mask made from the lengths) reads a copy on the device instead, made before it in each
         iteration, as a GPU program copies it: ``fills`` with those slots replaced. (Ops that read
@@ -678,38 +295,6 @@ class Replay:
                 raise ReplayError(None, str(e)) from None
         return self._side
 
-    def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
-        """Index inputs of the step (integers an op reads as rows or positions, whose range the
-        replay knows) get values spread as the original's were, where the capture helper recorded
-        them (the sidecar's ``index_inputs``, matched in the order the step first read them among
-        those of the same shape and type): as many distinct values, the hottest as frequent
-        (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
-        records = list(self._sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = bagged = 0
-        for ref in int_inputs:
-            record = _take_record(records, ref.shape, ref.dtype)
-            if record is None:
-                continue
-            rng = self.factory.ranges.get(ref)
-            steps = record.get("steps")
-            if (rng is not None and rng.kind == "offsets" and steps is not None
-                    and 0 <= record.get("low", -1) and record.get("high", rng.high) < rng.high):  # fmt: skip
-                # (checked by the sidecar's loader: two counts, the smallest first)
-                self.factory.bags[ref] = Bags(steps[0], steps[1], int(record["high"]))
-                bagged += 1
-                continue
-            if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
-                    and rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high):  # fmt: skip
-                # (the original's values lie in the op's range: a record outside it is another tensor's)
-                self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"])
-                skewed += 1
-        if skewed:
-            self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
-                              f"distinct values, the most frequent as frequent)"] += 1  # fmt: skip
-        if bagged:
-            self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
-                              f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
-
     def _sparse_input(self, u: Unstrided, p: PlannedOp) -> str | None:
         """Rebuild ``u``, an input of the step recorded without storage, as a sparse COO tensor of
         its shape, in a slot of its own that its later readers share. A trace records neither its
@@ -728,7 +313,7 @@ class Replay:
 
     def _rebuilt_sparse(self, u: Unstrided, p: PlannedOp) -> str | None:
         shape = list(u.shape)
-        record = _take_record(self._sparse_records, u.shape, u.dtype)
+        record = take_record(self._sparse_records, u.shape, u.dtype)
         what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
         if record is not None:
             if record["layout"] != "sparse_coo":
@@ -743,7 +328,7 @@ class Replay:
             t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
                                              coalesced=(record or {}).get("coalesced", True))  # fmt: skip
         except (RuntimeError, ValueError, TypeError, MemoryError) as e:
-            return f"cannot rebuild its sparse input: {_reason(e)}"
+            return f"cannot rebuild its sparse input: {reason(e)}"
         self._unstrided[u.tensor_id] = slot = self._new_slot(t)
         self.permanent.add(slot)
         self.report.notes[f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"] += 1
@@ -831,7 +416,7 @@ class Replay:
                     args.append(v)
         except (RuntimeError, ValueError, TypeError, OverflowError, MemoryError) as e:
             # A recorded layout torch refuses (sizes, strides, offsets out of range).
-            self.report.skipped[(p.node.name, f"cannot build its input tensors: {_reason(e)}")] += 1
+            self.report.skipped[(p.node.name, f"cannot build its input tensors: {reason(e)}")] += 1
             return
         if p.node.id in self._copy_host:
             fills = self._host_copied(fills, p)
@@ -876,7 +461,7 @@ class Replay:
                 # autograd refused to record it (an in-place write to a parameter...): it runs as is
                 self._recording.discard(p.node.id)
                 self.report.notes[f"{p.node.name}: run without autograd recording, which refused it "
-                                  f"({_reason(e)[:80]})"] += 1  # fmt: skip
+                                  f"({reason(e)[:80]})"] += 1  # fmt: skip
                 del call
                 self._build_step(p)
                 return
@@ -885,21 +470,21 @@ class Replay:
                 del call
                 self._seed_indices(p, computed)
                 return
-            alt = _substitute(p.node) if p.substitution is None else None
+            alt = substitute_of(p.node) if p.substitution is None else None
             if alt is not None and not alt.target:
                 self.report.ops_replayed += 1
                 self.report.substitutions[(p.node.name, NO_EFFECT)] += 1
                 return
-            why = _reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {_reason(e)}"
+            why = reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {reason(e)}"
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
                     self._build_step(PlannedOp(p.node, alt.overload, values, alt.kwnames,
                                                substitution=alt.describe(list(p.values)),
-                                               views=p.views, refused=_reason(e)))  # fmt: skip
+                                               views=p.views, refused=reason(e)))  # fmt: skip
                     return
                 except Exception as m:  # noqa: BLE001 - the substitute does not fit these arguments
-                    why = f"{why}; its substitute {alt.target} does not fit: {_reason(m)}"
+                    why = f"{why}; its substitute {alt.target} does not fit: {reason(m)}"
             self.report.skipped[(p.node.name, why)] += 1
             return
         torch._C._set_grad_enabled(False)
@@ -910,10 +495,10 @@ class Replay:
             return
         # its output holds the original's values where all its inputs do and it draws nothing at random
         inputs = [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]
-        exact = (p.substitution is None and not p.collective and p.node.name not in _UNINITIALISED
+        exact = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
                  and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
-        if (self._first_nonfinite is None and p.node.name not in _UNINITIALISED and not exact
+        if (self._first_nonfinite is None and p.node.name not in UNINITIALISED and not exact
                 and nonfinite(results[: LOG_TABLES.get(p.node.name)])
                 and not nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
@@ -963,7 +548,7 @@ class Replay:
         the op has such inputs, the step is built again with them passed as numbers (their seeded
         values); returns whether it was."""
         wrapped = [i for i, v in enumerate(p.values)
-                   if isinstance(v, TensorArg) and _may_be_number(v.ref) and self._produced_slot(v.ref) is None]
+                   if isinstance(v, TensorArg) and may_be_number(v.ref) and self._produced_slot(v.ref) is None]
         if not wrapped or not any(isinstance(out, TensorRef) and out.defined and isinstance(r, torch.Tensor)
                                   and str(r.dtype)[6:] != out.dtype for out, r in zip(p.node.outputs, results)):  # fmt: skip
             return False
@@ -999,7 +584,7 @@ class Replay:
                 s = self._bind(item, v, in_storages, op) if isinstance(item, TensorRef) else None
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
-        if _unstrided(out) and isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        if isinstance(out, Unstrided) and isinstance(value, torch.Tensor) and value.layout != torch.strided:
             slot = self._unstrided[out.tensor_id] = self._new_slot()
             return slot
         return None
@@ -1185,7 +770,7 @@ class Replay:
     def _failed(self, step: Step | None, e: Exception) -> ReplayError:
         """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
         where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
-        return ReplayError(self.trace.path, f"{where} failed during replay: {_reason(e)}")
+        return ReplayError(self.trace.path, f"{where} failed during replay: {reason(e)}")
 
 
 def default_memory_limit(device: torch.device) -> int:
@@ -1197,10 +782,6 @@ def default_memory_limit(device: torch.device) -> int:
     except (ValueError, OSError, AttributeError, RuntimeError):
         return 64 << 30
 
-
-def _substitute(node: Node) -> Substitute | None:
-    """The substitute for ``node``'s operator, of its recorded overload (:mod:`.substitute`)."""
-    return substitute_for(node.name, parse_op_name(node.op_schema).overload)
 
 
 def _dynamic_here(p: PlannedOp) -> bool:
@@ -1218,141 +799,10 @@ def _dynamic_here(p: PlannedOp) -> bool:
     return True
 
 
-def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[TensorRef]]]]:
-    """Where the tensors that operators inside selected ones made lie -> (the inner operator's id,
-    the selected operator's it ran inside, the tensors it read)."""
-    by_id = trace.by_id
-    inner: dict[tuple, list[tuple[int, int, list[TensorRef]]]] = {}
-    for nid, outer in sorted(enclosing_ops(trace).items()):
-        node = by_id[nid]
-        for ref in tensors_of(node.outputs):
-            inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
-    return inner
-
-
 def _address(v: Any) -> int:
     """The address of ``v``'s allocation (0: not a strided tensor, or no memory)."""
     return v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.layout == torch.strided else 0
 
-
-def _floating(ref: TensorRef) -> bool:
-    return bool(ref.numel) and isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) and dt.is_floating_point
-
-
-def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, planned: set[int],
-            reader: int) -> TensorRef | None:  # fmt: skip
-    """The earlier output among ``lying`` (produced in ``ref``'s allocation, which a planned op
-    made) that ``ref`` is a view of, where the trace records it: an operator inside a planned one
-    (``inner``: :func:`_inner_placements`) made a tensor at exactly ``ref``'s place, after that
-    output and before the ``reader``, reading that output, whose elements hold all of ``ref``'s
-    (``aten::linear`` flattens a 3-D input with an ``aten::view`` of it and saves that for the
-    backward pass, whose ``mm`` reads it). Memory that tensors made outside the traced ops took
-    once an output was freed (numbers, ``torch.from_numpy``) has no such record. Only floating
-    data (:func:`_floating`): the ranges the readers of indices and sizes need hold for seeded data
-    and need not for whatever lies in memory."""
-    end = ref.offset + ref.extent()
-    for nid, outer, read in inner.get(ref.placement, ()):
-        if outer not in planned or nid >= reader:
-            continue
-        for b in read:
-            for t in lying:
-                if (t.placement == b.placement and made_at[t.key] < nid and t.dtype == ref.dtype
-                        and t.offset <= ref.offset and end <= t.offset + t.extent()):  # fmt: skip
-                    return t
-    return None
-
-
-def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:
-    """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
-    earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
-    output. The original program read the output itself through another tensor object: autograd
-    unpacks a tensor saved for the backward pass (a ReLU's or softmax's result) as a new tensor
-    with an id of its own. Bound to the output, the backward op reads the memory the forward op
-    wrote and keeps it alive until then, as in the original; bound to a fresh input, it would
-    read other memory, and the replay would hold a permanent copy of every such activation. A 0-dim
-    tensor that may be a Python number the program passed (``idx * 2.5``), beside a tensor of a
-    lower kind (integer beside floating), is left alone: wrapped outside the ops, a number often
-    lies where a freed 0-dim output of its type lay, with its storage id, and read as that output
-    it would no longer be passed as a number (the product turned float64). Elsewhere a tensor and
-    a number give the same type, and a saved 0-dim result (a float64 loss's square root) stays
-    linked to the op that made it."""
-    if isinstance(v, TensorArg):
-        ref = v.ref
-        if ref.key not in made and not _promotes_as_tensor(ref, values):
-            hit = placed.get(ref.placement)
-            if hit is not None:
-                return TensorArg(hit)
-    elif isinstance(v, TensorListArg):
-        refs = [r if r is None or r.key in made else placed.get(r.placement, r) for r in v.refs]
-        if refs != v.refs:
-            return TensorListArg(refs)
-    return v
-
-
-def _may_be_number(ref: TensorRef) -> bool:
-    """``ref`` may be a Python number the program passed where the op takes a tensor (wrapped into
-    a 0-dim tensor of its type: float64, int64, complex128)."""
-    return ref.shape == () and ref.dtype in ("float64", "int64", "complex128")
-
-
-def _kind_rank(dtype: str) -> int:
-    """Type promotion's order of kinds, by the dtype's name: bool < integer < floating < complex."""
-    if dtype.startswith("complex"):
-        return 3
-    return 2 if dtype.startswith(("float", "bfloat")) else 0 if dtype == "bool" else 1
-
-
-def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
-    """``ref`` may be a Python number (:func:`_may_be_number`) that, read as a tensor instead,
-    would change the op's result type: another tensor argument is of a lower kind (a 0-dim
-    float64 tensor makes an int64 product float64; the number 2.5 makes it the default float)."""
-    if not _may_be_number(ref):
-        return False
-    rank = _kind_rank(ref.dtype)
-    return any(_kind_rank(r.dtype) < rank for v in values for r in arg_refs(v) if r is not ref)
-
-
-#: Arguments that the ops' GPU kernels read in host memory: a packed sequence's lengths and batch
-#: sizes (on a GPU, ``pack_padded_sequence`` needs its lengths on the CPU).
-HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequence": "batch_sizes",
-             "aten::_pack_padded_sequence_backward": "batch_sizes",
-             **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
-
-
-def _take_record(records: list[dict], shape: tuple[int, ...], dtype: str) -> dict | None:
-    """The first of the capture helper's ``records`` of an input of ``shape`` and ``dtype``, taken
-    out of the list: records are matched to the trace's inputs in the order the step read them."""
-    record = next((r for r in records if r["shape"] == list(shape) and r["dtype"] == dtype), None)
-    if record is not None:
-        records.remove(record)
-    return record
-
-
-def _unstrided(v: Any) -> bool:
-    return isinstance(v, Unstrided)
-
-
-def _kind(v: Any) -> str:
-    if isinstance(v, TensorRef):
-        return "a tensor"
-    if isinstance(v, ListValue):
-        return "a list"
-    if isinstance(v, Scalar):
-        return f"a {v.type}"
-    return type(v).__name__
-
-
-def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
-    """The tensors the values of ``p``'s output ``key`` come from (see tensors.value_sources)."""
-    names = [a.name for a in arg_specs(p.overload)]
-    found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],
-                          [tensors_of([out]) for out in p.node.outputs])  # fmt: skip
-    return found.get(key, [])
-
-
-#: Additions of a scalar that may be an epsilon the trace writer's six decimals printed as 0.0
-_EPSILON_ADDS = {"aten::add", "aten::add_", "aten::_foreach_add", "aten::_foreach_add_"}
-_BELOW_RESOLUTION = 1e-8
 
 #: Ops whose indices count from the end where negative, down to minus the size
 _INDEXING_FROM_THE_END = {"index", "index_put", "index_put_", "_index_put_impl_"}
@@ -1370,9 +820,3 @@ def _out_of_range(e: BaseException) -> bool:
     """``e`` is an op's complaint about the values of an index or a divisor."""
     text = str(e)
     return isinstance(e, IndexError) or any(w in text for w in ("out of bounds", "out of range", "ZeroDivisionError"))
-
-
-def _reason(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else type(e).__name__
-    return f"{type(e).__name__}: {first[:200]}"

@@ -147,3 +147,12 @@ def differing(a, b) -> str:
     """How two recorded calls' operators (or their counts) differ, in words."""
     n, m = (len(x) if isinstance(x, list) else x for x in (a, b))
     return f"{n} and {m}" if n != m else f"{n} each, in another order or of other kinds"
+
+
+def take_record(records: list[dict], shape: tuple[int, ...], dtype: str) -> dict | None:
+    """The first of the capture helper's ``records`` of an input of ``shape`` and ``dtype``, taken
+    out of the list: records are matched to the trace's inputs in the order the step read them."""
+    record = next((r for r in records if r["shape"] == list(shape) and r["dtype"] == dtype), None)
+    if record is not None:
+        records.remove(record)
+    return record

@@ -1548,7 +1548,7 @@ def test_ops_a_newer_torch_removed_replay_through_their_replacement(tmp_path, mo
             raise Unsupported(f"operator {op_schema.split('(')[0]} is not registered in this torch")
         return real(op_schema)
 
-    monkeypatch.setattr("pytest_mystique.replay.resolve", without_removed)
+    monkeypatch.setattr("pytest_mystique.plan.resolve", without_removed)
     replay = Replay(parse_trace(data, tmp_path / "linalg.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 4, rep.skipped_list()
