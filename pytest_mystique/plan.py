@@ -55,7 +55,8 @@ class Planner:
         self.comms = comms
         self.sidecar = sidecar  # () -> the trace's sidecar (empty where it has none)
         self.max_memory = max_memory
-        # produced tensors whose readers get seeded inputs (read before any op wrote them)
+        # produced tensors whose readers get seeded inputs: the replay's values there would be garbage
+        # (memory an op allocated uninitialised, read before any op wrote it)
         self.seeded: set[tuple[int, int]] = set()
         self.unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self.host_kept = False  # on a GPU, for a trace recorded on one: its host tensors stay in host memory

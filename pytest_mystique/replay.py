@@ -104,10 +104,18 @@ class Replay:
         self.free_s = 0.0  # time spent freeing the ops' outputs during preparation (the allocator's work)
         self._mutated: set[int] = set()  # input slots that ops write in place (parameters, optimizer state)
         self.progress: int | None = None  # a file descriptor the build names each op on, before it calls it
-        # produced tensors whose readers get seeded inputs instead: the replay's values there would be
-        # garbage (uninitialised memory) or out of the reader's range (indices the original computed
-        # from its own data)
+        # what the plan found (:class:`.plan.Planner` says what each is). The build adds to _seeded the
+        # tensors whose readers get seeded inputs instead of the replay's values (indices the original
+        # computed from its own data, a divisor that could be 0), and takes out of _recording the ops
+        # autograd refuses to record
         self._seeded: set[tuple[int, int]] = set()
+        self._host_kept = False
+        self._recording: set[int] = set()
+        self._parameters: set[tuple[int, str]] = set()
+        self._backward: set[int] = set()
+        self._flagged: set[tuple[int, str]] = set()
+        self._flag_paths: Counter = Counter()
+        self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
         # causal mask) or of such slots; NaN or inf there (a mask's -inf, the log of a 0) was the original's.
@@ -116,27 +124,14 @@ class Replay:
         self._original: set[int] = set()
         self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of _original in it
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
-        self._unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
-        self._unstrided: dict[int, int] = {}  # such an id -> the slot of the last op's output with it, at the build
+        self._unstrided: dict[int, int] = {}  # a planned op's output without storage -> the slot of the last op's output with it, at the build
         self._side: dict | None = None  # the trace's sidecar (see _sidecar)
         self._sparse_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
         self._sparse_refused: dict[int, str] = {}  # sparse inputs not rebuilt -> why (their readers are skipped)
-        # a training step's forward: the ops that run with autograd recording their graph, and the
-        # allocations of the parameters (they require grad)
-        self._recording: set[int] = set()
-        self._parameters: set[tuple[int, str]] = set()
-        # allocations whose tensors required grad in the original, as the paths its ops took show
-        # (grad_flags: an inference step's parameters), and those given the flag at the build
-        self._flagged: set[tuple[int, str]] = set()
-        self._flag_given: set[tuple[int, str]] = set()
-        self._flag_paths: Counter = Counter()
-        self._backward: set[int] = set()  # the backward pass's ops, where the forward recorded
         # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
-        # on a GPU, for a trace recorded on one: its host tensors stay in host memory (set by the plan)
-        self._host_kept = False
         self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
 
     # ---------------------------------------------------------------- plan
@@ -146,7 +141,7 @@ class Replay:
         planner = Planner(self.trace, self.device, self.factory, self.report, comms=self.comms, sidecar=self._sidecar,
                           max_memory=self.max_memory)  # fmt: skip
         planned = planner.plan()
-        self._seeded, self._unstrided_made, self._host_kept = planner.seeded, planner.unstrided_made, planner.host_kept
+        self._seeded, self._host_kept = planner.seeded, planner.host_kept
         self._recording, self._parameters, self._backward = planner.recording, planner.parameters, planner.backward
         self._flagged, self._flag_paths = planner.flagged, planner.flag_paths
         return planned
