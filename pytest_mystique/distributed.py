@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from .collectives import backend_for
-from .errors import ReplayError
+from .errors import ReplayError, message
 from .steps import Report
 
 #: Run-to-run noise of a multi-rank replay on the CPU: the ranks' collectives go through gloo over
@@ -329,7 +329,7 @@ def rank_main(spec: dict, conn) -> None:
         pass
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which names the rank
         try:
-            conn.send(("error", str(e) if hasattr(e, "problem") else f"{type(e).__name__}: {e}"))
+            conn.send(("error", message(e)))
         except OSError:
             pass
     finally:

@@ -30,6 +30,12 @@ class ReplayError(MystiqueError):
     """The replay of a trace failed as a whole (not a single skipped op)."""
 
 
+def message(e: BaseException) -> str:
+    """What the user is told of ``e``: a :class:`MystiqueError`'s own text (it names the file and
+    the problem), any other error's type and text."""
+    return str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"
+
+
 def reason(e: BaseException) -> str:
     """``e`` in one line, as a skipped op's or a failed replay's reason: its type and the first
     line of its message (cut at 200 characters)."""

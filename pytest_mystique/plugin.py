@@ -26,7 +26,7 @@ from .defaults import (
     DEFAULT_TOLERANCE,
     DEFAULT_WARMUP,
 )
-from .errors import MystiqueError
+from .errors import MystiqueError, message
 from .trace import sniff, trace_stem
 
 # Everything that imports torch, numpy or scipy is imported where it is used, so that collecting
@@ -367,7 +367,7 @@ class TraceItem(pytest.Item):
             result.update(trace=self.name, nodeid=self.nodeid, file=rel)
             _record_history(config, result)
         except Exception as e:
-            result["error"] = str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"
+            result["error"] = message(e)
             raise
         finally:
             release(run)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from .errors import MystiqueError
+from .errors import MystiqueError, message
 
 
 def _serve(stdin, stdout) -> None:
@@ -79,7 +79,7 @@ def _serve(stdin, stdout) -> None:
             else:
                 answer({"error": f"unknown command {cmd!r}"})
         except Exception as e:  # noqa: BLE001 - any failure of one request (torch's out of memory too) is answered
-            answer({"error": str(e) if isinstance(e, MystiqueError) else f"{type(e).__name__}: {e}"})
+            answer({"error": message(e)})
 
 
 class Worker:
