@@ -100,7 +100,7 @@ class Planner:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
             # there before was freed (memory a saved tensor holds is never reused), so a later
             # input found there with an earlier tensor's ids or place is not that tensor (as
-            # _bind starts a new generation of the storage). Tensors of no elements have no memory.
+            # the build (Replay._bind) starts a new generation of the storage). Tensors of no elements have no memory.
             for sid in {ref.storage_id for ref in outs if ref.numel}.difference(read):
                 if replayed:
                     fresh.add(sid)
