@@ -711,7 +711,7 @@ class Replay:
                     for s in step.release:
                         v = env[s]
                         if v.__class__ is torch.Tensor and v.grad_fn is not None:
-                            env[s] = v.detach()
+                            env[s] = v.data  # (see Step.release)
                 args, fills, list_fills, kwnames = step.args, step.fills, step.list_fills, step.kwnames
                 if fills or list_fills:
                     args = args.copy()

@@ -69,7 +69,7 @@ def straight_line(steps: list, permanent: set[int], env: list) -> StraightLine:
             body.append((f"_grad({grad})", i))
         for s in map(int, step.release):
             v = read(s)
-            body.append((f"if {v}.__class__ is _T and {v}.grad_fn is not None: {v} = {v}.detach()", i))
+            body.append((f"if {v}.__class__ is _T and {v}.grad_fn is not None: {v} = {v}.data", i))
             assigned.add(s)
             if s in permanent:
                 rebound.add(s)
