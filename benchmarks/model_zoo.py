@@ -9,10 +9,16 @@ host drifts; benchmarks/fidelity_interleaved.py measures fidelity properly). Cau
 language models (GPT-Neo, OPT, BLOOM's ALiBi, Falcon, Phi, Qwen2 and its mixture of experts,
 Gemma, Gemma 2, Mistral, GPT-J, CodeGen, StarCoder's multi-query attention, Mamba, RWKV, RoBERTa,
 ALBERT, ELECTRA, MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFormer, MPNet,
-Longformer), encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1
-routing, mT5, LongT5), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer,
-MobileViT, PoolFormer, ConvNeXt V2, Swin V2) and speech models (wav2vec 2.0, HuBERT, WavLM with CTC
-losses, Speech2Text; LayerDrop off, since a step that skips a random layer is not the traced one).
+Longformer; GPT-NeoX, OLMo, StableLM, Persimmon, Cohere, Granite, XGLM, MPT, Jamba's Mamba and
+attention layers with experts, Reformer's reversible layers, ERNIE, SqueezeBERT's grouped
+convolutions, ConvBERT, RemBERT, Nystromformer, CANINE's characters, ESM's proteins),
+encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5,
+LongT5, Blenderbot, ProphetNet's n-gram streams, BigBird-Pegasus, PLBart), vision models (ResNet,
+RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer, ConvNeXt V2, Swin V2,
+MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision), speech models (wav2vec 2.0, HuBERT, WavLM, SEW,
+UniSpeech, Data2Vec audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text; LayerDrop off,
+since a step that skips a random layer is not the traced one) and a time-series forecaster
+(PatchTST).
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
@@ -70,6 +76,15 @@ MODELS = {  # fmt: skip
  "qwen2_moe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, moe_intermediate_size=64, shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2), "lm"),
  "mamba": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8), "lm"),
  "rwkv": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64, intermediate_size=128, context_length=128), "lm"),
+ "gpt_neox": ("AutoModelForCausalLM", dict(TXT), "lm"),
+ "olmo": ("AutoModelForCausalLM", dict(TXT), "lm"),
+ "stablelm": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "persimmon": ("AutoModelForCausalLM", dict(TXT), "lm"),
+ "cohere": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "granite": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "xglm": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=128), "lm"),
+ "mpt": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, n_layers=2, n_heads=4, max_seq_len=128), "lm"),
+ "jamba": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=8, use_mamba_kernels=False), "lm"),
  # encoders
  "roberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=1), "lm"),
  "albert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
@@ -82,6 +97,14 @@ MODELS = {  # fmt: skip
  "roformer": ("AutoModelForMaskedLM", dict(TXT, embedding_size=64), "lm"),
  "mpnet": ("AutoModelForMaskedLM", dict(TXT), "lm"),
  "longformer": ("AutoModelForMaskedLM", dict(TXT, attention_window=16), "lm"),
+ "reformer": ("AutoModelForMaskedLM", dict(vocab_size=1000, hidden_size=64, num_attention_heads=2, attention_head_size=32, feed_forward_size=128, attn_layers=["local", "local"], axial_pos_shape=[8, 8], axial_pos_embds_dim=[32, 32], is_decoder=False, max_position_embeddings=64, local_attn_chunk_length=16), "lm"),
+ "ernie": ("AutoModelForMaskedLM", dict(TXT), "lm"),
+ "squeezebert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=64, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2, intermediate_groups=4, output_groups=4), "lm"),
+ "convbert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=64), "lm"),
+ "rembert": ("AutoModelForMaskedLM", dict(TXT, input_embedding_size=32, output_embedding_size=32), "lm"),
+ "nystromformer": ("AutoModelForMaskedLM", dict(TXT, num_landmarks=8, segment_means_seq_len=64), "lm"),
+ "canine": ("AutoModelForSequenceClassification", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_hash_buckets=64, num_hash_functions=2, downsampling_rate=4, local_transformer_stride=16, max_position_embeddings=256), "cls"),
+ "esm": ("AutoModelForMaskedLM", dict(TXT, vocab_size=33, pad_token_id=1, position_embedding_type="rotary"), "protein"),
  # encoder-decoders
  "pegasus": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "marian": ("AutoModelForSeq2SeqLM", dict(S2S, decoder_vocab_size=1000), "s2s"),
@@ -91,6 +114,10 @@ MODELS = {  # fmt: skip
  "switch_transformers": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, num_experts=4, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, decoder_start_token_id=0, pad_token_id=0), "s2s"),
  "mt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
  "longt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, local_radius=8, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ "blenderbot": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "prophetnet": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, hidden_size=64, encoder_ffn_dim=128, decoder_ffn_dim=128, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4, num_decoder_attention_heads=4, ngram=2, max_position_embeddings=128, decoder_start_token_id=1, pad_token_id=0), "s2s"),
+ "bigbird_pegasus": ("AutoModelForSeq2SeqLM", dict(S2S, attention_type="original_full"), "s2s"),
+ "plbart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  # vision
  "resnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "regnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=10), "img"),
@@ -102,11 +129,21 @@ MODELS = {  # fmt: skip
  "poolformer": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "convnextv2": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "swinv2": ("AutoModelForImageClassification", dict(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10), "img"),
+ "mobilenet_v1": ("AutoModelForImageClassification", dict(image_size=64, depth_multiplier=0.25, num_labels=10), "img"),
+ "focalnet": ("AutoModelForImageClassification", dict(image_size=64, embed_dim=16, depths=[1, 1], focal_levels=[2, 2], num_labels=10), "img"),
+ "vit_msn": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
+ "data2vec-vision": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
  # audio
  "wav2vec2": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "hubert": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "wavlm": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0, num_buckets=32, max_bucket_distance=64), "audio"),
+ "sew": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0, squeeze_factor=2), "audio"),
+ "unispeech": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
+ "data2vec-audio": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
+ "wav2vec2-conformer": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0, conv_depthwise_kernel_size=7, position_embeddings_type="rotary"), "audio"),
  "speech_to_text": ("AutoModelForSpeechSeq2Seq", dict(S2S, input_feat_per_channel=40, num_conv_layers=2, conv_channels=64, max_source_positions=256, max_target_positions=64), "fbank"),
+ # time series
+ "patchtst": ("PatchTSTForPrediction", dict(num_input_channels=3, context_length=64, patch_length=8, patch_stride=8, prediction_length=8, d_model=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64), "series"),
 }
 
 def inputs(kind: str) -> dict[str, torch.Tensor]:
@@ -120,6 +157,13 @@ def inputs(kind: str) -> dict[str, torch.Tensor]:
     if kind == "img":
         return {"pixel_values": torch.randn(4, 3, 64, 64, generator=g),
                 "labels": torch.randint(0, 10, (4,), generator=g)}  # fmt: skip
+    if kind == "cls":  # sequence classification (CANINE reads the ids as characters)
+        return {"input_ids": torch.randint(3, 1000, (2, 64), generator=g), "labels": torch.randint(0, 2, (2,), generator=g)}
+    if kind == "protein":  # ESM's 20-odd amino-acid tokens
+        ids = torch.randint(4, 29, (2, 64), generator=g)
+        return {"input_ids": ids, "labels": ids}
+    if kind == "series":  # 64 steps of 3 channels, 8 to forecast
+        return {"past_values": torch.randn(4, 64, 3, generator=g), "future_values": torch.randn(4, 8, 3, generator=g)}
     if kind == "audio":  # half a second at 16 kHz, CTC targets
         return {"input_values": torch.randn(2, 8000, generator=g), "labels": torch.randint(1, 32, (2, 20), generator=g)}
     return {"input_features": torch.randn(2, 200, 40, generator=g),  # filter-bank features
@@ -130,11 +174,12 @@ def make(name: str, train: bool):
     """The model's training step (loss, backward, AdamW) or inference step (no grad)."""
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
-    model = getattr(tf, cls).from_config(tf.AutoConfig.for_model(name, **kw))
+    config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
+    model = klass.from_config(config) if cls.startswith("Auto") else klass(config)
     x = inputs(kind)
     if not train:
         model.eval()
-        x = {k: v for k, v in x.items() if k != "labels" or kind in ("s2s", "fbank")}  # a decoder needs its input
+        x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank")}  # a decoder needs its input
 
         def infer():
             with torch.no_grad():

@@ -5,8 +5,9 @@ tensor of the trace that lives in it; each tensor is a view of its storage at th
 (in elements), shape and strides, so views and in-place ops share memory as in the original.
 
 Data is seeded. Floating tensors hold values in [-1, 1), except where the first op that consumes
-them says otherwise: the weights of linear layers, matrix products and convolutions get the range
-of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
+them says otherwise: the weights of linear layers, matrix products and convolutions (read as they
+are or through a view, as ``weight.t()`` in a linear layer replayed through its parts) get the
+range of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
 scales sit around 1 and their shifts and running means around 0 (a running mean drawn from
 [-1, 1) pushes whole channels below zero, the ReLU after it zeroes them, and a max pooling after
@@ -15,7 +16,12 @@ root or a logarithm, or is named like a variance, is positive (so no NaN appears
 original did not have). A 0-dim floating tensor is most often a Python number the program
 wrapped (an epsilon, an optimizer's beta, a bias correction) and gets a value in [0.5, 1):
 positive, so no sign flips into a square root, and at most 1, so state multiplied by it every
-step cannot grow without bound. A 0-dim integer tensor is most often a wrapped Python number too
+step cannot grow without bound. One that divides (attention's sqrt(head size), a bias
+correction) is 1: a divisor under 1 scaled attention scores up until the softmax's outputs
+underflowed to subnormal numbers, which made the matrix products reading them twice as slow,
+and a trace writer gives many wrapped numbers one id, so the same tensor may also multiply
+state (weight decay's 1 - lr * wd), which a value over 1 would grow. A tensor that divides is
+in [0.5, 1.5). A 0-dim integer tensor is most often a wrapped Python number too
 (a size, a count: ``torch.tensor(x.size(-1))``) and is 1 or 2, never 0, which a division by it
 would meet. The optimizer's state starts at zero (see
 ``Replay._zero_state``). Integer tensors that index something hold values valid for their
@@ -108,6 +114,10 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
             for r in refs:
                 if isinstance(r, TensorRef) and r.defined:
                     out[r] = (0.5, 1.5)
+    if name in ("div", "div_"):
+        d = tensor("other")
+        if d is not None:  # a divisor away from 0 (see the module's docstring)
+            out[d] = (1.0, 1.0) if not d.shape else (0.5, 1.5)
     for arg in _POSITIVE_ARGS:
         r = tensor(arg)
         if r is not None:
@@ -468,37 +478,52 @@ class TensorFactory:
         self.ranges[ref] = rng if old is None else old.narrow(rng)
 
     def pass_back(self, sources_of) -> None:
-        """Move each integer requirement on a tensor that an op derived from other tensors back to
-        the tensors it came from, back to the trace's inputs, which are the tensors the factory
-        makes. ``sources_of(key)``: for a tensor an op produced, its (source, how) pairs (see
-        :func:`value_sources`) and the op's position in the replay; None for an input.
-        A program reshapes or converts its data before the consumer whose requirement it is
-        (``labels.view(-1)`` into a loss, ``position_ids[:, :n]`` into an embedding, a sparse
-        feature's values permuted and widened to int64 into an FBGEMM lookup); left on the
+        """Move each requirement (an integer range, a floating range) on a tensor that an op
+        derived from other tensors back to the tensors it came from, back to the trace's inputs,
+        which are the tensors the factory makes. ``sources_of(key)``: for a tensor an op
+        produced, its (source, how) pairs (see :func:`value_sources`) and the op's position in
+        the replay; None for an input. A program reshapes or converts its data before the
+        consumer whose requirement it is (``labels.view(-1)`` into a loss, ``position_ids[:, :n]``
+        into an embedding, a sparse feature's values permuted and widened to int64 into an FBGEMM
+        lookup, ``weight.t()`` into a matrix product); left on the
         derived tensor, the requirement would never reach the data, and the input would hold 0s
         and 1s. A range of values passes through every derivation; a layout (offsets, parts,
         exact values) only where the elements are the same ones in the same order. Tensors are
         taken latest-made first, so that each has all its requirements before it passes them on."""
         heap = []
         order = itertools.count()  # ties (a writer's reused ids: two tensors of one key) never compare tensors
-        for ref in self.ranges:
-            found = sources_of(ref.key) if _integral(ref) else None
+        for ref in [*(r for r in self.ranges if _integral(r)), *self.float_bounds]:
+            found = sources_of(ref.key)
             if found is not None:
                 heapq.heappush(heap, (-found[1], ref.key, next(order), ref))
-        done: set[tuple[int, int]] = set()
+        done: set[tuple] = set()
         while heap:
             _, key, _, ref = heapq.heappop(heap)
-            if key in done:
+            if (key, _integral(ref)) in done:
                 continue
-            done.add(key)
-            rng = self.ranges[ref]
+            done.add((key, _integral(ref)))
             for src, how in sources_of(key)[0]:
-                if not _integral(src) or not (rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how))):
+                if not self._passed(ref, src, how):
                     continue
-                self.constrain(src, rng)
                 found = sources_of(src.key)
-                if found is not None and src.key not in done:
+                if found is not None and (src.key, _integral(src)) not in done:
                     heapq.heappush(heap, (-found[1], src.key, next(order), src))
+
+    def _passed(self, ref: TensorRef, src: TensorRef, how: str) -> bool:
+        """Give ``src``, a tensor the values of ``ref`` come from, ``ref``'s requirement; whether
+        it took it. A floating range (a weight's, read through ``weight.t()`` by the matrix
+        product of a linear layer replayed through its parts) is a suggestion, as from a
+        consumer of ``src`` itself (:meth:`suggest_floats`)."""
+        if _integral(ref):
+            rng = self.ranges[ref]
+            if not _integral(src) or not (rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how))):
+                return False
+            self.constrain(src, rng)
+            return True
+        if _integral(src) or src.dtype == "bool" or ref not in self.float_bounds:
+            return False
+        self.suggest_floats({src: self.float_bounds[ref]})
+        return True
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
         """The first op to consume a tensor sets its range (a weight is read first by its layer);

@@ -2,6 +2,7 @@
 
 import collections
 import json
+import math
 import re
 import subprocess
 import sys
@@ -372,6 +373,54 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
     divided = []
     replay.run(lambda s, r: divided.append(r[0] if isinstance(r, tuple) else r) if s.name == "aten::div" else None)
     assert len(divided) == 6 and all(torch.isfinite(r).all() for r in divided)
+
+
+def test_weights_read_through_a_view_get_their_layers_range():
+    """A linear layer replayed through its parts (the bundled transformer's attention projection:
+    a later op reads what its matrix product made) reads its weight through ``weight.t()``. The
+    range that the matrix product asks of what it reads (PyTorch's initialisation,
+    +-1/sqrt(in_features)) is passed back through the view to the weight. Drawn from [-1, 1)
+    instead, activations grew with every layer: in a small CANINE, attention scores of +-500, a
+    softmax whose outputs underflowed to subnormal numbers, matrix products twice as slow."""
+    trace = load_trace(bundled("transformer_train"))
+    replay = Replay(trace, "cpu").prepare()
+    made = {ref.key: t for ref, t in replay.inputs()}
+    opened = [trace.by_id[i] for i in trace.opened if trace.by_id[i].name == "aten::linear"]
+    assert opened, "the bundled transformer has no linear layer replayed through its parts"
+    for node in opened:
+        weight = made[node.inputs[1].key]
+        bound = 1 / math.sqrt(weight.shape[1])
+        assert 0.9 * bound < float(weight.abs().max()) <= bound, (node.id, float(weight.abs().max()), bound)
+
+
+def test_seeded_divisors_do_not_scale_up_and_decayed_state_does_not_grow(tmp_path):
+    """A Python number that a step divides by (attention's sqrt(head size)) is recorded as a 0-dim
+    tensor without its value. Seeded under 1, it scaled what it divides up (attention scores into
+    a softmax whose outputs underflowed); seeded over 1, the same tensor id, which a trace writer
+    gives to many wrapped numbers, could multiply state (weight decay's 1 - lr * wd) and grow
+    it. Every quotient of the replay is at most its dividend, and the weight that decays in
+    place does not grow."""
+    torch.manual_seed(0)
+    w = torch.randn(64, 64) * 0.05
+    x = torch.randn(8, 16, 64)
+
+    def step():
+        w.mul_(1 - 1e-4)
+        q = x @ w
+        scores = (q @ q.transpose(-1, -2)) / math.sqrt(64)
+        return torch.softmax(scores / 2.0, -1).sum()
+
+    capture_step(step, tmp_path / "scaled.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "scaled.json.gz"), "cpu").prepare()
+    (weight,) = [t for _, t in replay.inputs() if t.shape == (64, 64)]
+    before = float(weight.abs().max())
+    results = []
+    replay.run(lambda s, r: results.append((s.name, r)))
+    divisions = [(results[i - 1][1], r) for i, (name, r) in enumerate(results) if name == "aten::div"]
+    assert len(divisions) == 2, [name for name, _ in results]
+    for dividend, quotient in divisions:
+        assert float(quotient.abs().max()) <= float(dividend.abs().max()), (dividend.abs().max(), quotient.abs().max())
+    assert float(weight.abs().max()) <= before
 
 
 def test_non_finite_values_made_in_place_are_reported(tmp_path):
