@@ -5,7 +5,7 @@ tensor of the trace that lives in it; each tensor is a view of its storage at th
 (in elements), shape and strides, so views and in-place ops share memory as in the original.
 
 Data is seeded. Floating tensors hold values in [-1, 1), except where the first op that consumes
-them says otherwise: the weights of linear layers, matrix products and convolutions (read as they
+them says otherwise: the weights of linear layers, matrix products, einsums and convolutions (read as they
 are or through a view, as ``weight.t()`` in a linear layer replayed through its parts) get the
 range of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
@@ -95,6 +95,8 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         if op == name and fan is not None and w is not None and w.shape:
             weight_bound = 1 / math.sqrt(max(fan(w.shape), 1))
             out[w] = (-weight_bound, weight_bound)
+    if name == "einsum":
+        out.update(_einsum_weights(node))
     b = tensor("bias")
     if b is not None and weight_bound is not None and (name in _CONV_OPS or name == "linear"):
         out[b] = (-weight_bound, weight_bound)
@@ -122,6 +124,32 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         r = tensor(arg)
         if r is not None:
             out[r] = (0.5, 1.5)
+    return out
+
+
+def _einsum_weights(node: Node) -> dict[TensorRef, tuple[float, float]]:
+    """The weight range of each operand of an ``einsum`` after its first (the convention of
+    ``mm``'s ``mat2``; XLNet's projections are ``einsum("ibh,hnd->ibnd", h, weight)``): its
+    fan-in is the product of its dimensions that the output does not keep."""
+    equation = node.inputs[0] if node.inputs else None
+    operands = node.inputs[1] if len(node.inputs) > 1 else None
+    if not isinstance(getattr(equation, "value", None), str) or not isinstance(operands, ListValue):
+        return {}
+    spec = equation.value.replace(" ", "")
+    if "." in spec:  # (an ellipsis: the broadcast dimensions are not named)
+        return {}
+    ins, _, kept = spec.partition("->")
+    terms = ins.split(",")
+    if not _ or len(terms) != len(operands.items):
+        return {}
+    out: dict[TensorRef, tuple[float, float]] = {}
+    for term, ref in list(zip(terms, operands.items))[1:]:
+        if not (isinstance(ref, TensorRef) and ref.defined and ref.dtype.startswith(("float", "bfloat"))
+                and len(term) == len(ref.shape)):  # fmt: skip
+            continue
+        fan = math.prod(size for letter, size in zip(term, ref.shape) if letter not in kept)
+        if fan > 1:
+            out[ref] = (-1 / math.sqrt(fan), 1 / math.sqrt(fan))
     return out
 
 

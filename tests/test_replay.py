@@ -393,6 +393,27 @@ def test_weights_read_through_a_view_get_their_layers_range():
         assert 0.9 * bound < float(weight.abs().max()) <= bound, (node.id, float(weight.abs().max()), bound)
 
 
+def test_einsum_weights_get_their_layers_range(tmp_path):
+    """XLNet projects with ``einsum("ibh,hnd->ibnd", h, weight)``: the weight's range is that of a
+    layer whose fan-in is the dimensions the output does not keep (here h, 64). Drawn from
+    [-1, 1) instead, its attention scores reached +-330, the softmax's outputs underflowed to
+    subnormal numbers, and its training step's matrix products took 3.6 times the original's."""
+    torch.manual_seed(0)
+    h = torch.randn(32, 2, 64)
+    weight = torch.randn(64, 4, 16) * 0.02
+
+    def step():
+        q = torch.einsum("ibh,hnd->ibnd", h, weight)
+        return torch.einsum("ibnd,jbnd->bnij", q, q).softmax(-1).sum()
+
+    capture_step(step, tmp_path / "einsum.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "einsum.json.gz"), "cpu").prepare()
+    (w,) = [t for _, t in replay.inputs() if t.shape == (64, 4, 16)]
+    assert 0.9 / 8 < float(w.abs().max()) <= 1 / 8
+    (x,) = [t for _, t in replay.inputs() if t.shape == (32, 2, 64)]
+    assert float(x.abs().max()) > 0.9  # (the first operand, an activation, keeps [-1, 1))
+
+
 def test_seeded_divisors_do_not_scale_up_and_decayed_state_does_not_grow(tmp_path):
     """A Python number that a step divides by (attention's sqrt(head size)) is recorded as a 0-dim
     tensor without its value. Seeded under 1, it scaled what it divides up (attention scores into
