@@ -142,7 +142,7 @@ def main() -> int:
             with torch.no_grad():
                 replay.run()
 
-        orig, rep, ratios = alternate(step, run_replay, replay.reset_state, args.rounds, args.block)
+        orig, rep, ratios = alternate(step, run_replay, replay.between_iterations, args.rounds, args.block)
         o_med, r_med = statistics.median(orig), statistics.median(rep)
         errors.append(abs(r_med / o_med - 1))
         q = statistics.quantiles(ratios, n=4)
@@ -150,7 +150,7 @@ def main() -> int:
                 f"{side['original_median_s'] * 1e3:>9.2f} {o_med * 1e3:>9.2f} {r_med * 1e3:>9.2f} "
                 f"{r_med / o_med:>11.3f} {q[0]:>6.3f}-{q[2]:<6.3f} {o_med / side['original_median_s']:>11.3f}")  # fmt: skip
         if args.ops:
-            o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state))
+            o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations))
             op_errors.append(abs(r.ops_s / o.ops_s - 1))
             line += f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(line, flush=True)

@@ -86,7 +86,7 @@ def main() -> int:
             for e in timed:
                 e["replay"].run()  # re-warm after the other traces ran
                 e["samples"] += time_iterations(e["replay"].run, torch.device("cpu"), args.iters,
-                                                between=e["replay"].reset_state)  # fmt: skip
+                                                between=e["replay"].between_iterations)  # fmt: skip
     head = ["trace", "sel", "repl", "subst", "skip", "load s", "build s", "probe s", "free s", "peak MiB", "trace MiB",
             "mem x", "replay ms", "orig ms", "ratio", "min ms", "orig min", "min ratio"]  # fmt: skip
     rows, errors, min_errors, sel_total, rep_total = [], [], [], 0, 0

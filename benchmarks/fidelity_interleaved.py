@@ -407,14 +407,14 @@ def main() -> int:
             if cuda:
                 torch.cuda.synchronize(device)
 
-        orig, rep, ratios = alternate(step, run_replay, replay.reset_state, args.rounds, args.block)
+        orig, rep, ratios = alternate(step, run_replay, replay.between_iterations, args.rounds, args.block)
         ratio = statistics.median(rep) / statistics.median(orig)
         errors.append(abs(ratio - 1))
         q = statistics.quantiles(ratios, n=4)
         extra = ""
         if args.ops:
             measure = functools.partial(inside_kernels, device=device) if cuda else None
-            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.reset_state), measure)
+            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure)
             if got is not None:
                 o, r = got
                 op_errors.append(abs(r.ops_s / o.ops_s - 1))

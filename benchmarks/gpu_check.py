@@ -64,7 +64,7 @@ def wall_samples(replay, device: torch.device, iters: int) -> list[float]:
     """The same iterations timed by the host clock, with a device synchronisation after each."""
     out = []
     for _ in range(iters):
-        replay.reset_state()
+        replay.between_iterations()
         torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         replay.run()
@@ -79,7 +79,7 @@ def alternated(replay, device: torch.device, iters: int, rounds: int) -> list[fl
     both alike: the median events / median host clock of each round."""
     out = []
     for r in range(rounds):
-        sides = [lambda: time_replay(replay, iters, between=replay.reset_state), lambda: wall_samples(replay, device, iters)]
+        sides = [lambda: time_replay(replay, iters, between=replay.between_iterations), lambda: wall_samples(replay, device, iters)]
         got = [statistics.median(f()) for f in (sides if r % 2 == 0 else sides[::-1])]
         events, wall = got if r % 2 == 0 else got[::-1]
         out.append(events / wall)

@@ -255,13 +255,13 @@ def main() -> int:
                 orig, rep_t = [], []
                 for _ in range(6):
                     orig += timed(step, 2)
-                    replay.reset_state()
+                    replay.between_iterations()
                     rep_t += timed(run, 2)
                 ratio = statistics.median(rep_t) / statistics.median(orig)
                 if not varies:
                     ratios.append(ratio)
                 if args.ops:
-                    o, r = inside_operators_alternated((step, run), args.ops, (None, replay.reset_state))
+                    o, r = inside_operators_alternated((step, run), args.ops, (None, replay.between_iterations))
                     if not varies:
                         op_ratios.append(r.ops_s / o.ops_s)
                     extra = f" {r.ops_s / o.ops_s:8.3f} {1 - o.share:5.0%}"

@@ -115,7 +115,7 @@ def op_costs(path: Path, iters: int = 15) -> dict[int, float]:
             per.setdefault(step.node_id, []).append(now - last[0])
             last[0] = now
 
-        replay.reset_state()
+        replay.between_iterations()
         last[0] = time.perf_counter()
         replay.run(after_step=after)
     return {nid: statistics.median(ts) for nid, ts in per.items()}

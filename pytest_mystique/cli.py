@@ -33,7 +33,7 @@ def _replay(args: argparse.Namespace) -> int:
                 summary["peak_bytes"] = replay_peak_bytes(run.replay)
                 summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
             if "original_ops_s" in summary and run.replay.device.type == "cpu":
-                got = inside_operators(run.replay.run, between=run.replay.reset_state)
+                got = inside_operators(run.replay.run, between=run.replay.between_iterations)
                 if got is not None:
                     summary["ops_s"], summary["host_share"] = got.ops_s, 1 - got.share
                     summary["ops_fidelity_ratio"] = got.ops_s / summary["original_ops_s"]

@@ -246,7 +246,10 @@ class DistributedReplay:
         self.time_iterations(1, record=False)
 
     def reset_state(self) -> None:
-        """The ranks re-seed their state before each of their iterations themselves."""
+        """The ranks re-seed their state themselves (:meth:`.replay.Replay.between_iterations`)."""
+
+    def between_iterations(self) -> None:
+        """The ranks do it before each of their iterations themselves."""
 
     def per_op_medians(self, iters: int) -> dict[str, float]:
         """Per op, the largest of the ranks' per-op medians (the slowest rank sets the pace)."""
@@ -312,7 +315,7 @@ def rank_main(spec: dict, conn) -> None:
             if kind == "iters":
                 times = []
                 for _ in range(arg):
-                    replay.reset_state()
+                    replay.between_iterations()
                     if cuda:
                         torch.cuda.synchronize(device)
                     dist.barrier()

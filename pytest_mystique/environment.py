@@ -33,8 +33,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: lengths), its backward reading the forward's own outputs; a tensor read with the ids or the place
 #: of one whose memory a later allocation took is not bound to that earlier tensor; 8 = an input that
 #: an operator inside a replayed one made as a view of an earlier output (the flattened input
-#: ``aten::linear`` saves for the backward pass) read through a view of that output, not seeded.
-REPLAY_VERSION = 8
+#: ``aten::linear`` saves for the backward pass) read through a view of that output, not seeded;
+#: 9 = the state a step writes in place re-seeded every few iterations, each time followed by an
+#: untimed iteration, not before every iteration; floating ranges passed back through views and
+#: conversions, einsum weights in a layer's range, wrapped-number divisors 1.
+REPLAY_VERSION = 9
 
 
 @lru_cache(maxsize=1)

@@ -12,7 +12,8 @@ Input values follow the replay's: each view is filled with values in the range t
 it (indices stay valid, scales stay positive; the optimizer's state is zero), index inputs with
 the spread the replay gave them (distinct values, the hottest one's share), and sparse inputs
 with their element counts. Inputs the step
-writes in place are refilled between iterations, outside the timing, as the replay does.
+writes in place are refilled every few iterations, outside the timing, and one untimed iteration
+follows, as the replay does (:meth:`.replay.Replay.between_iterations`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
+from .replay import RESEED_EVERY
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -151,6 +153,7 @@ def export_script(replay, trace_path: str) -> str:
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
         sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
+        reseed=RESEED_EVERY,
     )  # fmt: skip
 
 
@@ -367,7 +370,9 @@ def main():
         e = make_inputs(DEV, gen)
         times = []
         for i in range(args.warmup + args.iters):
-            refill(e, gen)
+            if i % {reseed} == 0:  # re-seeded every few iterations, then one untimed iteration, as the replay does
+                refill(e, gen)
+                step(e)
             if cuda:
                 torch.cuda.synchronize(DEV)
             t0 = time.perf_counter_ns()

@@ -173,12 +173,12 @@ def measure(replay, *, warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
         setup = time.perf_counter() - t0
         done, t_warm = 0, time.perf_counter()
         while done < warmup or (warmup and done < MAX_WARMUP_ITERS and time.perf_counter() - t_warm < min_warmup_s):
-            replay.reset_state()
+            replay.between_iterations()
             replay.run()
             done += 1
             if replay.device.type == "cuda":
                 torch.cuda.synchronize(replay.device)
-        samples = time_replay(replay, iters, between=replay.reset_state)
+        samples = time_replay(replay, iters, between=replay.between_iterations)
     return Measurement(samples, str(replay.device), n, done, setup)
 
 
@@ -268,7 +268,7 @@ def per_op_medians(replay, iters: int = 5) -> dict[str, float]:
             acc[step.name] = acc.get(step.name, 0.0) + (now - last[0]) / 1e9
             last[0] = now
 
-        replay.reset_state()
+        replay.between_iterations()
         if cuda:
             torch.cuda.synchronize(replay.device)
         last[0] = clock()

@@ -288,7 +288,7 @@ def warm_up(replay, warmup: int, min_s: float = MIN_WARMUP_S) -> tuple[int, floa
     done, times = 0, []
     t_start = time.perf_counter()
     while done < max(warmup, 1) or (done < MAX_WARMUP_ITERS and time.perf_counter() - t_start < min_s):
-        replay.reset_state()
+        replay.between_iterations()
         t = time.perf_counter()
         replay.run()
         if replay.device.type == "cuda":
@@ -309,6 +309,6 @@ def _segment(replay, m: int, *, probe: bool) -> Segment:
     def between():
         if probe:
             probes.append(calibrate.probe())
-        replay.reset_state()
+        replay.between_iterations()
 
     return Segment(time_replay(replay, m, between=between), probes)
