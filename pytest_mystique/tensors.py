@@ -5,9 +5,10 @@ tensor of the trace that lives in it; each tensor is a view of its storage at th
 (in elements), shape and strides, so views and in-place ops share memory as in the original.
 
 Data is seeded. Floating tensors hold values in [-1, 1), except where the first op that consumes
-them says otherwise: the weights of linear layers, matrix products, einsums and convolutions (read as they
-are or through a view, as ``weight.t()`` in a linear layer replayed through its parts) get the
-range of PyTorch's default initialisation, +-1/sqrt(fan_in), so activations keep the magnitude they had
+them says otherwise: the weights of linear layers, matrix products, einsums and convolutions (read
+as they are or through a view, as ``weight.t()`` in a linear layer replayed through its parts) get
+the range of PyTorch's default initialisation, +-1/sqrt(fan_in), and a recurrent layer's
++-1/sqrt(hidden size), so activations keep the magnitude they had
 in a real model (some kernels, GELU's among them, are slower on large inputs); normalisation
 scales sit around 1 and their shifts and running means around 0 (a running mean drawn from
 [-1, 1) pushes whole channels below zero, the ReLU after it zeroes them, and a max pooling after
@@ -97,6 +98,8 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
             out[w] = (-weight_bound, weight_bound)
     if name == "einsum":
         out.update(_einsum_weights(node))
+    if name in _RNN_OPS:
+        out.update(_rnn_weights(args))
     b = tensor("bias")
     if b is not None and weight_bound is not None and (name in _CONV_OPS or name == "linear"):
         out[b] = (-weight_bound, weight_bound)
@@ -124,6 +127,35 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         r = tensor(arg)
         if r is not None:
             out[r] = (0.5, 1.5)
+    return out
+
+
+#: Recurrent layers (whole, one layer, one cell) and where their weights are.
+_RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+            "mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn"}  # fmt: skip
+_RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def _rnn_weights(args: dict) -> dict[TensorRef, tuple[float, float]]:
+    """PyTorch's initialisation of a recurrent layer: every weight and bias uniform in
+    +-1/sqrt(hidden size). Drawn from [-1, 1) instead, an LSTM's gates saturate and a replayed
+    training step's gradients grow its parameters twentyfold in ten iterations."""
+    hidden = args.get("hidden_size")
+    hidden = hidden.value if isinstance(getattr(hidden, "value", None), int) else None
+    if hidden is None:  # the hidden state's last dimension, or the recurrent weight's
+        hx = args.get("hx")
+        first = hx.items[0] if isinstance(hx, ListValue) and hx.items else hx
+        ref = first if isinstance(first, TensorRef) and first.defined and first.shape else args.get("w_hh")
+        hidden = ref.shape[-1] if isinstance(ref, TensorRef) and ref.defined and ref.shape else None
+    if not hidden:
+        return {}
+    bound = 1 / math.sqrt(hidden)
+    out: dict[TensorRef, tuple[float, float]] = {}
+    for arg in _RNN_WEIGHTS:
+        v = args.get(arg)
+        for ref in v.items if isinstance(v, ListValue) else (v,):
+            if isinstance(ref, TensorRef) and ref.defined and ref.dtype.startswith(("float", "bfloat")):
+                out[ref] = (-bound, bound)
     return out
 
 

@@ -414,6 +414,33 @@ def test_einsum_weights_get_their_layers_range(tmp_path):
     assert float(x.abs().max()) > 0.9  # (the first operand, an activation, keeps [-1, 1))
 
 
+def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
+    """A recurrent layer's weights and biases get PyTorch's initialisation, +-1/sqrt(hidden
+    size). Drawn from [-1, 1), an LSTM's gates saturated, and with SGD at lr 0.1 the replayed
+    training step's gradients grew its weights from 1 to 5-13 in one iteration; the step slowed
+    as they grew (1.13-1.15 of its original's once iterations ran without a re-seed between)."""
+    torch.manual_seed(0)
+    lstm, head = torch.nn.LSTM(32, 64, 2, batch_first=True), torch.nn.Linear(64, 10)
+    opt = torch.optim.SGD([*lstm.parameters(), *head.parameters()], lr=0.1)
+    x, y = torch.randn(4, 16, 32), torch.randint(0, 10, (4 * 16,))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(head(lstm(x)[0]).flatten(0, 1), y).backward()
+        opt.step()
+
+    capture_step(step, tmp_path / "lstm.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "lstm.json.gz"), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    bound = 1 / math.sqrt(64)
+    shapes = {(256, 32), (256, 64), (256,)}  # the gates' weights and biases, 4 x 64 rows
+    weights = [t for ref, t in replay.inputs() if tuple(ref.shape) in shapes]
+    assert len(weights) == 8, [tuple(ref.shape) for ref, _ in replay.inputs()]
+    for _ in range(3):
+        replay.run()
+    assert all(float(w.abs().max()) <= 1.2 * bound for w in weights), [float(w.abs().max()) for w in weights]
+
+
 def test_seeded_divisors_do_not_scale_up_and_decayed_state_does_not_grow(tmp_path):
     """A Python number that a step divides by (attention's sqrt(head size)) is recorded as a 0-dim
     tensor without its value. Seeded under 1, it scaled what it divides up (attention scores into
