@@ -465,6 +465,10 @@ def _integral(ref: TensorRef) -> bool:
     return ref.dtype.startswith(("int", "uint"))
 
 
+def _floating(ref: TensorRef) -> bool:
+    return ref.dtype.startswith(("float", "bfloat", "complex"))
+
+
 def _same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
     """``a`` and ``b`` list the same elements in the same order: both dense and row-major, of the
     same count, and for a view from the same place in the storage."""
@@ -552,7 +556,7 @@ class TensorFactory:
         taken latest-made first, so that each has all its requirements before it passes them on."""
         heap = []
         order = itertools.count()  # ties (a writer's reused ids: two tensors of one key) never compare tensors
-        for ref in [*(r for r in self.ranges if _integral(r)), *self.float_bounds]:
+        for ref in [*(r for r in self.ranges if _integral(r)), *(r for r in self.float_bounds if _floating(r))]:
             found = sources_of(ref.key)
             if found is not None:
                 heapq.heappush(heap, (-found[1], ref.key, next(order), ref))
@@ -580,7 +584,7 @@ class TensorFactory:
                 return False
             self.constrain(src, rng)
             return True
-        if _integral(src) or src.dtype == "bool" or ref not in self.float_bounds:
+        if not _floating(src):
             return False
         self.suggest_floats({src: self.float_bounds[ref]})
         return True

@@ -393,6 +393,23 @@ def test_weights_read_through_a_view_get_their_layers_range():
         assert 0.9 * bound < float(weight.abs().max()) <= bound, (node.id, float(weight.abs().max()), bound)
 
 
+def test_a_square_root_of_a_view_of_integers_passes_no_floating_range_back(tmp_path):
+    """Floating ranges pass back through views to the inputs they came from; a square root's
+    positive range on a view of an integer input is no floating range to pass (integers get
+    their own ranges): the replay builds and runs."""
+    lengths = torch.randint(1, 10, (4, 8))
+
+    def step():
+        return torch.sqrt(lengths.view(-1)).sum()
+
+    capture_step(step, tmp_path / "roots.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "roots.json.gz"), "cpu").prepare()
+    assert replay.report.ops_skipped == 0 and replay.report.ops_replayed == replay.report.ops_total
+    out = []
+    replay.run(lambda s, r: out.append(r))
+    assert torch.isfinite(out[-1]).all()
+
+
 def test_einsum_weights_get_their_layers_range(tmp_path):
     """XLNet projects with ``einsum("ibh,hnd->ibnd", h, weight)``: the weight's range is that of a
     layer whose fan-in is the dimensions the output does not keep (here h, 64). Drawn from
