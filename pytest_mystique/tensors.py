@@ -170,9 +170,9 @@ def _einsum_weights(node: Node) -> dict[TensorRef, tuple[float, float]]:
     spec = equation.value.replace(" ", "")
     if "." in spec:  # (an ellipsis: the broadcast dimensions are not named)
         return {}
-    ins, _, kept = spec.partition("->")
+    ins, arrow, kept = spec.partition("->")
     terms = ins.split(",")
-    if not _ or len(terms) != len(operands.items):
+    if not arrow or len(terms) != len(operands.items):  # (an implicit output: its dimensions are not named)
         return {}
     out: dict[TensorRef, tuple[float, float]] = {}
     for term, ref in list(zip(terms, operands.items))[1:]:
@@ -181,7 +181,8 @@ def _einsum_weights(node: Node) -> dict[TensorRef, tuple[float, float]]:
             continue
         fan = math.prod(size for letter, size in zip(term, ref.shape) if letter not in kept)
         if fan > 1:
-            out[ref] = (-1 / math.sqrt(fan), 1 / math.sqrt(fan))
+            bound = 1 / math.sqrt(fan)
+            out[ref] = (-bound, bound)
     return out
 
 
