@@ -83,7 +83,7 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
 
     def tensor(arg: str) -> TensorRef | None:
         v = args.get(arg)
-        return v if isinstance(v, TensorRef) and v.defined and v.dtype.startswith(("float", "bfloat", "complex")) else None
+        return v if isinstance(v, TensorRef) and v.defined and _floating(v) else None
 
     weight_bound = None
     if name in _CONV_OPS:
