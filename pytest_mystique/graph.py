@@ -158,6 +158,24 @@ def enclosing_ops(trace: Trace) -> dict[int, int]:
     return {nid: o for nid, o in found.items() if o is not None}
 
 
+def inner_ops(trace: Trace, names: frozenset[str]) -> dict[int, list[Node]]:
+    """The operators named in ``names`` (without namespace) that ran nested inside each selected
+    operator, by the selected operator's id, in execution order: the parts a composite calls
+    (the ``mm`` inside ``_native_multi_head_attention`` that reads its projection weight)."""
+    chosen = {n.id for n in select_ops(trace)}
+    found: dict[int, list[Node]] = {}
+    parts = [n for n in trace.nodes if n.is_op and n.id not in chosen and n.name.split("::")[-1] in names]
+    if not parts:
+        return found
+    above = _op_parents(trace)
+    memo: dict[int, int | None] = {}
+    for node in parts:
+        outer = _selected_above(node.id, above, chosen, memo)
+        if outer is not None:
+            found.setdefault(outer, []).append(node)
+    return found
+
+
 def _selected_above(nid: int, above: dict[int, int | None], chosen: set[int], memo: dict[int, int | None]) -> int | None:
     """The selected operator that ``nid`` runs inside, or is (None: none), through the nearest
     operator ancestors ``above``; ``memo`` keeps what earlier calls found."""

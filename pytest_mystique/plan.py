@@ -20,16 +20,16 @@ from typing import Any
 import torch
 
 from .collectives import Comms, tensor_refs
-from .errors import ReplayError, reason
+from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import required_grad
-from .graph import backward_ops, compiled_regions, enclosing_ops, optimizer_step_ops, select_ops
+from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
 from .sidecar import take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
-from .tensors import Bags, Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
+from .tensors import RANGED_OPS, Bags, Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -68,6 +68,7 @@ class Planner:
         # allocations whose tensors required grad in the original, as the paths its ops took show
         self.flagged: set[tuple[int, str]] = set()
         self.flag_paths: Counter = Counter()
+        self._parts: dict[int, list[Node]] | None = None  # see _ranges_inside
 
     def plan(self) -> list[PlannedOp]:
         """The selected ops that can be called, in order, each with its overload and arguments;
@@ -293,6 +294,7 @@ class Planner:
         for ref, rng in index_ranges(node, names).items():
             self.factory.constrain(ref, rng)
         self.factory.suggest_floats(float_ranges(node, names))
+        self._ranges_inside(node)
         self.factory.definite.update(definite_inputs(node))
         if node.name.startswith("fbgemm::"):
             name, args = node.name[8:], dict(zip(names, node.inputs))
@@ -305,6 +307,32 @@ class Planner:
         if alt is not None:
             return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _ranges_inside(self, node: Node) -> None:
+        """Floating ranges that the parts of ``node`` ask of its inputs: a composite that reads a
+        weight itself has no rule of its own, but the matrix product inside it that reads the weight
+        (or a view of it, ``weight.t()``, a slice of a packed projection) has. Attention's fast path,
+        ``_native_multi_head_attention``, reads its projection weights through an inner ``mm`` and
+        ``addmm``; drawn from [-1, 1) instead of +-1/sqrt(embedding size), its scores saturated the
+        softmax into subnormal outputs, and the matrix product reading them took twelve times the
+        original's time. Parts are taken in execution order after the op's own rule, each a later
+        consumer (:meth:`.tensors.TensorFactory.suggest_floats`)."""
+        if self._parts is None:
+            self._parts = inner_ops(self.trace, RANGED_OPS)
+        parts = self._parts.get(node.id)
+        if not parts:
+            return
+        mine = [r for r in tensors_of(node.inputs) if _floating(r)]
+        for part in parts:
+            try:
+                asked = float_ranges(part, [a.name for a in arg_specs(resolve(part.op_schema))])
+            except Unsupported:
+                continue
+            except (TraceError, RecursionError) as e:  # its values were parsed for the first time here
+                self.report.notes[f"{part.name} inside {node.name}: malformed record ({type(e).__name__}), so what "
+                                  f"it reads gets no value range from it"] += 1  # fmt: skip
+                continue
+            self.factory.suggest_floats({r: rng for ref, rng in asked.items() for r in mine if _within(ref, r)})
 
     def _place_on_host(self, op: str, names: list[str], values: list) -> None:
         """On a GPU: the op's tensors that the trace had in host memory (where they are kept
@@ -495,6 +523,12 @@ def _inner_placements(trace: Trace) -> dict[tuple, list[tuple[int, int, list[Ten
         for ref in tensors_of(node.outputs):
             inner.setdefault(ref.placement, []).append((nid, outer, tensors_of(node.inputs)))
     return inner
+
+
+def _within(part: TensorRef, whole: TensorRef) -> bool:
+    """``part`` reads only elements of ``whole``'s (a view of it, or of a slice of it)."""
+    return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
+            and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
 
 def _floating(ref: TensorRef) -> bool:

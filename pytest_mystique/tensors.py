@@ -63,6 +63,7 @@ _FAN_IN = {
     ("linear", "weight"): lambda s: s[-1],
     ("linear", "bias"): None,  # same bound as the weight, set below
     ("addmm", "mat2"): lambda s: s[0],
+    ("_addmm_activation", "mat2"): lambda s: s[0],  # a linear layer fused with its GELU or ReLU
     ("mm", "mat2"): lambda s: s[0],
     ("bmm", "mat2"): lambda s: s[-2],
     ("baddbmm", "batch2"): lambda s: s[-2],
@@ -133,6 +134,11 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
 #: Recurrent layers (whole, one layer, one cell) and where their weights are.
 _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
             "mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn"}  # fmt: skip
+
+#: The ops (names without namespace) whose inputs :func:`float_ranges` may give a range by the
+#: op alone (besides the arguments named like a variance, which any op's may be).
+RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
+                        "div", "div_"})  # fmt: skip
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
 

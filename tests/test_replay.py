@@ -308,9 +308,9 @@ def test_an_inference_step_s_parameters_require_grad_where_its_ops_paths_show_it
 
 
 def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tmp_path):
-    """The requires_grad evidence reads the recorded matmuls inside the replayed ops, whose values
-    nothing else may have parsed: one with a malformed tensor record shows nothing, and the ops
-    around it replay as before."""
+    """The requires_grad evidence and the value ranges read the recorded matmuls inside the
+    replayed ops, whose values nothing else may have parsed: one with a malformed tensor record
+    shows nothing, is named in the report's notes, and the ops around it replay as before."""
     from pytest_mystique.grad_flags import required_grad
 
     data = read_json(capture_attention_inference(tmp_path / "attention.json.gz"))
@@ -326,6 +326,8 @@ def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tm
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0 and replay.report.ops_replayed == replay.report.ops_total
     assert not any("require grad" in n for n in replay.report.notes)
+    malformed = [n for n in replay.report.notes if "malformed record" in n]
+    assert malformed and all(n.startswith("aten::matmul inside aten::") for n in malformed), replay.report.notes
     replay.run()
 
 
@@ -429,6 +431,45 @@ def test_einsum_weights_get_their_layers_range(tmp_path):
     assert 0.9 / 8 < float(w.abs().max()) <= 1 / 8
     (x,) = [t for _, t in replay.inputs() if t.shape == (32, 2, 64)]
     assert float(x.abs().max()) > 0.9  # (the first operand, an activation, keeps [-1, 1))
+
+
+def test_weights_that_a_fused_layer_reads_inside_get_the_range_of_the_part_reading_them(tmp_path):
+    """In eval mode without grad, a transformer's layers take fused paths: the encoder layer is one
+    ``_transformer_encoder_layer_fwd`` and the decoder's self-attention one
+    ``_native_multi_head_attention``, ops with no weight rule of their own. The parts they run
+    inside (the ``mm``, ``addmm`` and ``_addmm_activation`` reading ``weight.t()``, the layer
+    norms) say what their weights need: +-1/sqrt(fan-in) and scales around 1. Drawn from
+    [-1, 1), a decoder's attention scores saturated its softmax into subnormal outputs and the
+    batched product reading them took twelve times the original's time."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 1,
+                                enable_nested_tensor=False).eval()  # fmt: skip
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(64, 4, 128, batch_first=True), 1).eval()
+    x, memory = torch.randn(2, 16, 64), torch.randn(2, 8, 64)
+
+    def step():
+        with torch.no_grad():
+            return dec(enc(x), memory)
+
+    capture_step(step, tmp_path / "fused.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    trace = load_trace(tmp_path / "fused.json.gz")
+    replay = Replay(trace, "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    made = {ref.key: t for ref, t in replay.inputs()}
+    fused = [n for n in trace.selected if n.name.split("::")[-1] in ("_transformer_encoder_layer_fwd",
+                                                                      "_native_multi_head_attention")]  # fmt: skip
+    assert {n.name for n in fused} == {"aten::_transformer_encoder_layer_fwd", "aten::_native_multi_head_attention"}
+    weights = [ref for n in fused for ref in n.inputs if isinstance(ref, TensorRef) and len(ref.shape) == 2]
+    assert len(weights) == 6, weights  # two attention projections each, and the encoder's feed-forward pair
+    for ref in weights:
+        bound = 1 / math.sqrt(ref.shape[1])
+        assert 0.9 * bound < float(made[ref.key].abs().max()) <= bound, (ref.shape, float(made[ref.key].abs().max()))
+    (layer,) = [n for n in fused if n.name == "aten::_transformer_encoder_layer_fwd"]
+    args = dict(zip([a.name for a in resolve(layer.op_schema)._schema.arguments], layer.inputs))
+    for name in ("norm_weight_1", "norm_weight_2"):
+        scale = made[args[name].key]
+        assert 0.5 <= float(scale.min()) and float(scale.max()) < 1.5, (name, scale)
 
 
 def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
