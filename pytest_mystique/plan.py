@@ -142,7 +142,7 @@ class Planner:
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self.seeded.add(ref.key)  # the program filled it outside the ops
                     if (ref.key not in made and ref.key not in self.seeded and ref.storage_id in fresh
-                            and lying_in.get(ref.storage_id) and _floating(ref)):  # fmt: skip
+                            and lying_in.get(ref.storage_id) and _real_floating(ref)):  # fmt: skip
                         if inner is None:
                             inner = _inner_placements(self.trace)
                         base = _viewed(ref, lying_in[ref.storage_id], inner, made_at, planned_ids, node.id)
@@ -322,7 +322,7 @@ class Planner:
         parts = self._parts.get(node.id)
         if not parts:
             return
-        mine = [r for r in tensors_of(node.inputs) if _floating(r)]
+        mine = [r for r in tensors_of(node.inputs) if _real_floating(r)]
         for part in parts:
             try:
                 asked = float_ranges(part, [a.name for a in arg_specs(resolve(part.op_schema))])
@@ -531,7 +531,9 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
 
-def _floating(ref: TensorRef) -> bool:
+def _real_floating(ref: TensorRef) -> bool:
+    """A tensor of real floating-point elements, at least one (not ``tensors._floating``, which
+    takes complex ones too and no count)."""
     return bool(ref.numel) and isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) and dt.is_floating_point
 
 
@@ -544,7 +546,7 @@ def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, 
     (``aten::linear`` flattens a 3-D input with an ``aten::view`` of it and saves that for the
     backward pass, whose ``mm`` reads it). Memory that tensors made outside the traced ops took
     once an output was freed (numbers, ``torch.from_numpy``) has no such record. Only floating
-    data (:func:`_floating`): the ranges the readers of indices and sizes need hold for seeded data
+    data (:func:`_real_floating`): the ranges the readers of indices and sizes need hold for seeded data
     and need not for whatever lies in memory."""
     end = ref.offset + ref.extent()
     for nid, outer, read in inner.get(ref.placement, ()):
