@@ -29,6 +29,7 @@ import torch
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
+from .tensors import curve_counts
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -73,7 +74,8 @@ def _finite(x: float, instead: float) -> float:
 def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
     shape, stride, low, high, written, spread) of the replay's input tensors. spread: None, or
-    ``("skew", distinct share, hottest share)`` for an index input as the replay drew it, or
+    ``("skew", distinct share, hottest share, curve)`` for an index input as the replay drew it
+    (:class:`.tensors.Skew`), or
     ``("values", (...))`` for an integer input with a layout of its own (an embedding bag's sorted
     offsets, a packed sequence's batch sizes, lengths that sum to a size), whose values the
     replay made to fit its op and the script takes as they are: drawn uniformly, offsets would
@@ -97,7 +99,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
-        spread = None if skew is None else ("skew", skew.distinct, skew.top)
+        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve)
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in t.detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -153,7 +155,7 @@ def export_script(replay, trace_path: str) -> str:
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
         sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
-        reseed=RESEED_EVERY,
+        reseed=RESEED_EVERY, curve_counts=inspect.getsource(curve_counts).rstrip(),
     )  # fmt: skip
 
 
@@ -234,7 +236,8 @@ import torch
 
 OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
-# written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share); or
+# written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share, the
+# curve of the hottest values' shares); or
 # ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
 STORAGES = {storages}
 VIEWS = {views}
@@ -275,14 +278,19 @@ def distinct_draws(span, k, gen):
     return flat[torch.randperm(flat.numel(), generator=gen)[:k]]
 
 
+{curve_counts}
+
 def skewed(span, n, spread, gen):
     """n integers of [0, span) as the replay draws an index input: a share of distinct values,
-    each at least once, the rest with Zipf weights over them, the hottest taking its share."""
-    distinct, top = spread
+    each at least once, the rest as the recorded curve of the hottest values' shares gives or,
+    without one, with Zipf weights over them, the hottest taking its share."""
+    distinct, top, curve = spread
     k = max(1, min(n, span, round(distinct * n)))
     values = distinct_draws(span, k, gen)
     extra = n - k
-    if extra > 0:
+    if curve:
+        values = values.repeat_interleave(curve_counts(k, n, curve))
+    elif extra > 0:
         hottest = min(1.0, max(1.0 / k, (top * n - 1) / extra))
         ranks = torch.arange(1, k + 1, dtype=torch.float64)
         low, high = 0.0, 64.0

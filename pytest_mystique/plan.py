@@ -499,7 +499,8 @@ class Planner:
             if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
                     and rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high):  # fmt: skip
                 # (the original's values lie in the op's range: a record outside it is another tensor's)
-                self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"])
+                curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
+                self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"], curve)
                 skewed += 1
         if skewed:
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "

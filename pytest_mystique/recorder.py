@@ -195,7 +195,8 @@ def _record_inputs(step, result: Captured) -> None:
     operator made, and record, in the order they are first read,
 
     - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
-      most frequent one's share, lowest and highest, and for a sorted one, bag boundaries, the
+      most frequent one's share, the hottest values' shares at ranks two to a doubling
+      (:func:`_hot_shares`), lowest and highest, and for a sorted one, bag boundaries, the
       smallest and largest step): a recommender's ids follow a power law, and a lookup over hot
       rows is several times faster than one over uniform rows; a GPU's embedding bag waits on
       its longest bag;
@@ -286,12 +287,24 @@ def _described(t: torch.Tensor) -> dict | None:
         return None
     values, counts = torch.unique(t.detach(), return_counts=True)
     record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
-                  low=int(values[0]), high=int(values[-1]))  # fmt: skip
+                  low=int(values[0]), high=int(values[-1]), hot=_hot_shares(counts, t.numel()))  # fmt: skip
     if t.dim() == 1 and t.dtype.is_signed:  # (an unsigned difference wraps round)
         steps = t.detach().diff()
         if bool((steps >= 0).all()):  # bag boundaries (offsets): the smallest and largest bag
             record["steps"] = [int(steps.min()), int(steps.max())]
     return record
+
+
+def _hot_shares(counts: torch.Tensor, n: int) -> list[list]:
+    """The share of the ``n`` elements that the hottest values took, at ranks 1, 2, 3, 4, 6, 8,
+    11... (two to a doubling) and at the last: [rank, share] pairs, the curve of how the values
+    spread. A hottest share and a distinct count fit a Zipf law; ids of another law (sums of
+    uniform draws, a square's) have a curve of another shape, and which rows a lookup reads (how
+    many sit in the cache) follows from it."""
+    cum = torch.sort(counts, descending=True).values.cumsum(0)
+    k = int(counts.numel())
+    ranks = sorted({min(round(2 ** (j / 2)), k) for j in range(2 * max(k, 1).bit_length() + 1)} | {k})
+    return [[r, round(float(cum[r - 1]) / n, 6)] for r in ranks]
 
 
 def _time_inside_operators(step, path: Path) -> None:

@@ -48,7 +48,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if index is not None and not (isinstance(index, list) and all(_index_record_ok(r) for r in index)):
         raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
-                         f"if any, the smallest and largest of two steps")  # fmt: skip
+                         f"if any, the smallest and largest of two steps and a curve of [rank, share] pairs "
+                         f"(ranks rising within the distinct values, shares in (0, 1] not falling)")  # fmt: skip
     return data
 
 
@@ -77,7 +78,17 @@ def _index_record_ok(r) -> bool:
     return (_input_record_ok(r) and _count(r.get("distinct")) and 1 <= r["distinct"] <= math.prod(r["shape"])
             and isinstance(top, (int, float)) and not isinstance(top, bool) and 0 < top <= 1
             and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps)
-            and steps[0] <= steps[1])  # fmt: skip
+            and steps[0] <= steps[1] and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
+
+
+def _hot_ok(hot, distinct: int) -> bool:
+    """An index record's ``hot`` curve: [rank, share] pairs, ranks rising from 1 to at most the
+    distinct count, shares in (0, 1] not falling."""
+    if not (isinstance(hot, list) and all(isinstance(p, list) and len(p) == 2 and _count(p[0]) and 1 <= p[0] <= distinct
+                                          and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
+                                          and 0 < p[1] <= 1 for p in hot)):  # fmt: skip
+        return False
+    return all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(hot, hot[1:]))
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

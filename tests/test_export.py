@@ -174,6 +174,8 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     _, original = ids.unique(return_counts=True)
     assert counts.numel() == original.numel() and 0 <= made.min() and made.max() < rows
     assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)
+    top10 = torch.sort(counts, descending=True).values[:10].sum().item()
+    assert view[9][3] and top10 == pytest.approx(torch.sort(original, descending=True).values[:10].sum().item(), rel=0.05)
 
 
 def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_path):

@@ -900,6 +900,42 @@ def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
         Replay(load_trace(path), "cpu").prepare()
 
 
+def test_index_inputs_follow_the_recorded_curve_of_their_hottest_values(tmp_path):
+    """Ids of a square's law (``rand() ** 2 * rows``: hot rows, but not a Zipf law's) over a small
+    table: the capture helper records the shares the hottest values took, two ranks to a doubling
+    (``hot``), and the replay's ids take the same shares at every rank, not only the hottest one's.
+    A Zipf law fitted to the hottest share and the distinct count gave the 10 hottest ids 23% of
+    the lookups instead of 11%: more of them in the cache, a lookup 25% faster than the original's."""
+    rows, n = 800, 20_000
+    ids = (torch.rand(n, generator=torch.Generator().manual_seed(5)) ** 2 * rows).long()
+    bag = torch.nn.EmbeddingBag(rows, 16, mode="sum")
+    offsets = torch.arange(0, n, 10)
+    path = tmp_path / "square.json.gz"
+    capture_step(lambda: bag(ids, offsets).sum(), path, warmup=1, runs=1, min_warmup_s=0)
+    [record] = [r for r in load_sidecar(path)["index_inputs"] if r["shape"] == [n]]
+
+    def shares(t: torch.Tensor) -> torch.Tensor:  # the hottest values' shares of the elements, rank by rank
+        counts = torch.sort(t.unique(return_counts=True)[1], descending=True).values
+        return counts.cumsum(0).double() / t.numel()
+
+    original = shares(ids)
+    assert [r for r, _ in record["hot"]][:8] == [1, 2, 3, 4, 6, 8, 11, 16] and record["hot"][-1] == [len(original), 1.0]
+    assert all(share == pytest.approx(float(original[r - 1]), abs=1e-6) for r, share in record["hot"])
+    replay = Replay(load_trace(path), "cpu").prepare()
+    [got] = [t for ref, t in replay.inputs() if ref.shape == (n,)]
+    replayed = shares(got)
+    assert replayed.numel() == original.numel() and 0 <= got.min() and got.max() < rows
+    for rank in (1, 5, 10, 30, 100, 300):
+        assert float(replayed[rank - 1]) == pytest.approx(float(original[rank - 1]), abs=0.01), rank
+
+    side = load_sidecar(path)
+    [bad] = [r for r in side["index_inputs"] if r["shape"] == [n]]
+    bad["hot"][3][1] = bad["hot"][2][1] / 2  # a share that falls
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"square\.meta\.json: malformed timing sidecar: index_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
+
 def test_bag_offsets_cut_bags_of_the_sizes_the_capture_recorded(tmp_path):
     """A recommender's bags hold between a few and a few tens of ids (here 3 to 7 in one table, 4
     each in the other). Offsets drawn as sorted uniform cut points make empty bags and bags many
