@@ -199,4 +199,5 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     assert _input_record(nested) is None and _input_record(quantized) is None
     assert _input_record(torch.rand(4)) is None
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
-                                                          "low": 1, "high": 7}  # fmt: skip
+                                                          "low": 1, "high": 7,
+                                                          "hot": [[1, 0.5], [2, 0.75], [3, 1.0]]}  # fmt: skip
