@@ -270,6 +270,22 @@ def _decoder_infer():
     return infer, None
 
 
+def _encoder_infer():
+    """Inference of a batch-first transformer encoder (torch.nn.TransformerEncoder, two layers) in
+    eval mode without grad: each layer is one fused ``_transformer_encoder_layer_fwd``, whose
+    weights only the parts it runs inside say the range of."""
+    nn = torch.nn
+    layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(16, 64, 256)
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    return infer, None
+
+
 def _gru_infer():
     """A two-layer GRU encoder's inference over batch-first sequences (its per-step linear layers
     read the input's sequence-first transpose)."""
@@ -284,7 +300,8 @@ def _gru_infer():
 
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
 TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
-                "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "gru_infer": _gru_infer}  # fmt: skip
+                "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "encoder_infer": _encoder_infer,
+                "gru_infer": _gru_infer}  # fmt: skip
 
 
 def models() -> dict:
