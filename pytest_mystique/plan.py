@@ -328,7 +328,8 @@ class Planner:
                 asked = float_ranges(part, [a.name for a in arg_specs(resolve(part.op_schema))])
             except Unsupported:
                 continue
-            except (TraceError, RecursionError) as e:  # its values were parsed for the first time here
+            except (TraceError, RecursionError, LookupError, TypeError, ValueError, ArithmeticError) as e:
+                # (its values were parsed for the first time here, and read by its rule)
                 self.report.notes[f"{part.name} inside {node.name}: malformed record ({type(e).__name__}), so what "
                                   f"it reads gets no value range from it"] += 1  # fmt: skip
                 continue
