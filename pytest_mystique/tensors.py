@@ -139,6 +139,7 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
                         "div", "div_"})  # fmt: skip
+
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
 
