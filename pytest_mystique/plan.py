@@ -38,6 +38,9 @@ from .units import fmt_bytes
 UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
                  "aten::empty_permuted"}
 
+#: A recorded floating input with values beyond this is no data with a scale (see Planner._scale_floats).
+_SCALE_LIMIT = 1e4
+
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -96,6 +99,7 @@ class Planner:
         planned_ids: set[int] = set()
         views = 0
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
+        float_inputs: dict[TensorRef, None] = {}  # and floating ones
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
@@ -156,6 +160,8 @@ class Planner:
                     if ref.key not in made:
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref)
+                        elif ref.numel > 1 and _real_floating(ref):
+                            float_inputs.setdefault(ref)
                         key = (ref.storage_id, ref.dtype)
                         external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
                         if node.id not in in_step:
@@ -207,6 +213,7 @@ class Planner:
 
         self.factory.pass_back(sources_of)
         self._skew_indices(list(int_inputs))
+        self._scale_floats(list(float_inputs))
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
         self.flagged, self.flag_paths = required_grad(self.trace)
@@ -476,6 +483,35 @@ class Planner:
             return None
         raise Unsupported(f"argument {name!r} has schema type {t}, which the replayer cannot rebuild")
 
+
+    def _scale_floats(self, float_inputs: list[TensorRef]) -> None:
+        """Floating inputs of the step get the original's scale where the capture helper recorded
+        it (the sidecar's ``float_inputs``, matched as index inputs are): uniform with its mean and
+        standard deviation, within its lowest and highest value, instead of the range the rules
+        give (:func:`.tensors.float_ranges`), which know a layer's initialisation and not what a
+        trained model, or one initialised otherwise, holds. An untrained MobileViT's weights
+        (deviation 0.02) shrank its activations into subnormal numbers, which made its SiLUs and
+        matrix products several times slower; drawn by rule, the replay's were not. A record
+        whose values reach beyond +-1e4 (an attention mask's stand-in for -inf) keeps the rules."""
+        records = list(self.sidecar().get("float_inputs", [])) if float_inputs else []
+        scaled = kept = 0
+        for ref in float_inputs:
+            record = take_record(records, ref.shape, ref.dtype)
+            if record is None or "std" not in record:
+                continue
+            low, high, mean = record["low"], record["high"], record["mean"]
+            if max(abs(low), abs(high)) > _SCALE_LIMIT:
+                kept += 1
+                continue
+            half = math.sqrt(3) * record["std"]  # (a uniform draw of that deviation)
+            self.factory.float_bounds[ref] = (max(low, mean - half), min(high, mean + half))
+            scaled += 1
+        if scaled:
+            self.report.notes[f"{scaled} floating input(s) drawn at the original's scale, as the capture recorded (its "
+                              f"mean and deviation, within its lowest and highest value)"] += 1  # fmt: skip
+        if kept:
+            self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
+                              f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip
 
     def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the

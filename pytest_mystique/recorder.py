@@ -12,6 +12,7 @@ that is not a single callable. Files appear atomically; a failed capture leaves 
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import shutil
 import statistics
@@ -200,6 +201,8 @@ def _record_inputs(step, result: Captured) -> None:
       smallest and largest step): a recommender's ids follow a power law, and a lookup over hot
       rows is several times faster than one over uniform rows; a GPU's embedding bag waits on
       its longest bag;
+    - each floating input's scale (``float_inputs``: shape, type, mean, standard deviation, lowest
+      and highest, :func:`_float_scale`);
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
       matrix, which a trace records with its id, type and shape only): its layout and, for sparse
       COO, its element count, sparse dimensions and coalescing.
@@ -218,13 +221,13 @@ def _record_inputs(step, result: Captured) -> None:
     wanted = False
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
-        ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype.startswith(("int", "uint"))]
+        ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype != "bool"]
         wanted = wanted or any(i not in made for i in ins)
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": []}
+    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": []}
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -243,7 +246,9 @@ def _record_inputs(step, result: Captured) -> None:
                     seen.add(id(t))
                     record = _input_record(t)
                     if record is not None:
-                        found["sparse_inputs" if "layout" in record else "index_inputs"].append(record)
+                        kind = ("sparse_inputs" if "layout" in record else
+                                "float_inputs" if "distinct" not in record else "index_inputs")  # fmt: skip
+                        found[kind].append(record)
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out) + (leaves if func in fresh else []):
                 if isinstance(t, torch.Tensor):
@@ -268,7 +273,7 @@ def _input_record(t: torch.Tensor) -> dict | None:
     """What a replay needs to rebuild ``t``, an input of the step (see :func:`_record_inputs`):
     None for a floating one, which the replay draws in the ranges it knows, and for one this
     record cannot describe (nested, quantized, a tensor subclass, symbolic sizes)."""
-    if type(t) is not torch.Tensor or t.is_nested or t.is_quantized:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_nested or t.is_quantized:
         return None
     try:
         return _described(t)
@@ -283,8 +288,10 @@ def _described(t: torch.Tensor) -> dict | None:
         if t.layout == torch.sparse_coo:
             record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
         return record
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.numel() < 2:
+    if t.dtype.is_complex or t.dtype == torch.bool or t.numel() < 2:
         return None
+    if t.dtype.is_floating_point:
+        return record | _float_scale(t)
     values, counts = torch.unique(t.detach(), return_counts=True)
     record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
                   low=int(values[0]), high=int(values[-1]), hot=_hot_shares(counts, t.numel()))  # fmt: skip
@@ -293,6 +300,20 @@ def _described(t: torch.Tensor) -> dict | None:
         if bool((steps >= 0).all()):  # bag boundaries (offsets): the smallest and largest bag
             record["steps"] = [int(steps.min()), int(steps.max())]
     return record
+
+
+def _float_scale(t: torch.Tensor) -> dict:
+    """A floating input's scale: its mean, standard deviation, lowest and highest value (none
+    where a value is NaN or infinite). A trained model's weights, or an untrained one's at its
+    initialisation (normal with a deviation of 0.02 in many), set the magnitude of every
+    activation after them; a replay that draws them by rule alone gets another."""
+    x = t.detach()
+    x = x.float() if x.itemsize < 4 else x
+    low, high = (float(v) for v in torch.aminmax(x.reshape(-1)))
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return {}
+    std, mean = torch.std_mean(x)
+    return {"mean": float(mean), "std": float(std), "low": low, "high": high}
 
 
 def _hot_shares(counts: torch.Tensor, n: int) -> list[list]:

@@ -50,7 +50,22 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
                          f"if any, the smallest and largest of two steps and a curve of [rank, share] pairs "
                          f"(ranks rising within the distinct values, shares in (0, 1] not falling)")  # fmt: skip
+    floats = data.get("float_inputs")
+    if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
+        raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
+                         f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, and a lowest "
+                         f"value no higher than the highest")  # fmt: skip
     return data
+
+
+def _float_record_ok(r) -> bool:
+    if not _input_record_ok(r):
+        return False
+    stats = [r.get(k) for k in ("mean", "std", "low", "high")]
+    if all(v is None for v in stats):
+        return True  # (an input with a NaN or an infinity: no scale)
+    return (all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in stats)
+            and stats[1] >= 0 and stats[2] <= stats[3])  # fmt: skip
 
 
 def _count(x) -> bool:

@@ -206,12 +206,13 @@ def definite_inputs(node: Node) -> list[TensorRef]:
 
 
 def make_definite(t: torch.Tensor) -> None:
-    """``t`` (a batch of square matrices of draws in [-1, 1)) made Hermitian and strictly
-    diagonally dominant, hence positive-definite, in place: its mean with its conjugate transpose,
-    plus its order on the diagonal."""
+    """``t`` (a batch of square matrices of seeded draws) made Hermitian and strictly diagonally
+    dominant, hence positive-definite, in place: its mean with its conjugate transpose, plus its
+    order and one times its largest magnitude on the diagonal (1 where it is all zeros)."""
     with torch.no_grad():
         t.copy_((t + t.mT.conj()) / 2)
-        t.diagonal(dim1=-2, dim2=-1).add_(t.shape[-1])
+        most = float(t.abs().amax()) if t.numel() else 0.0
+        t.diagonal(dim1=-2, dim2=-1).add_((t.shape[-1] + 1) * most if most > 0 else 1.0)
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -189,15 +189,20 @@ def test_the_capture_helper_leaves_the_users_garbage_collector_as_it_was(tmp_pat
 
 
 def test_inputs_a_record_cannot_describe_are_left_out():
-    """The capture helper's input records (``index_inputs``, ``sparse_inputs``) leave out what
-    they cannot describe (nested, quantized, floating), so that one odd input costs its own record
-    only; an integer input is described by its spread."""
+    """The capture helper's input records (``index_inputs``, ``sparse_inputs``, ``float_inputs``)
+    leave out what they cannot describe (nested, quantized), so that one odd input costs its own
+    record only; an integer input is described by its spread, a floating one by its scale (none
+    where it holds an infinity)."""
     from pytest_mystique.recorder import _input_record
 
     nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(5)], layout=torch.jagged)
     quantized = torch.quantize_per_tensor(torch.rand(4), 0.1, 0, torch.quint8)
     assert _input_record(nested) is None and _input_record(quantized) is None
-    assert _input_record(torch.rand(4)) is None
+    x = torch.tensor([0.5, 1.5, 2.5, 3.5])
+    assert _input_record(x) == {"shape": [4], "dtype": "float32", "mean": 2.0, "std": pytest.approx(float(x.std())),
+                                "low": 0.5, "high": 3.5}  # fmt: skip
+    assert _input_record(torch.tensor([1.0, float("inf")])) == {"shape": [2], "dtype": "float32"}  # no scale
+    assert _input_record(torch.nn.Parameter(x)) == _input_record(x)  # (a parameter is an input like any)
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
                                                           "low": 1, "high": 7,
                                                           "hot": [[1, 0.5], [2, 0.75], [3, 1.0]]}  # fmt: skip

@@ -1,6 +1,7 @@
 """The replay engine on real traces: coverage, tensor semantics, data, safety."""
 
 import collections
+import copy
 import json
 import math
 import re
@@ -364,6 +365,7 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
         return sum((x / s).sum() for s in scales) + torch.log(x - 2).sum()
 
     capture_step(step, tmp_path / "sizes.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    _drop_scales(tmp_path / "sizes.json.gz")  # (x drawn by rule: x - 2 goes negative)
     replay = Replay(load_trace(tmp_path / "sizes.json.gz"), "cpu").prepare()
     sizes = [t for _, t in replay.inputs() if t.dim() == 0 and t.dtype == torch.int64]
     assert len(sizes) >= 6 and all(int(t) >= 1 for t in sizes), sizes
@@ -425,6 +427,10 @@ def test_einsum_weights_get_their_layers_range(tmp_path):
     capture_step(step, tmp_path / "einsum.json.gz", warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(tmp_path / "einsum.json.gz"), "cpu").prepare()
     (w,) = [t for _, t in replay.inputs() if t.shape == (64, 4, 16)]
+    assert float(w.std()) == pytest.approx(0.02, rel=0.1)  # the recorded scale wins over the rule
+    _drop_scales(tmp_path / "einsum.json.gz")  # as a trace captured elsewhere: the rule
+    replay = Replay(load_trace(tmp_path / "einsum.json.gz"), "cpu").prepare()
+    (w,) = [t for _, t in replay.inputs() if t.shape == (64, 4, 16)]
     assert 0.9 / 8 < float(w.abs().max()) <= 1 / 8
     (x,) = [t for _, t in replay.inputs() if t.shape == (32, 2, 64)]
     assert float(x.abs().max()) > 0.9  # (the first operand, an activation, keeps [-1, 1))
@@ -450,6 +456,7 @@ def test_weights_that_a_fused_layer_reads_inside_get_the_range_of_the_part_readi
             return dec(enc(x), memory)
 
     capture_step(step, tmp_path / "fused.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    _drop_scales(tmp_path / "fused.json.gz")  # (the rules, as for a trace captured elsewhere)
     trace = load_trace(tmp_path / "fused.json.gz")
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
@@ -467,6 +474,46 @@ def test_weights_that_a_fused_layer_reads_inside_get_the_range_of_the_part_readi
     for name in ("norm_weight_1", "norm_weight_2"):
         scale = made[args[name].key]
         assert 0.5 <= float(scale.min()) and float(scale.max()) < 1.5, (name, scale)
+
+
+def test_floating_inputs_are_drawn_at_the_scale_the_capture_recorded(tmp_path):
+    """The capture helper records each floating input's mean, deviation, lowest and highest
+    value (``float_inputs``), and the replay draws it at that scale instead of by rule: weights
+    far smaller than PyTorch's initialisation (an untrained model's 0.02, here 0.001) shrink the
+    activations layer by layer towards subnormal numbers in the original, and in the replay too.
+    Drawn by rule, the replay's stayed near 1. A malformed record is an error naming the sidecar."""
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(*[torch.nn.Linear(64, 64, bias=False) for _ in range(16)])
+    for layer in layers:
+        torch.nn.init.normal_(layer.weight, std=0.001)
+    x = torch.randn(8, 64)
+
+    def step():
+        with torch.no_grad():
+            return layers(x)
+
+    path = tmp_path / "deep.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    weights = [r for r in side["float_inputs"] if r["shape"] == [64, 64]]
+    assert len(weights) == 16 and all(r["std"] == pytest.approx(0.001, rel=0.1) for r in weights)
+
+    def last_output(replay) -> float:
+        out = []
+        replay.run(lambda s, r: out.append(r))
+        return float(out[-1].abs().max())
+
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert any("17 floating input(s) drawn at the original's scale" in n for n in replay.report.notes)
+    assert last_output(replay) < 1e-25 and float(layers(x).abs().max()) < 1e-25
+    bad = copy.deepcopy(side)
+    bad["float_inputs"][0]["std"] = -1.0
+    sidecar_path(path).write_text(json.dumps(bad))
+    with pytest.raises(ReplayError, match=r"deep\.meta\.json: malformed timing sidecar: float_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+    sidecar_path(path).write_text(json.dumps(side))
+    _drop_scales(path)
+    assert last_output(Replay(load_trace(path), "cpu").prepare()) > 1e-10
 
 
 def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
@@ -528,15 +575,19 @@ def test_seeded_divisors_do_not_scale_up_and_decayed_state_does_not_grow(tmp_pat
 
 def test_non_finite_values_made_in_place_are_reported(tmp_path):
     """An in-place op's output is the argument it writes: NaN there is the op's own, not its input's
-    (here the in-place log of a difference the original kept positive)."""
+    (here the in-place log of a difference the original kept positive, drawn by rule, without
+    the input's recorded scale; with it, the difference stays positive as in the original)."""
     x = torch.rand(4, 64) + 3
 
     def step():
         return (x - 2).log_().sum()
 
-    replay = _captured(tmp_path, "inplace", step)
+    replay = _captured(tmp_path, "inplace", step, scales=False)
     nan_notes = [n for n in replay.report.notes if "NaN or inf" in n]
     assert len(nan_notes) == 1 and "aten::log_" in nan_notes[0], replay.report.notes
+    replay = _captured(tmp_path, "inplace", step)
+    assert not [n for n in replay.report.notes if "NaN or inf" in n], replay.report.notes
+    assert any("1 floating input(s) drawn at the original's scale" in n for n in replay.report.notes)
 
 
 def test_non_finite_values_the_original_had_too_are_not_reported(tmp_path):
@@ -572,10 +623,10 @@ def test_data_written_through_one_view_is_not_the_originals_in_another(tmp_path)
     def step():
         x = torch.full((), 4.0)
         y = x.view(())
-        x.sub_(v.abs().sum())  # the original: 3.936; seeded v: about -28
+        x.sub_(v.abs().sum())  # the original: 3.936; v seeded by rule (no recorded scale): about -28
         return torch.log(y - 3.5)
 
-    replay = _captured(tmp_path, "alias", step)
+    replay = _captured(tmp_path, "alias", step, scales=False)
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     nan_notes = [n for n in replay.report.notes if "NaN or inf" in n]
     assert len(nan_notes) == 1 and "aten::log" in nan_notes[0], replay.report.notes
@@ -695,9 +746,19 @@ def _is_tensor_value(v) -> bool:
     return isinstance(v, list) and len(v) == 6 and all(type(i) is int for i in v[:5]) and isinstance(v[5], str)
 
 
-def _captured(tmp_path, name, step):
+def _captured(tmp_path, name, step, *, scales: bool = True):
+    """A prepared replay of ``step``'s capture; with ``scales=False``, as of a trace whose sidecar
+    has no floating inputs' scales (one captured elsewhere): its floating inputs are drawn by rule."""
     capture_step(step, tmp_path / f"{name}.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    if not scales:
+        _drop_scales(tmp_path / f"{name}.json.gz")
     return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
+
+
+def _drop_scales(path) -> None:
+    side = load_sidecar(path)
+    assert side.pop("float_inputs", None), "the capture recorded no floating input's scale"
+    sidecar_path(path).write_text(json.dumps(side))
 
 
 def test_foreach_optimizer_with_scalar_lists_and_wrapped_numbers(tmp_path):
