@@ -162,17 +162,11 @@ def inner_ops(trace: Trace, names: frozenset[str]) -> dict[int, list[Node]]:
     """The operators named in ``names`` (without namespace) that ran nested inside each selected
     operator, by the selected operator's id, in execution order: the parts a composite calls
     (the ``mm`` inside ``_native_multi_head_attention`` that reads its projection weight)."""
-    chosen = {n.id for n in select_ops(trace)}
+    by_id = trace.by_id
     found: dict[int, list[Node]] = {}
-    parts = [n for n in trace.nodes if n.is_op and n.id not in chosen and n.name.split("::")[-1] in names]
-    if not parts:
-        return found
-    above = _op_parents(trace)
-    memo: dict[int, int | None] = {}
-    for node in parts:
-        outer = _selected_above(node.id, above, chosen, memo)
-        if outer is not None:
-            found.setdefault(outer, []).append(node)
+    for nid, outer in enclosing_ops(trace).items():  # (in the trace's order)
+        if by_id[nid].name.split("::")[-1] in names:
+            found.setdefault(outer, []).append(by_id[nid])
     return found
 
 

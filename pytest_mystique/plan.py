@@ -586,14 +586,12 @@ def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, 
     once an output was freed (numbers, ``torch.from_numpy``) has no such record. Only floating
     data (:func:`_real_floating`): the ranges the readers of indices and sizes need hold for seeded data
     and need not for whatever lies in memory."""
-    end = ref.offset + ref.extent()
     for nid, outer, read in inner.get(ref.placement, ()):
         if outer not in planned or nid >= reader:
             continue
         for b in read:
             for t in lying:
-                if (t.placement == b.placement and made_at[t.key] < nid and t.dtype == ref.dtype
-                        and t.offset <= ref.offset and end <= t.offset + t.extent()):  # fmt: skip
+                if t.placement == b.placement and made_at[t.key] < nid and _within(ref, t):
                     return t
     return None
 

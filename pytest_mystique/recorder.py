@@ -247,7 +247,7 @@ def _record_inputs(step, result: Captured) -> None:
                     record = _input_record(t)
                     if record is not None:
                         kind = ("sparse_inputs" if "layout" in record else
-                                "float_inputs" if "distinct" not in record else "index_inputs")  # fmt: skip
+                                "float_inputs" if t.dtype.is_floating_point else "index_inputs")  # fmt: skip
                         found[kind].append(record)
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out) + (leaves if func in fresh else []):
@@ -271,8 +271,8 @@ def _record_inputs(step, result: Captured) -> None:
 
 def _input_record(t: torch.Tensor) -> dict | None:
     """What a replay needs to rebuild ``t``, an input of the step (see :func:`_record_inputs`):
-    None for a floating one, which the replay draws in the ranges it knows, and for one this
-    record cannot describe (nested, quantized, a tensor subclass, symbolic sizes)."""
+    None for one this record cannot describe (nested, quantized, a tensor subclass other than a
+    parameter, symbolic sizes) or need not (complex, bool, fewer than two elements)."""
     if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_nested or t.is_quantized:
         return None
     try:

@@ -38,7 +38,7 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: recorded_ops must be two operator counts")
     for key, top in (("original_ops_s", math.inf), ("original_ops_share", 1.0)):
         v = data.get(key)
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= top):
+        if v is not None and not (_number(v) and 0 <= v <= top):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
     sparse = data.get("sparse_inputs")
     if sparse is not None and not (isinstance(sparse, list) and all(_sparse_record_ok(r) for r in sparse)):
@@ -64,8 +64,13 @@ def _float_record_ok(r) -> bool:
     stats = [r.get(k) for k in ("mean", "std", "low", "high")]
     if all(v is None for v in stats):
         return True  # (an input with a NaN or an infinity: no scale)
-    return (all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in stats)
+    return (all(_number(v) and math.isfinite(v) for v in stats)
             and stats[1] >= 0 and stats[2] <= stats[3])  # fmt: skip
+
+
+def _number(x) -> bool:
+    """An int or a float as JSON gives them (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _count(x) -> bool:
@@ -91,7 +96,7 @@ def _index_record_ok(r) -> bool:
     top = r.get("top") if isinstance(r, dict) else None
     steps = r.get("steps", [0, 0]) if isinstance(r, dict) else None  # (bag boundaries: smallest and largest bag)
     return (_input_record_ok(r) and _count(r.get("distinct")) and 1 <= r["distinct"] <= math.prod(r["shape"])
-            and isinstance(top, (int, float)) and not isinstance(top, bool) and 0 < top <= 1
+            and _number(top) and 0 < top <= 1
             and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps)
             and steps[0] <= steps[1] and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
 
@@ -100,8 +105,7 @@ def _hot_ok(hot, distinct: int) -> bool:
     """An index record's ``hot`` curve: [rank, share] pairs, ranks rising from 1 to at most the
     distinct count, shares in (0, 1] not falling."""
     if not (isinstance(hot, list) and all(isinstance(p, list) and len(p) == 2 and _count(p[0]) and 1 <= p[0] <= distinct
-                                          and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
-                                          and 0 < p[1] <= 1 for p in hot)):  # fmt: skip
+                                          and _number(p[1]) and 0 < p[1] <= 1 for p in hot)):  # fmt: skip
         return False
     return all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(hot, hot[1:]))
 

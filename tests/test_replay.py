@@ -2175,7 +2175,7 @@ def test_an_input_in_memory_that_a_later_allocation_took_is_not_the_earlier_tens
     data = read_json(path)
     ops = {n["name"]: n for n in reversed(data["nodes"])}  # the first of each name
     tensors = [v for n in data["nodes"] for side in ("inputs", "outputs") for v in n[side]["values"]
-               if isinstance(v, list) and len(v) == 6 and isinstance(v[0], int)]  # fmt: skip
+               if _is_tensor_value(v)]  # fmt: skip
     made, old = ops["aten::linear"]["outputs"]["values"][0], ops["aten::native_layer_norm"]["outputs"]["values"][0][1]
     for v in tensors:
         if v[1] == old:
