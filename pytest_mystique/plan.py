@@ -100,6 +100,7 @@ class Planner:
         views = 0
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
         float_inputs: dict[TensorRef, None] = {}  # and floating ones
+        scalar_inputs: dict[TensorRef, tuple] = {}  # and 0-dim ones, with where they are first read
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
@@ -158,6 +159,8 @@ class Planner:
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
                     if ref.key not in made:
+                        if ref.shape == () and not p.collective and ref not in scalar_inputs:
+                            scalar_inputs[ref] = _read_at(p, pos, ref)
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref)
                         elif ref.numel > 1 and _real_floating(ref):
@@ -214,6 +217,7 @@ class Planner:
         self.factory.pass_back(sources_of)
         self._skew_indices(list(int_inputs))
         self._scale_floats(list(float_inputs))
+        self._exact_scalars(scalar_inputs)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
         self.flagged, self.flag_paths = required_grad(self.trace)
@@ -513,6 +517,30 @@ class Planner:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
                               f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip
 
+    def _exact_scalars(self, scalar_inputs: dict[TensorRef, tuple]) -> None:
+        """0-dim inputs of the step take the values the capture helper recorded (the sidecar's
+        ``scalar_inputs``: the numbers the program passed, a 0-dim parameter's value), matched by
+        where they were read (the operator, the argument, its place in a list, the operator's
+        tensor shapes) in the order they were first read. Without a record such a number is drawn
+        from 0.5 to 1 (its sign and rough scale pass, not its value), and a scale of 0.088 drawn as
+        0.97 made a T5's logits ten times too large and its step five times slower."""
+        records = list(self.sidecar().get("scalar_inputs", [])) if scalar_inputs else []
+        if not records:
+            return
+        exact = 0
+        for ref, (op, arg, index, shapes) in scalar_inputs.items():
+            record = next((r for r in records if r["op"] == op and r["arg"] == arg and r["index"] == index
+                           and r["shapes"] == shapes and r["dtype"] == ref.dtype), None)  # fmt: skip
+            if record is None:
+                continue
+            records.remove(record)
+            if record["value"] is not None:
+                self.factory.exact[ref] = record["value"]
+                exact += 1
+        if exact:
+            self.report.notes[f"{exact} 0-dim input(s) (numbers the program passed, 0-dim parameters) hold the "
+                              f"original's values, as the capture recorded"] += 1  # fmt: skip
+
     def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
@@ -594,6 +622,17 @@ def _viewed(ref: TensorRef, lying: list[TensorRef], inner: dict, made_at: dict, 
                 if t.placement == b.placement and made_at[t.key] < nid and _within(ref, t):
                     return t
     return None
+
+
+def _read_at(p: PlannedOp, pos: int, ref: TensorRef) -> tuple:
+    """Where ``p`` reads the 0-dim ``ref`` at argument ``pos``, as the capture helper records it
+    (:func:`.recorder._scalar_records`): the operator's overload, the argument's name, the place in
+    a list (None outside one), the shapes of the operator's tensor arguments."""
+    schema = p.overload._schema
+    v = p.values[pos]
+    index = v.refs.index(ref) if isinstance(v, TensorListArg) else None
+    shapes = [list(x.ref.shape) for x in p.values if isinstance(x, TensorArg)]
+    return (f"{schema.name}.{schema.overload_name or 'default'}", schema.arguments[pos].name, index, shapes)
 
 
 def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:

@@ -205,7 +205,9 @@ def _record_inputs(step, result: Captured) -> None:
       and highest, :func:`_float_scale`);
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
       matrix, which a trace records with its id, type and shape only): its layout and, for sparse
-      COO, its element count, sparse dimensions and coalescing.
+      COO, its element count, sparse dimensions and coalescing;
+    - each 0-dim input's value (``scalar_inputs``, :func:`_scalar_records`): a number the program
+      passed, a 0-dim parameter or buffer.
 
     Only where the trace's operators read such inputs; a step that fails under the mode (or a
     compiler that refuses it) leaves the sidecar as it was, with a warning."""
@@ -221,13 +223,13 @@ def _record_inputs(step, result: Captured) -> None:
     wanted = False
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
-        ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel > 1 and ref.dtype != "bool"]
+        ins += [ref.key for ref in tensors_of(node.inputs) if (ref.numel > 1 or ref.shape == ()) and ref.dtype != "bool"]
         wanted = wanted or any(i not in made for i in ins)
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": []}
+    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "scalar_inputs": []}
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -241,14 +243,20 @@ def _record_inputs(step, result: Captured) -> None:
     class Inputs(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             leaves = tree_leaves((args, kwargs or {}))
+            scalars = []
             for t in leaves if func not in fresh else ():
                 if isinstance(t, torch.Tensor) and id(t) not in seen and not made_here(t):
                     seen.add(id(t))
+                    if t.dim() == 0 and type(t) in (torch.Tensor, torch.nn.Parameter):
+                        scalars.append(t)
+                        continue
                     record = _input_record(t)
                     if record is not None:
                         kind = ("sparse_inputs" if "layout" in record else
                                 "float_inputs" if t.dtype.is_floating_point else "index_inputs")  # fmt: skip
                         found[kind].append(record)
+            if func not in fresh:
+                found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out) + (leaves if func in fresh else []):
                 if isinstance(t, torch.Tensor):
@@ -267,6 +275,63 @@ def _record_inputs(step, result: Captured) -> None:
     found = {k: v for k, v in found.items() if v}
     if found:
         add_to_sidecar(path, **found)
+
+
+def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]) -> list[dict]:
+    """The values of the 0-dim inputs of one call of ``func`` that no operator made: the numbers the
+    program passed where the operator takes a tensor (``x * d ** -0.5``: a trace records a 0-dim
+    tensor and no value; the dispatch mode is handed the number), and ``scalars``, 0-dim tensors
+    (a learned temperature, an optimizer's step count). Where each was read (the operator, the
+    argument's name, its place in a list, the shapes of the operator's tensor arguments, a
+    number's as 0-dim) lets a replay find the same input in the trace. A replay that drew such a
+    number (from 0.5 to 1 where a T5 scales its output by 0.088) made an LM head's logits ten
+    times too large, its softmax's gradient subnormal, and the step five times slower than its
+    original. A value is None where it is not finite (the record still keeps its place)."""
+    schema = func._schema
+    bound = [(a, args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema.arguments)]
+    wrapped = [_takes_tensor(a) and _is_number(v) for a, v in bound]
+    shapes = [[int(d) for d in v.shape] if isinstance(v, torch.Tensor) else []
+              for (a, v), w in zip(bound, wrapped) if w or isinstance(v, torch.Tensor)]  # fmt: skip
+    op = f"{schema.name}.{schema.overload_name or 'default'}"
+    out = []
+
+    def record(name: str, index: int | None, dtype: str, value) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out.append({"op": op, "arg": name, "index": index, "shapes": shapes, "dtype": dtype, "value": value})
+
+    for (a, v), w in zip(bound, wrapped):
+        if w:
+            record(a.name, None, "float64" if isinstance(v, float) else "int64", v)
+            continue
+        places = [(None, v)] if isinstance(v, torch.Tensor) else list(enumerate(v)) if isinstance(v, (list, tuple)) else []
+        for index, x in places:
+            if any(x is t for t in scalars):
+                record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x))
+    return out
+
+
+def _takes_tensor(arg) -> bool:
+    """A schema argument of type ``Tensor`` or ``Tensor?``."""
+    t = arg.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.TensorType)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _scalar_value(t: torch.Tensor) -> float | int | None:
+    """A 0-dim tensor's value as a number (None for one that holds none: complex, bool, meta)."""
+    if t.is_complex() or t.dtype == torch.bool or t.is_quantized or t.device.type == "meta":
+        return None
+    try:
+        value = t.detach().item()
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return None
+    return value
 
 
 def _input_record(t: torch.Tensor) -> dict | None:

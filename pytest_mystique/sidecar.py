@@ -55,7 +55,23 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
                          f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, and a lowest "
                          f"value no higher than the highest")  # fmt: skip
+    scalars = data.get("scalar_inputs")
+    if scalars is not None and not (isinstance(scalars, list) and all(_scalar_record_ok(r) for r in scalars)):
+        raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
+                         f"operator, an argument's name, a place in a list or null, the operator's tensor shapes, "
+                         f"a dtype and a finite value or null")  # fmt: skip
     return data
+
+
+def _scalar_record_ok(r) -> bool:
+    """A 0-dim input's record (see :func:`.recorder._scalar_records`)."""
+    if not isinstance(r, dict):
+        return False
+    value, index, shapes = r.get("value"), r.get("index"), r.get("shapes")
+    return (isinstance(r.get("op"), str) and isinstance(r.get("arg"), str) and isinstance(r.get("dtype"), str)
+            and (index is None or _count(index))
+            and isinstance(shapes, list) and all(isinstance(x, list) and all(_count(d) for d in x) for x in shapes)
+            and (value is None or (_number(value) and math.isfinite(value))))  # fmt: skip
 
 
 def _float_record_ok(r) -> bool:

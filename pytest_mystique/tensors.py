@@ -542,6 +542,9 @@ class TensorFactory:
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
+    # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
+    # each in an allocation of its own, as a writer gives many of them one storage id
+    exact: dict[TensorRef, float | int] = field(default_factory=dict)
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -623,6 +626,9 @@ class TensorFactory:
         has a requirement (an index range, a weight's range) and the first one had none, so a
         view never re-randomises the parameter it looks at."""
         dtype = torch_dtype(ref.dtype)
+        if ref in self.exact:
+            device = torch.device("cpu") if ref in self.host else self.device
+            return torch.full((), self.exact[ref], dtype=dtype, device=device)
         key = (ref.storage_id, ref.dtype)
         nbytes = max(self.storage_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
         device = self.device
@@ -681,6 +687,9 @@ class TensorFactory:
             return  # (a meta tensor has shapes and no data)
         if ref in self.zeros:
             t.zero_()
+            return
+        if ref in self.exact:
+            t.fill_(self.exact[ref])
             return
         if t.device.type != self.device.type:  # a host tensor (see ``host``): drawn as on the device, copied over
             drawn = torch.empty(t.shape, dtype=t.dtype, device=self.device)

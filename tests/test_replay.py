@@ -212,6 +212,10 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         monkeypatch.setattr(replay_module, "_out_of_range", lambda e: False)
     model, x = _TopFourRouting(), torch.randn(32, 16)
     capture_step(lambda: model(x).backward(), tmp_path / "moe.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    # the capture recorded the divisor (4): the replay's quotients are in range
+    rep = Replay(load_trace(tmp_path / "moe.json.gz"), "cpu").prepare().report
+    assert rep.ops_replayed == rep.ops_total and not any("indices computed" in n for n in rep.notes), rep.notes
+    _drop_numbers(tmp_path / "moe.json.gz")  # as of a trace captured elsewhere
     replay = Replay(load_trace(tmp_path / "moe.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
@@ -516,6 +520,55 @@ def test_floating_inputs_are_drawn_at_the_scale_the_capture_recorded(tmp_path):
     assert last_output(Replay(load_trace(path), "cpu").prepare()) > 1e-10
 
 
+def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
+    """A Python number an op reads as a tensor (a T5 scales its decoder's output by
+    ``d_model ** -0.5`` before the LM head) is in a trace as a 0-dim tensor without its value. The
+    capture helper records it (``scalar_inputs``), with 0-dim parameters and an optimizer's step
+    count, and the replay passes the original's values: the LM head's logits keep the original's
+    scale. Drawn from 0.5 to 1, the scale made the logits six to eleven times too large (a T5's
+    softmax then saturated, its gradient went subnormal and its step took five times as long).
+    A malformed record is an error naming the sidecar."""
+    torch.manual_seed(0)
+    d = 128
+    emb, h = torch.nn.Parameter(torch.randn(1000, d)), torch.randn(64, d)
+    temperature = torch.nn.Parameter(torch.tensor(0.7))
+    opt = torch.optim.Adam([emb, temperature])
+
+    def step():
+        opt.zero_grad()
+        logits = (h * d**-0.5) @ emb.t() * temperature
+        torch.log_softmax(logits, -1).mean().backward()
+        opt.step()
+
+    path = tmp_path / "head.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    values = {(r["op"], r["dtype"]): r["value"] for r in side["scalar_inputs"]}
+    assert values[("aten::mul.Tensor", "float64")] == d**-0.5
+    assert values[("aten::mul.Tensor", "float32")] == pytest.approx(0.7, abs=0.01)  # the temperature
+
+    def logits_std(replay) -> float:
+        out = []
+        replay.run(lambda s, r: out.append(float(r.detach().std())) if "log_softmax" in s.name else None)
+        return out[0]
+
+    with torch.no_grad():
+        original = float(torch.log_softmax((h * d**-0.5) @ emb.t() * temperature, -1).std())
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert any("0-dim input(s) (numbers the program passed, 0-dim parameters) hold the original's values" in n
+               for n in replay.report.notes), replay.report.notes  # fmt: skip
+    assert d**-0.5 in {float(replay.env[slot]) for (ref, _), slot in replay._externals.items() if ref.dtype == "float64"}
+    assert logits_std(replay) == pytest.approx(original, rel=0.25)
+    bad = copy.deepcopy(side)
+    bad["scalar_inputs"][0]["value"] = "0.088"
+    sidecar_path(path).write_text(json.dumps(bad))
+    with pytest.raises(ReplayError, match=r"head\.meta\.json: malformed timing sidecar: scalar_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+    side.pop("scalar_inputs")  # as of a trace captured elsewhere: the number is drawn from 0.5 to 1
+    sidecar_path(path).write_text(json.dumps(side))
+    assert logits_std(Replay(load_trace(path), "cpu").prepare()) > 4 * original
+
+
 def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
     """A recurrent layer's weights and biases get PyTorch's initialisation, +-1/sqrt(hidden
     size). Drawn from [-1, 1), an LSTM's gates saturated, and with SGD at lr 0.1 the replayed
@@ -755,9 +808,17 @@ def _captured(tmp_path, name, step, *, scales: bool = True):
     return Replay(load_trace(tmp_path / f"{name}.json.gz"), "cpu").prepare()
 
 
+def _drop_numbers(path) -> None:
+    """The sidecar without the values of the step's 0-dim inputs, as of a trace captured elsewhere."""
+    side = load_sidecar(path)
+    assert side.pop("scalar_inputs", None), "the capture recorded no 0-dim input's value"
+    sidecar_path(path).write_text(json.dumps(side))
+
+
 def _drop_scales(path) -> None:
     side = load_sidecar(path)
     assert side.pop("float_inputs", None), "the capture recorded no floating input's scale"
+    side.pop("scalar_inputs", None)  # (and no 0-dim input's value)
     sidecar_path(path).write_text(json.dumps(side))
 
 
