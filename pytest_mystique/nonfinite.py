@@ -1,4 +1,4 @@
-"""Whether the replay's data went NaN or inf, and where first.
+"""Whether the replay's data went NaN or inf, or subnormal, and where first.
 
 Seeded data that a step's arithmetic drives to NaN or inf (a log of a negative number, an
 overflow) makes the ops after it take other paths than the original's; the build says where it
@@ -31,6 +31,27 @@ def nonfinite(v: Any) -> bool:
             or not v.is_contiguous()):  # fmt: skip
         return False  # (a view's values were checked where its base was made)
     return not finite_sum(v.view(-1)[:256])
+
+
+#: Types whose subnormal numbers a CPU computes with many times slower than with normal ones
+#: (half and bfloat16 kernels on a CPU compute in float32, where those values are normal or 0).
+_SLOW_SUBNORMALS = (torch.float32, torch.float64)
+
+
+def subnormal(v: Any) -> bool:
+    """A CPU tensor (or list of them) of float32 or float64 of which 256 elements spread over it
+    are an eighth or more subnormal (not 0, below the type's smallest normal number; an optimizer's
+    state for the rows of a vocabulary that no token read may be, and not its first rows): a CPU computes with those
+    tens of times slower, and a replay whose data went there (a scale drawn ten times too large
+    saturated a softmax, and its gradient underflowed) takes another time than its original,
+    unless the original's data did too (an untrained model's shrinking activations)."""
+    if isinstance(v, (list, tuple)):
+        return any(subnormal(x) for x in v)
+    if (not isinstance(v, torch.Tensor) or v.dtype not in _SLOW_SUBNORMALS or v.device.type != "cpu" or v._is_view()
+            or not v.numel() or not v.is_contiguous()):  # fmt: skip
+        return False
+    a = v.detach().view(-1)[:: max(1, v.numel() // 256)][:256].abs()
+    return 8 * int(((a < torch.finfo(v.dtype).tiny) & (a > 0)).sum()) >= a.numel()
 
 
 def nonfinite_inputs(args: list[Any]) -> bool:

@@ -30,7 +30,7 @@ import torch
 from .collectives import Comms
 from .errors import ReplayError, reason
 from .measure import gc_paused
-from .nonfinite import LOG_TABLES, nonfinite, nonfinite_inputs
+from .nonfinite import LOG_TABLES, nonfinite, nonfinite_inputs, subnormal
 from .ops import arg_specs, schema_facts
 from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
@@ -122,6 +122,7 @@ class Replay:
         self._flag_paths: Counter = Counter()
         self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
+        self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
         # causal mask) or of such slots; NaN or inf there (a mask's -inf, the log of a 0) was the original's.
         # A 0-dim input counts as such: most often a Python number the program passed, whose value the
@@ -521,6 +522,9 @@ class Replay:
                 and nonfinite(results[: LOG_TABLES.get(p.node.name)])
                 and not nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])])):  # fmt: skip
             self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
+        if (self._first_subnormal is None and p.node.name not in UNINITIALISED and not exact
+                and subnormal(results[: LOG_TABLES.get(p.node.name)])):  # fmt: skip
+            self._first_subnormal = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in arg_refs(v)}
         if facts.dynamic and not exact and _dynamic_here(p):
             # Its output's shape follows the replay's data, which differ from the original's and may
@@ -697,6 +701,10 @@ class Replay:
             self.report.notes[f"{len(self._flag_given)} input allocation(s) require grad, as the original's did (its "
                               f"parameters): the paths its ops took show the flag ({shown}), and with autograd off "
                               f"the flag still decides those paths"] += 1  # fmt: skip
+        if self._first_subnormal:
+            self.report.notes[f"the replay's data became subnormal (numbers below the type's smallest normal one, which a "
+                              f"CPU computes with many times slower), first in the output of {self._first_subnormal}: "
+                              f"unless the original's did too, the ops after it take longer than the original's"] += 1  # fmt: skip
         if self._first_nonfinite:
             self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
                               f"the ops after it may not take the original's time"] += 1  # fmt: skip

@@ -380,6 +380,27 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
     assert len(divided) == 6 and all(torch.isfinite(r).all() for r in divided)
 
 
+def test_data_gone_subnormal_is_reported_where_it_first_did(tmp_path):
+    """Subnormal numbers (below float32's smallest normal one) are computed with many times
+    slower on a CPU: the report names the first op whose output held them (not the ops that read
+    them after), and says nothing of a step whose data stayed normal."""
+    x = torch.randn(64, 64)
+
+    def step():
+        small = x * 1e-20  # normal
+        tiny = small * 1e-20  # subnormal: made here
+        return (tiny + tiny).relu().sum() + small.sum()
+
+    capture_step(step, tmp_path / "tiny.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    notes = Replay(load_trace(tmp_path / "tiny.json.gz"), "cpu").prepare().report.notes
+    (note,) = [n for n in notes if "subnormal" in n]
+    tiny_mul = [n for n in load_trace(tmp_path / "tiny.json.gz").nodes if n.name == "aten::mul"][1]
+    assert f"first in the output of aten::mul (node {tiny_mul.id})" in note, note
+    capture_step(lambda: (x * 1e-20).sum(), tmp_path / "small.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    notes = Replay(load_trace(tmp_path / "small.json.gz"), "cpu").prepare().report.notes
+    assert not [n for n in notes if "subnormal" in n], notes
+
+
 def test_weights_read_through_a_view_get_their_layers_range():
     """A linear layer replayed through its parts (the bundled transformer's attention projection:
     a later op reads what its matrix product made) reads its weight through ``weight.t()``. The
