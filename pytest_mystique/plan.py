@@ -13,7 +13,7 @@ planned is skipped here with the reason, its outputs' memory still counted as a 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -524,18 +524,17 @@ class Planner:
         tensor shapes) in the order they were first read. Without a record such a number is drawn
         from 0.5 to 1 (its sign and rough scale pass, not its value), and a scale of 0.088 drawn as
         0.97 made a T5's logits ten times too large and its step five times slower."""
-        records = list(self.sidecar().get("scalar_inputs", [])) if scalar_inputs else []
-        if not records:
-            return
+        records: dict[tuple, deque] = {}
+        for r in self.sidecar().get("scalar_inputs", []) if scalar_inputs else ():
+            key = (r["op"], r["arg"], r["index"], tuple(map(tuple, r["shapes"])), r["dtype"])
+            records.setdefault(key, deque()).append(r["value"])
         exact = 0
         for ref, (op, arg, index, shapes) in scalar_inputs.items():
-            record = next((r for r in records if r["op"] == op and r["arg"] == arg and r["index"] == index
-                           and r["shapes"] == shapes and r["dtype"] == ref.dtype), None)  # fmt: skip
-            if record is None:
-                continue
-            records.remove(record)
-            if record["value"] is not None:
-                self.factory.exact[ref] = record["value"]
+            values = records.get((op, arg, index, tuple(map(tuple, shapes)), ref.dtype))
+            value = values.popleft() if values else None
+            # (an integer type takes integers only; None: the value was not a finite number)
+            if value is not None and (isinstance(value, int) or _real_floating(ref)):
+                self.factory.exact[ref] = value
                 exact += 1
         if exact:
             self.report.notes[f"{exact} 0-dim input(s) (numbers the program passed, 0-dim parameters) hold the "

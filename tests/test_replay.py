@@ -580,11 +580,12 @@ def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
                for n in replay.report.notes), replay.report.notes  # fmt: skip
     assert d**-0.5 in {float(replay.env[slot]) for (ref, _), slot in replay._externals.items() if ref.dtype == "float64"}
     assert logits_std(replay) == pytest.approx(original, rel=0.25)
-    bad = copy.deepcopy(side)
-    bad["scalar_inputs"][0]["value"] = "0.088"
-    sidecar_path(path).write_text(json.dumps(bad))
-    with pytest.raises(ReplayError, match=r"head\.meta\.json: malformed timing sidecar: scalar_inputs"):
-        Replay(load_trace(path), "cpu").prepare()
+    for value in ("0.088", 10**400, True, float("nan")):
+        bad = copy.deepcopy(side)
+        bad["scalar_inputs"][0]["value"] = value
+        sidecar_path(path).write_text(json.dumps(bad))
+        with pytest.raises(ReplayError, match=r"head\.meta\.json: malformed timing sidecar: scalar_inputs"):
+            Replay(load_trace(path), "cpu").prepare()
     side.pop("scalar_inputs")  # as of a trace captured elsewhere: the number is drawn from 0.5 to 1
     sidecar_path(path).write_text(json.dumps(side))
     assert logits_std(Replay(load_trace(path), "cpu").prepare()) > 4 * original
