@@ -12,6 +12,7 @@ planned is skipped here with the reason, its outputs' memory still counted as a 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, deque
 from collections.abc import Callable
@@ -100,7 +101,7 @@ class Planner:
         views = 0
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
         float_inputs: dict[TensorRef, None] = {}  # and floating ones
-        scalar_inputs: dict[TensorRef, tuple] = {}  # and 0-dim ones, with where they are first read
+        scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
@@ -159,8 +160,8 @@ class Planner:
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
                     if ref.key not in made:
-                        if ref.shape == () and not p.collective and ref not in scalar_inputs:
-                            scalar_inputs[ref] = _read_at(p, pos, ref)
+                        if ref.shape == () and not p.collective:
+                            scalar_reads.append((len(planned) - 1, pos, ref))
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref)
                         elif ref.numel > 1 and _real_floating(ref):
@@ -217,7 +218,7 @@ class Planner:
         self.factory.pass_back(sources_of)
         self._skew_indices(list(int_inputs))
         self._scale_floats(list(float_inputs))
-        self._exact_scalars(scalar_inputs)
+        self._exact_scalars(planned, scalar_reads)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
         self.flagged, self.flag_paths = required_grad(self.trace)
@@ -517,23 +518,43 @@ class Planner:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
                               f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip
 
-    def _exact_scalars(self, scalar_inputs: dict[TensorRef, tuple]) -> None:
+    def _exact_scalars(self, planned: list[PlannedOp], reads: list[tuple[int, int, TensorRef]]) -> None:
         """0-dim inputs of the step take the values the capture helper recorded (the sidecar's
-        ``scalar_inputs``: the numbers the program passed, a 0-dim parameter's value), matched by
-        where they were read (the operator, the argument, its place in a list, the operator's
-        tensor shapes) in the order they were first read. Without a record such a number is drawn
-        from 0.5 to 1 (its sign and rough scale pass, not its value), and a scale of 0.088 drawn as
-        0.97 made a T5's logits ten times too large and its step five times slower."""
-        records: dict[tuple, deque] = {}
-        for r in self.sidecar().get("scalar_inputs", []) if scalar_inputs else ():
+        ``scalar_inputs``), matched by where they were read (the operator, the argument, its place
+        in a list, the operator's tensor shapes), in the order they were read. A number the
+        program passed (``wrapped``) is a new tensor at each read, and a trace writer gives many
+        of them one id (its memory is freed at once and reused): each read gets a tensor of its
+        own with its value. Shared, an AdamW's bias correction (0.077) stood in for its weight
+        decay (0.999999) and shrank a parameter thirteen-fold a step. A 0-dim tensor (a
+        parameter, a step count) is one tensor however many ops read it: its first read's value.
+        Without a record such a number is drawn from 0.5 to 1 (its sign and rough scale pass, not
+        its value), and a scale of 0.088 drawn as 0.97 made a T5's logits ten times too large and
+        its step five times slower."""
+        queues: dict[tuple, deque] = {}
+        for r in self.sidecar().get("scalar_inputs", []) if reads else ():
             key = (r["op"], r["arg"], r["index"], tuple(map(tuple, r["shapes"])), r["dtype"])
-            records.setdefault(key, deque()).append(r["value"])
+            queues.setdefault(key, deque()).append(r)
+        if not queues:
+            return
+        tensors: set[TensorRef] = set()  # 0-dim tensors given their record at their first read
         exact = 0
-        for ref, (op, arg, index, shapes) in scalar_inputs.items():
-            values = records.get((op, arg, index, tuple(map(tuple, shapes)), ref.dtype))
-            value = values.popleft() if values else None
+        for i, pos, ref in reads:
+            queue = queues.get(_read_at(planned[i], pos, ref) + (ref.dtype,))
+            if not queue or ref in tensors:
+                continue
+            record = queue.popleft()
+            value = record["value"]
             # (an integer type takes integers only; None: the value was not a finite number)
-            if value is not None and (isinstance(value, int) or _real_floating(ref)):
+            fits = value is not None and (isinstance(value, int) or _real_floating(ref))
+            if record.get("wrapped") and isinstance(planned[i].values[pos], TensorArg):
+                if fits:
+                    own = dataclasses.replace(ref, tensor_id=-1 - exact, storage_id=-1 - exact)
+                    planned[i].values[pos] = TensorArg(own)
+                    self.factory.exact[own] = value
+                    exact += 1
+                continue
+            tensors.add(ref)
+            if fits:
                 self.factory.exact[ref] = value
                 exact += 1
         if exact:
@@ -631,7 +652,8 @@ def _read_at(p: PlannedOp, pos: int, ref: TensorRef) -> tuple:
     v = p.values[pos]
     index = v.refs.index(ref) if isinstance(v, TensorListArg) else None
     shapes = [list(x.ref.shape) for x in p.values if isinstance(x, TensorArg)]
-    return (f"{schema.name}.{schema.overload_name or 'default'}", schema.arguments[pos].name, index, shapes)
+    return (f"{schema.name}.{schema.overload_name or 'default'}", schema.arguments[pos].name, index,
+            tuple(map(tuple, shapes)))  # fmt: skip
 
 
 def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:

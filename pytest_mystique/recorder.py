@@ -286,7 +286,9 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     number's as 0-dim) lets a replay find the same input in the trace. A replay that drew such a
     number (from 0.5 to 1 where a T5 scales its output by 0.088) made an LM head's logits ten
     times too large, its softmax's gradient subnormal, and the step five times slower than its
-    original. A value is None where it is not finite (the record still keeps its place)."""
+    original. A value is None where it is not finite (the record still keeps its place).
+    ``wrapped`` tells a number (a new tensor at each read, though a trace writer may give many of
+    them one id) from a 0-dim tensor (one tensor however many ops read it, recorded once)."""
     schema = func._schema
     bound = [(a, args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema.arguments)]
     wrapped = [_takes_tensor(a) and _is_number(v) for a, v in bound]
@@ -295,19 +297,20 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     op = f"{schema.name}.{schema.overload_name or 'default'}"
     out = []
 
-    def record(name: str, index: int | None, dtype: str, value) -> None:
+    def record(name: str, index: int | None, dtype: str, value, number: bool) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             value = None
-        out.append({"op": op, "arg": name, "index": index, "shapes": shapes, "dtype": dtype, "value": value})
+        out.append({"op": op, "arg": name, "index": index, "shapes": shapes, "dtype": dtype, "value": value,
+                    "wrapped": number})  # fmt: skip
 
     for (a, v), w in zip(bound, wrapped):
         if w:
-            record(a.name, None, "float64" if isinstance(v, float) else "int64", v)
+            record(a.name, None, "float64" if isinstance(v, float) else "int64", v, True)
             continue
         places = [(None, v)] if isinstance(v, torch.Tensor) else list(enumerate(v)) if isinstance(v, (list, tuple)) else []
         for index, x in places:
             if any(x is t for t in scalars):
-                record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x))
+                record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x), False)
     return out
 
 

@@ -591,6 +591,38 @@ def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
     assert logits_std(Replay(load_trace(path), "cpu").prepare()) > 4 * original
 
 
+def test_each_number_passed_gets_its_own_value_where_the_trace_gives_many_one_id(tmp_path):
+    """AdamW (one tensor at a time, the CPU default) passes numbers one after the other: the weight
+    decay's factor, beta2, the bias correction, epsilon. Each is freed at once, and the trace
+    writer gives the next one the same ids. Each read gets its own value in the replay: the
+    parameters' decay multiplies by 1 - lr * weight_decay, never by a bias correction (which had
+    shrunk a MobileViT's weights thirteen-fold a step and made its step 2.5 times slower)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, foreach=False)
+    x = torch.randn(8, 32)
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "adamw", step)
+    numbers: dict[str, list[float]] = {}  # the 0-dim float64 each op read
+
+    def after(s, r):
+        for _, slot in s.fills:
+            t = replay.env[slot]
+            if isinstance(t, torch.Tensor) and t.dim() == 0 and t.dtype == torch.float64:
+                numbers.setdefault(s.name, []).append(float(t))
+
+    replay.run(after)
+    # four parameters: decay (0.99) and beta2 (0.999) multiply, the bias correction divides, eps adds
+    assert sorted(numbers["aten::mul_"]) == [pytest.approx(0.99)] * 4 + [pytest.approx(0.999)] * 4, numbers
+    assert len(numbers["aten::div"]) == 4 and len(set(numbers["aten::div"])) == 1 and numbers["aten::div"][0] < 0.2
+    assert numbers["aten::add_"] == [pytest.approx(1e-8)] * 4, numbers
+
+
 def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
     """A recurrent layer's weights and biases get PyTorch's initialisation, +-1/sqrt(hidden
     size). Drawn from [-1, 1), an LSTM's gates saturated, and with SGD at lr 0.1 the replayed
