@@ -102,6 +102,7 @@ class Planner:
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
         float_inputs: dict[TensorRef, None] = {}  # and floating ones
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
+        written: set[TensorRef] = set()  # inputs an op writes in place
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
             # An output in a storage none of the op's inputs lies in is a new allocation: what lay
@@ -162,6 +163,8 @@ class Planner:
                     if ref.key not in made:
                         if ref.shape == () and not p.collective:
                             scalar_reads.append((len(planned) - 1, pos, ref))
+                        if pos < len(writes) and writes[pos]:
+                            written.add(ref)
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref)
                         elif ref.numel > 1 and _real_floating(ref):
@@ -218,7 +221,7 @@ class Planner:
         self.factory.pass_back(sources_of)
         self._skew_indices(list(int_inputs))
         self._scale_floats(list(float_inputs))
-        self._exact_scalars(planned, scalar_reads)
+        self._exact_scalars(planned, scalar_reads, written)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         self._record_forward(planned, in_step, elsewhere)
         self.flagged, self.flag_paths = required_grad(self.trace)
@@ -518,45 +521,49 @@ class Planner:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
                               f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip
 
-    def _exact_scalars(self, planned: list[PlannedOp], reads: list[tuple[int, int, TensorRef]]) -> None:
+    def _exact_scalars(self, planned: list[PlannedOp], reads: list[tuple[int, int, TensorRef]],
+                       written: set[TensorRef]) -> None:  # fmt: skip
         """0-dim inputs of the step take the values the capture helper recorded (the sidecar's
         ``scalar_inputs``), matched by where they were read (the operator, the argument, its place
-        in a list, the operator's tensor shapes), in the order they were read. A number the
-        program passed (``wrapped``) is a new tensor at each read, and a trace writer gives many
-        of them one id (its memory is freed at once and reused): each read gets a tensor of its
-        own with its value. Shared, an AdamW's bias correction (0.077) stood in for its weight
-        decay (0.999999) and shrank a parameter thirteen-fold a step. A 0-dim tensor (a
-        parameter, a step count) is one tensor however many ops read it: its first read's value.
-        Without a record such a number is drawn from 0.5 to 1 (its sign and rough scale pass, not
-        its value), and a scale of 0.088 drawn as 0.97 made a T5's logits ten times too large and
-        its step five times slower."""
+        in a list, the operator's tensor shapes), read by read. A number the program passed is a
+        new tensor at each read, freed at once, and a trace writer gives the next one the same ids
+        (so it does to a number the forward pass saved for the backward one): each read of a 0-dim
+        input that no op writes gets a tensor of its own with its value. Shared, an AdamW's bias
+        correction (0.077) stood in for its weight decay (0.999999) and shrank a MobileViT's
+        parameters thirteen-fold a step. One that an op writes in place (a step count) stays one
+        tensor, with its first read's value. Without a record a number is drawn from 0.5 to 1 (its
+        sign and rough scale pass, not its value), and a scale of 0.088 drawn as 0.97 made a T5's
+        logits ten times too large and its step five times slower."""
         queues: dict[tuple, deque] = {}
         for r in self.sidecar().get("scalar_inputs", []) if reads else ():
             key = (r["op"], r["arg"], r["index"], tuple(map(tuple, r["shapes"])), r["dtype"])
-            queues.setdefault(key, deque()).append(r)
+            queues.setdefault(key, deque()).append(r["value"])
         if not queues:
             return
-        tensors: set[TensorRef] = set()  # 0-dim tensors given their record at their first read
+        first: set[TensorRef] = set()  # written ones given their first read's value
         exact = 0
         for i, pos, ref in reads:
             queue = queues.get(_read_at(planned[i], pos, ref) + (ref.dtype,))
-            if not queue or ref in tensors:
+            if not queue:
                 continue
-            record = queue.popleft()
-            value = record["value"]
+            value = queue.popleft()
             # (an integer type takes integers only; None: the value was not a finite number)
             fits = value is not None and (isinstance(value, int) or _real_floating(ref))
-            if record.get("wrapped") and isinstance(planned[i].values[pos], TensorArg):
+            if ref not in written:
                 if fits:
                     own = dataclasses.replace(ref, tensor_id=-1 - exact, storage_id=-1 - exact)
-                    planned[i].values[pos] = TensorArg(own)
+                    v = planned[i].values[pos]
+                    if isinstance(v, TensorListArg):
+                        v.refs[v.refs.index(ref)] = own
+                    else:
+                        planned[i].values[pos] = TensorArg(own)
                     self.factory.exact[own] = value
                     exact += 1
-                continue
-            tensors.add(ref)
-            if fits:
-                self.factory.exact[ref] = value
-                exact += 1
+            elif ref not in first:
+                first.add(ref)
+                if fits:
+                    self.factory.exact[ref] = value
+                    exact += 1
         if exact:
             self.report.notes[f"{exact} 0-dim input(s) (numbers the program passed, 0-dim parameters) hold the "
                               f"original's values, as the capture recorded"] += 1  # fmt: skip

@@ -245,11 +245,13 @@ def _record_inputs(step, result: Captured) -> None:
             leaves = tree_leaves((args, kwargs or {}))
             scalars = []
             for t in leaves if func not in fresh else ():
-                if isinstance(t, torch.Tensor) and id(t) not in seen and not made_here(t):
-                    seen.add(id(t))
+                if isinstance(t, torch.Tensor) and not made_here(t):
                     if t.dim() == 0 and type(t) in (torch.Tensor, torch.nn.Parameter):
-                        scalars.append(t)
+                        scalars.append(t)  # (at every read: a writer may give another 0-dim tensor its ids)
                         continue
+                    if id(t) in seen:
+                        continue
+                    seen.add(id(t))
                     record = _input_record(t)
                     if record is not None:
                         kind = ("sparse_inputs" if "layout" in record else
@@ -287,8 +289,8 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     number (from 0.5 to 1 where a T5 scales its output by 0.088) made an LM head's logits ten
     times too large, its softmax's gradient subnormal, and the step five times slower than its
     original. A value is None where it is not finite (the record still keeps its place).
-    ``wrapped`` tells a number (a new tensor at each read, though a trace writer may give many of
-    them one id) from a 0-dim tensor (one tensor however many ops read it, recorded once)."""
+    Every read is recorded: a trace writer gives many numbers and 0-dim tensors one id (each is
+    freed at once; a number the forward pass saved for the backward one is a 0-dim tensor there)."""
     schema = func._schema
     bound = [(a, args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema.arguments)]
     wrapped = [_takes_tensor(a) and _is_number(v) for a, v in bound]
@@ -297,20 +299,19 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     op = f"{schema.name}.{schema.overload_name or 'default'}"
     out = []
 
-    def record(name: str, index: int | None, dtype: str, value, number: bool) -> None:
+    def record(name: str, index: int | None, dtype: str, value) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             value = None
-        out.append({"op": op, "arg": name, "index": index, "shapes": shapes, "dtype": dtype, "value": value,
-                    "wrapped": number})  # fmt: skip
+        out.append({"op": op, "arg": name, "index": index, "shapes": shapes, "dtype": dtype, "value": value})
 
     for (a, v), w in zip(bound, wrapped):
         if w:
-            record(a.name, None, "float64" if isinstance(v, float) else "int64", v, True)
+            record(a.name, None, "float64" if isinstance(v, float) else "int64", v)
             continue
         places = [(None, v)] if isinstance(v, torch.Tensor) else list(enumerate(v)) if isinstance(v, (list, tuple)) else []
         for index, x in places:
             if any(x is t for t in scalars):
-                record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x), False)
+                record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x))
     return out
 
 
