@@ -13,6 +13,7 @@ planned is skipped here with the reason, its outputs' memory still counted as a 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable
@@ -541,6 +542,7 @@ class Planner:
         if not queues:
             return
         first: set[TensorRef] = set()  # written ones given their first read's value
+        own_ids = itertools.count(-1, -1)  # (the per-read tensors' ids: distinct, and no trace's)
         exact = 0
         for i, pos, ref in reads:
             queue = queues.get(_read_at(planned[i], pos, ref) + (ref.dtype,))
@@ -551,7 +553,8 @@ class Planner:
             fits = value is not None and (isinstance(value, int) or _real_floating(ref))
             if ref not in written:
                 if fits:
-                    own = dataclasses.replace(ref, tensor_id=-1 - exact, storage_id=-1 - exact)
+                    own_id = next(own_ids)
+                    own = dataclasses.replace(ref, tensor_id=own_id, storage_id=own_id)
                     v = planned[i].values[pos]
                     if isinstance(v, TensorListArg):
                         v.refs[v.refs.index(ref)] = own

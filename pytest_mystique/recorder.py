@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .sidecar import add_to_sidecar, differing, sidecar_path, write_sidecar
+from .sidecar import _number, add_to_sidecar, differing, sidecar_path, write_sidecar
 
 
 @dataclass
@@ -293,7 +293,7 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     freed at once; a number the forward pass saved for the backward one is a 0-dim tensor there)."""
     schema = func._schema
     bound = [(a, args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema.arguments)]
-    wrapped = [_takes_tensor(a) and _is_number(v) for a, v in bound]
+    wrapped = [_takes_tensor(a) and _number(v) for a, v in bound]
     shapes = [[int(d) for d in v.shape] if isinstance(v, torch.Tensor) else []
               for (a, v), w in zip(bound, wrapped) if w or isinstance(v, torch.Tensor)]  # fmt: skip
     op = f"{schema.name}.{schema.overload_name or 'default'}"
@@ -321,10 +321,6 @@ def _takes_tensor(arg) -> bool:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
     return isinstance(t, torch.TensorType)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _scalar_value(t: torch.Tensor) -> float | int | None:

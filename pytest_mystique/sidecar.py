@@ -71,8 +71,8 @@ def _scalar_record_ok(r) -> bool:
     return (isinstance(r.get("op"), str) and isinstance(r.get("arg"), str) and isinstance(r.get("dtype"), str)
             and (index is None or _count(index))
             and isinstance(shapes, list) and all(isinstance(x, list) and all(_count(d) for d in x) for x in shapes)
-            and (value is None or (isinstance(value, float) and math.isfinite(value))
-                 or (_number(value) and isinstance(value, int) and -(2**63) <= value < 2**63)))  # fmt: skip
+            and (value is None or (_number(value) and (math.isfinite(value) if isinstance(value, float)
+                                                       else -(2**63) <= value < 2**63))))  # fmt: skip
 
 
 def _float_record_ok(r) -> bool:
