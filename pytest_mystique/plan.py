@@ -86,7 +86,7 @@ class Planner:
         self.host_kept = self.device.type != "cpu" and any(
             ref.device not in ("cpu", "meta") for n in ops for ref in tensors_of((*n.inputs, *n.outputs)))
         planned = []
-        made: set[tuple[int, int]] = set()
+        made: dict[tuple[int, int], TensorRef] = {}  # a produced tensor's ids -> the tensor, as its op output it
         placed: dict[tuple, TensorRef] = {}  # where a produced tensor lies -> the tensor
         lying_in: dict[int, list[TensorRef]] = {}  # a storage id -> the produced tensors in its allocation
         external_bytes: dict[tuple, int] = {}
@@ -117,7 +117,7 @@ class Planner:
                     fresh.discard(sid)
                 for old in lying_in.pop(sid, ()):
                     placed.pop(old.placement, None)
-                    made.discard(old.key)
+                    made.pop(old.key, None)
                     producer.pop(old.key, None)
                     unwritten.discard(old.key)
 
@@ -149,7 +149,7 @@ class Planner:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self.seeded.add(ref.key)  # the program filled it outside the ops
-                    if (ref.key not in made and ref.key not in self.seeded and ref.storage_id in fresh
+                    if (not _made(ref, made) and ref.key not in self.seeded and ref.storage_id in fresh
                             and lying_in.get(ref.storage_id) and _real_floating(ref)):  # fmt: skip
                         if inner is None:
                             inner = _inner_placements(self.trace)
@@ -157,11 +157,11 @@ class Planner:
                         if base is not None:
                             p.views[ref] = base
                             views += 1
-                            made.add(ref.key)
+                            made[ref.key] = ref
                             placed[ref.placement] = ref
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
-                    if ref.key not in made:
+                    if not _made(ref, made):
                         if ref.shape == () and not p.collective:
                             scalar_reads.append((len(planned) - 1, pos, ref))
                         if pos < len(writes) and writes[pos]:
@@ -181,7 +181,7 @@ class Planner:
             outs = tensors_of(node.outputs)
             allocated(outs, {sid for _, sid in read})
             for ref in outs:
-                made.add(ref.key)
+                made[ref.key] = ref
                 made_at[ref.key] = node.id
                 placed[ref.placement] = ref
                 if ref.numel:
@@ -666,7 +666,17 @@ def _read_at(p: PlannedOp, pos: int, ref: TensorRef) -> tuple:
             tuple(map(tuple, shapes)))  # fmt: skip
 
 
-def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:
+def _made(ref: TensorRef, made: dict[tuple[int, int], TensorRef]) -> bool:
+    """``ref`` reads an earlier op's output: one with its ids, type and layout. Ids alone say
+    little: a trace writer gives a tensor made outside the ops (a number the program passed, 8
+    bytes where a freed activation lay) the ids of the last one at its address, and the build
+    (:meth:`.replay.Replay._produced_slot`) reads seeded data where the layout differs."""
+    hit = made.get(ref.key)
+    return (hit is not None and hit.shape == ref.shape and hit.dtype == ref.dtype
+            and hit.layout_strides() == ref.layout_strides())  # fmt: skip
+
+
+def _same_tensor(v: Any, made: dict, placed: dict, values: list) -> Any:
     """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
     earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
     output. The original program read the output itself through another tensor object: autograd
@@ -682,12 +692,12 @@ def _same_tensor(v: Any, made: set, placed: dict, values: list) -> Any:
     linked to the op that made it."""
     if isinstance(v, TensorArg):
         ref = v.ref
-        if ref.key not in made and not _promotes_as_tensor(ref, values):
+        if not _made(ref, made) and not _promotes_as_tensor(ref, values):
             hit = placed.get(ref.placement)
             if hit is not None:
                 return TensorArg(hit)
     elif isinstance(v, TensorListArg):
-        refs = [r if r is None or r.key in made else placed.get(r.placement, r) for r in v.refs]
+        refs = [r if r is None or _made(r, made) else placed.get(r.placement, r) for r in v.refs]
         if refs != v.refs:
             return TensorListArg(refs)
     return v

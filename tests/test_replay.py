@@ -596,7 +596,10 @@ def test_each_number_passed_gets_its_own_value_where_the_trace_gives_many_one_id
     decay's factor, beta2, the bias correction, epsilon. Each is freed at once, and the trace
     writer gives the next one the same ids. Each read gets its own value in the replay: the
     parameters' decay multiplies by 1 - lr * weight_decay, never by a bias correction (which had
-    shrunk a MobileViT's weights thirteen-fold a step and made its step 2.5 times slower)."""
+    shrunk a MobileViT's weights thirteen-fold a step and made its step 2.5 times slower). A
+    number may also take the ids of an activation freed before it (8 bytes where the activation
+    lay): it is still a number the program passed, with its recorded value, not that activation
+    (read as one, it was drawn, and every later number of its kind took its neighbour's value)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, foreach=False)
@@ -607,26 +610,37 @@ def test_each_number_passed_gets_its_own_value_where_the_trace_gives_many_one_id
         model(x).sum().backward()
         opt.step()
 
-    replay = _captured(tmp_path, "adamw", step)
-    numbers: dict[str, list[float]] = {}  # the 0-dim float64 each op read
+    def numbers_read(replay) -> dict[str, list[float]]:  # the 0-dim float64 each op read, in order
+        numbers: dict[str, list[float]] = {}
 
-    def after(s, r):
-        for _, slot in s.fills:
-            t = replay.env[slot]
-            if isinstance(t, torch.Tensor) and t.dim() == 0 and t.dtype == torch.float64:
-                numbers.setdefault(s.name, []).append(float(t))
+        def after(s, r):
+            for _, slot in s.fills:
+                t = replay.env[slot]
+                if isinstance(t, torch.Tensor) and t.dim() == 0 and t.dtype == torch.float64:
+                    numbers.setdefault(s.name, []).append(float(t))
 
-    replay.run(after)
-    # four parameters: decay (0.99) and beta2 (0.999) multiply, the bias correction divides, eps
-    # adds, and no op reads another's number. (Which ids the writer recycles depends on the
-    # process's heap: a number with an earlier 0-dim output's ids is read as that output, and one
-    # whose record another read took is drawn; neither is another op's number.)
-    (correction,) = {v for v in numbers["aten::div"] if v < 0.2}
-    own = {"aten::mul_": {0.99, 0.999}, "aten::div": {correction}, "aten::add_": {1e-8}}
-    for name, values in own.items():
-        assert values & set(numbers[name]), numbers
-        others = set().union(*own.values()) - values
-        assert not others & set(numbers[name]), (name, numbers)
+        replay.run(after)
+        return numbers
+
+    path = tmp_path / "adamw.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    for recycled in (False, True):
+        if recycled:  # the first decay factor gets the ids of the first layer's output
+            activation = next(n for n in data["nodes"] if n["name"] == "aten::addmm")["outputs"]["values"][0]
+            number = next(n for n in data["nodes"] if n["name"] == "aten::mul_"
+                          and n["inputs"]["types"][1] == "Tensor(double)")["inputs"]["values"][1]  # fmt: skip
+            assert activation[3] > 1 and number[3] == 1
+            number[:2] = activation[:2]
+            write_json(path, data)
+        replay = Replay(load_trace(path), "cpu").prepare()
+        numbers = numbers_read(replay)
+        # four parameters, each: decay (0.99) and beta2 (0.999) multiply, the bias correction
+        # divides, eps adds, in that order
+        correction = numbers["aten::div"][0]
+        assert 0.05 < correction < 0.2, numbers
+        assert numbers == {"aten::mul_": [0.99, 0.999] * 4, "aten::div": [correction] * 4,
+                           "aten::add_": [1e-8] * 4}, (recycled, numbers)  # fmt: skip
 
 
 def test_recurrent_weights_get_their_layers_range_and_do_not_drift(tmp_path):
