@@ -672,8 +672,7 @@ def _made(ref: TensorRef, made: dict[tuple[int, int], TensorRef]) -> bool:
     bytes where a freed activation lay) the ids of the last one at its address, and the build
     (:meth:`.replay.Replay._produced_slot`) reads seeded data where the layout differs."""
     hit = made.get(ref.key)
-    return (hit is not None and hit.shape == ref.shape and hit.dtype == ref.dtype
-            and hit.layout_strides() == ref.layout_strides())  # fmt: skip
+    return hit is not None and hit.laid_out_as(ref)
 
 
 def _same_tensor(v: Any, made: dict, placed: dict, values: list) -> Any:

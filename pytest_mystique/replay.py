@@ -286,8 +286,7 @@ class Replay:
         hit = self._produced.get(ref.key)
         if hit is not None:
             slot, made, generation = hit
-            if (generation == self._generation.get(ref.storage_id, 0) and made.shape == ref.shape
-                    and made.dtype == ref.dtype and made.layout_strides() == ref.layout_strides()):  # fmt: skip
+            if generation == self._generation.get(ref.storage_id, 0) and made.laid_out_as(ref):
                 return slot
         return None
 

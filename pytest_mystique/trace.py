@@ -108,6 +108,12 @@ class TensorRef:
             return self.strides
         return contiguous_strides(self.shape)
 
+    def laid_out_as(self, other: TensorRef) -> bool:
+        """``other`` has this tensor's shape, type and strides: it can be this tensor read again
+        (same ids alone say little: a trace writer gives a new tensor the ids of the last one at
+        its address)."""
+        return self.shape == other.shape and self.dtype == other.dtype and self.layout_strides() == other.layout_strides()
+
     def extent(self) -> int:
         """Elements of storage this tensor reaches, counted from its offset."""
         return _extent(self.shape, self.strides)
