@@ -11,9 +11,12 @@ from pytest_mystique.errors import MystiqueError
 from pytest_mystique.replay import Replay
 from pytest_mystique.trace import parse_trace
 
-from conftest import corpus, read_json
+from conftest import bundled, corpus, read_json
 
-GOOD = None
+#: A trace per path the replay takes: an inference step (corpus) and a training step with its
+#: backward ops and optimizer (bundled).
+SOURCES = {"vit_infer": lambda: corpus("vit_infer.json.gz"), "mlp_train": lambda: bundled("mlp_train")}
+GOOD: dict[str, dict] = {}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=12),
@@ -25,16 +28,15 @@ TYPES = ["Tensor(float)", "Tensor(long int)", "Tensor(c10::Half)", "Tensor(bool)
          "Tuple[String,String]", "Object", "Stream", "Frobnicate", "Tensor(", "GenericList[", ""]  # fmt: skip
 
 
-def good_doc():
-    global GOOD
-    if GOOD is None:
-        GOOD = read_json(corpus("vit_infer.json.gz"))
-    return GOOD
+def good_doc(name: str) -> dict:
+    if name not in GOOD:
+        GOOD[name] = read_json(SOURCES[name]())
+    return GOOD[name]
 
 
 @st.composite
-def mutations(draw):
-    doc = copy.deepcopy(good_doc())
+def mutations(draw, source: str):
+    doc = copy.deepcopy(good_doc(source))
     nodes = doc["nodes"]
     for _ in range(draw(st.integers(1, 4))):
         node = nodes[draw(st.integers(0, len(nodes) - 1))]
@@ -71,9 +73,11 @@ def mutations(draw):
 OUTCOMES = {"replayed": 0, "clear error": 0}
 
 
+@pytest.mark.parametrize("source", sorted(SOURCES))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(mutations())
-def test_mutated_traces_replay_or_fail_clearly(doc):
+@given(data=st.data())
+def test_mutated_traces_replay_or_fail_clearly(source, data):
+    doc = data.draw(mutations(source))
     text = json.dumps(doc)  # every mutation is still JSON: the loader's structural checks are under test
     try:
         trace = parse_trace(json.loads(text), "fuzzed.json")
