@@ -22,9 +22,11 @@ since a step that skips a random layer is not the traced one) and a time-series 
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
-``--ops N``, N alternated profiled calls of each side also compare the time inside operators (the
+``--ops N``, alternated profiled calls of each side also compare the time inside operators (the
 part of a step that a trace holds) and give the original's share outside them (its Python, the
-autograd engine's own work).
+autograd engine's own work): N calls at least, more for a short step, up to 8N, so that each side
+profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
+0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 
     python benchmarks/model_zoo.py [--ops N] [MODEL ...]
 """
@@ -205,6 +207,16 @@ def timed(f, n: int) -> list[float]:
     return out
 
 
+#: Seconds of steps each side profiles, at least (see --ops).
+PROFILED_S = 0.25
+
+
+def profiled_calls(at_least: int, step_s: float) -> int:
+    """How many profiled calls of each side: ``at_least``, more for a short step (up to eight
+    times as many), so that each side's median covers ``PROFILED_S`` of steps."""
+    return max(at_least, min(8 * at_least, math.ceil(PROFILED_S / max(step_s, 1e-6))))
+
+
 #: Notes every training step gets, left out of the table's count.
 ROUTINE = ("optimizer state", "through their parts", "autograd recording their graph")
 
@@ -213,8 +225,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="some of: " + ", ".join(MODELS))
     ap.add_argument("--ops", type=int, default=0, metavar="N",
-                    help="also compare the time inside operators over N alternated profiled calls of each side "
-                         "(measure.inside_operators): the part of a step that a trace holds")  # fmt: skip
+                    help="also compare the time inside operators over N or more alternated profiled calls of each "
+                         "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
+                         "trace holds")  # fmt: skip
     args = ap.parse_args()
     global tf
     import transformers as tf
@@ -261,7 +274,8 @@ def main() -> int:
                 if not varies:
                     ratios.append(ratio)
                 if args.ops:
-                    o, r = inside_operators_alternated((step, run), args.ops, (None, replay.between_iterations))
+                    calls = profiled_calls(args.ops, statistics.median(orig))
+                    o, r = inside_operators_alternated((step, run), calls, (None, replay.between_iterations))
                     if not varies:
                         op_ratios.append(r.ops_s / o.ops_s)
                     extra = f" {r.ops_s / o.ops_s:8.3f} {1 - o.share:5.0%}"
