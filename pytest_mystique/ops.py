@@ -185,6 +185,12 @@ class SchemaFacts:
 _facts: dict = {}
 
 
+def qualified_name(schema) -> str:
+    """A schema's ``namespace::name.overload`` (``.default`` for the unnamed overload), as the
+    reports and the capture helper's records name an operator."""
+    return f"{schema.name}.{schema.overload_name or 'default'}"
+
+
 def schema_facts(overload) -> SchemaFacts:
     """The :class:`SchemaFacts` of a resolved ``OpOverload`` (cached), or of any object with a
     ``_schema`` (a collective's call: not cached, there is one per node)."""
@@ -192,7 +198,7 @@ def schema_facts(overload) -> SchemaFacts:
     facts = _facts.get(overload) if op else None
     if facts is None:
         schema = overload._schema
-        qualname = f"{schema.name}.{schema.overload_name or 'default'}"
+        qualname = qualified_name(schema)
         facts = SchemaFacts(qualname, len(schema.returns),
                             tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments),
                             tuple(a.default_value if a.has_default_value() else NO_DEFAULT for a in schema.arguments),

@@ -26,7 +26,7 @@ from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
-from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, resolve, schema_facts
+from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
 from .sidecar import take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
@@ -662,8 +662,7 @@ def _read_at(p: PlannedOp, pos: int, ref: TensorRef) -> tuple:
     v = p.values[pos]
     index = v.refs.index(ref) if isinstance(v, TensorListArg) else None
     shapes = [list(x.ref.shape) for x in p.values if isinstance(x, TensorArg)]
-    return (f"{schema.name}.{schema.overload_name or 'default'}", schema.arguments[pos].name, index,
-            tuple(map(tuple, shapes)))  # fmt: skip
+    return qualified_name(schema), schema.arguments[pos].name, index, tuple(map(tuple, shapes))
 
 
 def _made(ref: TensorRef, made: dict[tuple[int, int], TensorRef]) -> bool:

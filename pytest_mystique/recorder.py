@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from .ops import qualified_name
 from .sidecar import _number, add_to_sidecar, differing, sidecar_path, write_sidecar
 
 
@@ -296,7 +297,7 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     wrapped = [_takes_tensor(a) and _number(v) for a, v in bound]
     shapes = [[int(d) for d in v.shape] if isinstance(v, torch.Tensor) else []
               for (a, v), w in zip(bound, wrapped) if w or isinstance(v, torch.Tensor)]  # fmt: skip
-    op = f"{schema.name}.{schema.overload_name or 'default'}"
+    op = qualified_name(schema)
     out = []
 
     def record(name: str, index: int | None, dtype: str, value) -> None:
