@@ -68,10 +68,10 @@ _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
 
 def _host_elements(v: torch.Tensor) -> Any:
     """The elements of ``v``, a contiguous tensor, as a flat NumPy array over its memory, where it
-    is in host memory and of a type NumPy has; else None. Checked right after an op that wrote tens
-    of megabytes, the interpreter's and torch's code is out of the caches: a torch call costs
-    50-100 us there, and a NumPy one a fraction of that (the build's checks took a third of a large
-    trace's build)."""
+    is in host memory and of a type NumPy has; else None. A check made of NumPy calls takes 9 us
+    where one of torch calls took 22 (llama_train's build: 0.201 s against 0.212 s). Right after an
+    op that wrote tens of megabytes any call pays for the caches the op emptied, and whatever runs
+    next pays it: there a large trace's whole build did not move (2.47 s against 2.44 s)."""
     if v.device.type != "cpu" or v.dtype not in _NUMPY_FLOATS:
         return None
     try:
