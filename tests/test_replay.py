@@ -93,6 +93,38 @@ def test_outputs_feed_consumers_and_are_released_after_last_use():
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
 
+def test_an_output_is_held_until_the_original_gave_its_memory_to_another():
+    """The trace gives memory at an address the storage id of the last tensor there: an op's output
+    in a storage id seen before, and in none of its inputs', is where the original reused that
+    memory. An output the original held past its last read (a Python variable) is freed there; one
+    whose memory the trace never shows reused is freed after its last read."""
+    trace = load_trace(corpus("vit_infer.json.gz"))
+    replay = Replay(trace, "cpu").prepare()
+    nodes = {n.id: n for n in trace.nodes}
+    storage, made, last_read, freed_at, starts = {}, {}, {}, {}, []
+    for i, step in enumerate(replay.steps):
+        for slot in [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]:
+            last_read[slot] = i
+        for slot in step.frees:
+            freed_at[slot] = i
+        node = nodes[step.node_id]
+        ins = {r.storage_id for r in tensors_of(node.inputs)}
+        starts.append(set() if step.view else {r.storage_id for r in node.outputs
+                                                if isinstance(r, TensorRef) and r.numel and r.storage_id not in ins})  # fmt: skip
+        for idx, slot in [] if step.view else step.outs:
+            if isinstance(slot, int) and isinstance(node.outputs[idx], TensorRef):
+                storage[slot], made[slot] = node.outputs[idx].storage_id, i
+    held = 0
+    for slot, sid in storage.items():
+        reused = next((k for k in range(made[slot] + 1, len(starts)) if sid in starts[k]), None)
+        expected = last_read[slot] if reused is None else max(last_read[slot], reused - 1)
+        assert freed_at[slot] == expected, (replay.steps[made[slot]].name, made[slot], last_read[slot], reused)
+        held += expected > last_read[slot]
+    assert held >= 10, "ViT's trace shows many outputs held past their last read"
+    replay.run()
+    assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
+
+
 def test_saved_activations_are_read_from_the_op_that_wrote_them():
     # Autograd hands a backward op the ReLU's saved output as a new tensor object (a new id in the
     # trace, same storage and layout): the replay must bind it to the forward op's output, not
