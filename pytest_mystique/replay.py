@@ -85,12 +85,22 @@ def resolve_device(spec: str | None) -> torch.device:
     return dev
 
 
+#: When the replay frees an op's output: after its last read (the default), or, where the trace
+#: shows the original giving that memory to a later output, just before that output's op (see
+#: Replay._liveness; an experiment that ``benchmarks/liveness.py`` measures).
+LAST_READ, UNTIL_REUSE = "last-read", "until-reuse"
+LIVENESS = (LAST_READ, UNTIL_REUSE)
+
+
 class Replay:
     """A prepared replay of one trace on one device."""
 
     def __init__(self, trace: Trace, device: str | torch.device | None = "cpu", *, seed: int = 0,
-                 max_memory: int | None = None, comms: Comms | None = None):  # fmt: skip
+                 max_memory: int | None = None, comms: Comms | None = None, liveness: str = LAST_READ):  # fmt: skip
+        if liveness not in LIVENESS:
+            raise ValueError(f"liveness must be one of {', '.join(LIVENESS)}, not {liveness!r}")
         self.trace = trace
+        self.liveness = liveness  # when an op's output is freed (see _liveness)
         self.comms = comms  # the process groups collectives run on; None: collectives are skipped
         self.device = device if isinstance(device, torch.device) else resolve_device(device)
         self.seed = seed
@@ -632,12 +642,15 @@ class Replay:
                         last_read[s] = i
         # Where the original's memory went to a later op's output, which the trace shows as that
         # output starting the next generation of the storage id (see _allocation), the original had
-        # let go of the allocation before that op: until then it may have held it past its last use
-        # (a Python variable, a module's locals). It is freed there, the latest point the trace
-        # allows, not at its last read: a new output then takes memory that the original's took
-        # too, not the caches' warm, just-freed block (small inference steps' operators ran 3-7%
-        # faster than the original's, freed at the last read). Elsewhere the trace says nothing
-        # and the last read decides.
+        # let go of the allocation before that op, and may have held it past its last read until
+        # then (a Python variable, a module's locals). UNTIL_REUSE frees it there, the latest point
+        # the trace allows. Small inference steps' operators then ran closer to their original's
+        # (0.93 to 0.98 of it, median of 75 models), but loops over positions (Mamba's and Jamba's
+        # training steps) overshot to 1.1-1.3, holding thousands of outputs for hundreds of ops: the
+        # likely cause is an allocator's queue of freed blocks of one size (glibc's unsorted bin
+        # hands out the first freed first), which delayed the original's reuse where the program
+        # had not, and which the replay's own queue then adds to. LAST_READ, the default, frees
+        # after the last read.
         started: dict[tuple[int, int], int] = {}
         for i, step in enumerate(self.steps):
             for s in out_slots(step.outs):
@@ -646,8 +659,10 @@ class Replay:
         free_at: dict[int, int] = {}
         for slot, i in last_read.items():
             if slot not in self.permanent:
-                storage, generation = self._allocation.get(slot, (None, 0))
-                free_at[slot] = max(i, started.get((storage, generation + 1), 0) - 1)
+                free_at[slot] = i
+                if self.liveness == UNTIL_REUSE:
+                    storage, generation = self._allocation.get(slot, (None, 0))
+                    free_at[slot] = max(i, started.get((storage, generation + 1), 0) - 1)
         frees: dict[int, list[int]] = {}
         for slot, i in free_at.items():
             frees.setdefault(i, []).append(slot)

@@ -93,13 +93,14 @@ def test_outputs_feed_consumers_and_are_released_after_last_use():
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
 
-def test_an_output_is_held_until_the_original_gave_its_memory_to_another():
+@pytest.mark.parametrize("liveness", replay_module.LIVENESS)
+def test_an_output_is_freed_after_its_last_read_or_where_the_original_reused_its_memory(liveness):
     """The trace gives memory at an address the storage id of the last tensor there: an op's output
     in a storage id seen before, and in none of its inputs', is where the original reused that
-    memory. An output the original held past its last read (a Python variable) is freed there; one
-    whose memory the trace never shows reused is freed after its last read."""
+    memory. By default an output is freed after its last read; with ``until-reuse``, just before
+    the op where the original reused its memory, where the trace shows that later."""
     trace = load_trace(corpus("vit_infer.json.gz"))
-    replay = Replay(trace, "cpu").prepare()
+    replay = Replay(trace, "cpu", liveness=liveness).prepare()
     nodes = {n.id: n for n in trace.nodes}
     storage, made, last_read, freed_at, starts = {}, {}, {}, {}, []
     for i, step in enumerate(replay.steps):
@@ -117,10 +118,12 @@ def test_an_output_is_held_until_the_original_gave_its_memory_to_another():
     held = 0
     for slot, sid in storage.items():
         reused = next((k for k in range(made[slot] + 1, len(starts)) if sid in starts[k]), None)
-        expected = last_read[slot] if reused is None else max(last_read[slot], reused - 1)
+        expected = last_read[slot]
+        if reused is not None and liveness == replay_module.UNTIL_REUSE:
+            expected = max(last_read[slot], reused - 1)
         assert freed_at[slot] == expected, (replay.steps[made[slot]].name, made[slot], last_read[slot], reused)
-        held += expected > last_read[slot]
-    assert held >= 10, "ViT's trace shows many outputs held past their last read"
+        held += freed_at[slot] > last_read[slot]
+    assert held >= 10 if liveness == replay_module.UNTIL_REUSE else held == 0
     replay.run()
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
