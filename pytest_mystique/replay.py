@@ -651,8 +651,8 @@ class Replay:
         # hands out the first freed first), which delayed the original's reuse where the program
         # had not, and which the replay's own queue then adds to. LAST_READ, the default, frees
         # after the last read.
-        started: dict[tuple[int, int], int] = {}
-        for i, step in enumerate(self.steps):
+        started: dict[tuple[int, int], int] = {}  # where each allocation was made
+        for i, step in enumerate(self.steps if self.liveness == UNTIL_REUSE else ()):
             for s in out_slots(step.outs):
                 if s in self._allocation:
                     started.setdefault(self._allocation[s], i)

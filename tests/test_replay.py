@@ -128,6 +128,11 @@ def test_an_output_is_freed_after_its_last_read_or_where_the_original_reused_its
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
 
+def test_an_unknown_liveness_rule_is_refused():
+    with pytest.raises(ValueError, match="liveness must be one of last-read, until-reuse, not 'never'"):
+        Replay(load_trace(corpus("vit_infer.json.gz")), "cpu", liveness="never")
+
+
 def test_saved_activations_are_read_from_the_op_that_wrote_them():
     # Autograd hands a backward op the ReLU's saved output as a new tensor object (a new id in the
     # trace, same storage and layout): the replay must bind it to the forward op's output, not
