@@ -256,11 +256,17 @@ class Replay:
         self.steps.append(Step(_AS_STRIDED._op, args, [(0, bslot)], [], len(args), (), [(0, slot)], True,
                                name="aten::as_strided", node_id=p.node.id, grad=grad,
                                op="aten::as_strided.default", view=True))  # fmt: skip
-        self._produced[ref.key] = (slot, ref, self._generation.get(ref.storage_id, 0))
-        self._allocation[slot] = (ref.storage_id, self._generation.get(ref.storage_id, 0))
+        self._record_produced(slot, ref)
         if bslot in self._original:
             self._mark_original((slot,))
         return slot
+
+    def _record_produced(self, slot: int, ref: TensorRef) -> None:
+        """``slot`` holds the recorded tensor ``ref``, in its storage's current allocation: later
+        reads of ``ref`` find it there, and _liveness knows the allocation it lies in."""
+        generation = self._generation.get(ref.storage_id, 0)
+        self._produced[ref.key] = (slot, ref, generation)
+        self._allocation[slot] = (ref.storage_id, generation)
 
     def _mixes_host(self, fills: list[tuple[int, int]]) -> bool:
         """A CPU trace on a GPU: the op reads a tensor kept in host memory (not 0-dim) beside device
@@ -613,8 +619,7 @@ class Replay:
             if out.storage_id not in in_storages and out.numel:  # (a tensor of no elements has no memory)
                 self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
                 in_storages.add(out.storage_id)  # (the op's other outputs there are in this allocation too)
-            self._produced[out.key] = (slot, out, self._generation.get(out.storage_id, 0))
-            self._allocation[slot] = (out.storage_id, self._generation.get(out.storage_id, 0))
+            self._record_produced(slot, out)
             return slot
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []
@@ -640,29 +645,9 @@ class Replay:
                 for s in slots:
                     if s >= 0:
                         last_read[s] = i
-        # Where the original's memory went to a later op's output, which the trace shows as that
-        # output starting the next generation of the storage id (see _allocation), the original had
-        # let go of the allocation before that op, and may have held it past its last read until
-        # then (a Python variable, a module's locals). UNTIL_REUSE frees it there, the latest point
-        # the trace allows. Small inference steps' operators then ran closer to their original's
-        # (0.93 to 0.98 of it, median of 75 models), but loops over positions (Mamba's and Jamba's
-        # training steps) overshot to 1.1-1.3, holding thousands of outputs for hundreds of ops: the
-        # likely cause is an allocator's queue of freed blocks of one size (glibc's unsorted bin
-        # hands out the first freed first), which delayed the original's reuse where the program
-        # had not, and which the replay's own queue then adds to. LAST_READ, the default, frees
-        # after the last read.
-        started: dict[tuple[int, int], int] = {}  # where each allocation was made
-        for i, step in enumerate(self.steps if self.liveness == UNTIL_REUSE else ()):
-            for s in out_slots(step.outs):
-                if s in self._allocation:
-                    started.setdefault(self._allocation[s], i)
-        free_at: dict[int, int] = {}
-        for slot, i in last_read.items():
-            if slot not in self.permanent:
-                free_at[slot] = i
-                if self.liveness == UNTIL_REUSE:
-                    storage, generation = self._allocation.get(slot, (None, 0))
-                    free_at[slot] = max(i, started.get((storage, generation + 1), 0) - 1)
+        free_at = {slot: i for slot, i in last_read.items() if slot not in self.permanent}
+        if self.liveness == UNTIL_REUSE:
+            self._hold_until_reuse(free_at)
         frees: dict[int, list[int]] = {}
         for slot, i in free_at.items():
             frees.setdefault(i, []).append(slot)
@@ -689,6 +674,28 @@ class Replay:
                 step.release = tuple(sorted(alive.union(self._grad_inputs)))
             if step.grad:
                 recorded.update(out_slots(step.outs))
+
+    def _hold_until_reuse(self, free_at: dict[int, int]) -> None:
+        """UNTIL_REUSE: each slot of ``free_at`` (a step's position after which it is freed) is held
+        until just before the step whose output the trace shows in its allocation's memory.
+
+        Such an output starts the next generation of the storage id (see _allocation): the original
+        had let go of the allocation before that op, and may have held it past its last read until
+        then (a Python variable, a module's locals); this frees it there, the latest point the trace
+        allows. Small inference steps' operators then ran closer to their original's (0.93 to 0.98
+        of it, median of 75 models), but loops over positions (Mamba's and Jamba's training steps)
+        overshot to 1.1-1.3, holding thousands of outputs for hundreds of ops: the likely cause is
+        an allocator's queue of freed blocks of one size (glibc's unsorted bin hands out the first
+        freed first), which delayed the original's reuse where the program had not, and which the
+        replay's own queue then adds to. LAST_READ, the default, frees after the last read."""
+        started: dict[tuple[int, int], int] = {}  # where each allocation was made
+        for i, step in enumerate(self.steps):
+            for s in out_slots(step.outs):
+                if s in self._allocation:
+                    started.setdefault(self._allocation[s], i)
+        for slot, i in free_at.items():
+            storage, generation = self._allocation.get(slot, (None, 0))
+            free_at[slot] = max(i, started.get((storage, generation + 1), 0) - 1)
 
     def prepare(self, *, timed: bool = True) -> Replay:
         """Plan, make the inputs and call every op once. ``timed=False`` where no iteration will
