@@ -128,7 +128,8 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
         return (a @ a @ a @ a).relu()
 
     def replayed(res) -> dict:
-        assert main(["replay", str(res.path), "--iters", "5", "--warmup", "2", "--threads", "1", "--json"]) == 0
+        assert main(["replay", str(res.path), "--device", "cpu", "--iters", "5", "--warmup", "2", "--threads", "1",
+                     "--json"]) == 0
         return json.loads(capsys.readouterr().out)
 
     with torch_threads(1), torch.autograd.profiler.record_function("not an operator"):  # a label is no operator
