@@ -158,7 +158,7 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
         return out["ops_fidelity_ratio"], out["fidelity_ratio"], out["ops_s"], out["median_s"]
 
     assert consistent(out) or consistent(again := replayed(res)), (ratios(out), ratios(again))
-    assert main(["replay", str(res.path), "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
+    assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
 
 
