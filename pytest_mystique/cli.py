@@ -14,7 +14,7 @@ from .errors import MystiqueError
 from .measure import inside_operators, per_op_medians, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
 from .report import skipped_lines
-from .runner import Options, host_share_note, release, replay_file, with_original_timing
+from .runner import Options, host_share_note, release, replay_file, same_device_kind, with_original_timing
 from .units import fmt_bytes, fmt_seconds
 
 
@@ -61,6 +61,9 @@ def _replay(args: argparse.Namespace) -> int:
             print(f"  inside operators: replay {fmt_seconds(summary['ops_s'])}, original "
                   f"{fmt_seconds(summary['original_ops_s'])}: ratio {summary['ops_fidelity_ratio']:.3f} "
                   f"({host_share_note(summary['original_host_share'], summary['host_share'])})")  # fmt: skip
+    elif "original_median_s" in summary and not same_device_kind(summary.get("original_device"), summary["device"]):
+        print(f"  original step {fmt_seconds(summary['original_median_s'])} on {summary['original_device'][:40]}: "
+              f"replay on {summary['device']} is not comparable (use --device)")  # fmt: skip
     elif "original_median_s" in summary:
         print(f"  original step {fmt_seconds(summary['original_median_s'])} at {_threads(summary['original_threads'])}: "
               f"replay at {_threads(summary['threads'])} is not comparable (use --threads)")  # fmt: skip

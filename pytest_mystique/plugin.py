@@ -397,6 +397,9 @@ class TraceItem(pytest.Item):
                 head += "".join(f" ({note})" for note in result.get("fidelity_unlike", ()))
                 if result.get("original_host_share") is not None:
                     head += f" ({host_share_note(result['original_host_share'])})"
+            elif result.get("original_median_s"):
+                head += ", not comparable with the original step" + "".join(
+                    f" ({note})" for note in result.get("fidelity_unlike", ()))
             lines.insert(0, head)
         if lines:
             self.add_report_section("call", "mystique", "\n".join(lines))

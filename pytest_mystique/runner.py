@@ -239,15 +239,27 @@ def with_original_timing(summary: dict, trace_path) -> dict:
     if side and side.get("original_median_s"):
         summary["original_median_s"] = side["original_median_s"]
         summary["original_threads"] = side.get("threads")
-        if side.get("threads") in (None, summary.get("threads")):
+        recorded = side.get("device") if isinstance(side.get("device"), str) else None
+        if recorded:
+            summary["original_device"] = recorded
+        # a step's time on one kind of device says nothing of its time on another (a CPU step
+        # replayed on a GPU, where the plugin's default device is the GPU): no ratio then
+        if side.get("threads") in (None, summary.get("threads")) and same_device_kind(recorded, summary.get("device")):
             summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
             if side.get("original_ops_s") and side.get("original_ops_share") is not None:  # the capture helper's
                 summary["original_ops_s"] = side["original_ops_s"]
                 summary["original_host_share"] = 1 - side["original_ops_share"]
-        unlike_notes = unlike(side, threads=summary.get("threads"), allocator=allocator_regime())
+        unlike_notes = unlike(side, threads=summary.get("threads"), allocator=allocator_regime(),
+                              device=summary.get("device"))  # fmt: skip
         if unlike_notes:
             summary["fidelity_unlike"] = unlike_notes
     return summary
+
+
+def same_device_kind(recorded: str | None, replayed: str | None) -> bool:
+    """The original's device (a sidecar's ``cpu``, ``cuda``) and the replay's (``cuda:0``) are of
+    one kind, or either is not known."""
+    return not recorded or not replayed or recorded.split(":")[0] == replayed.split(":")[0]
 
 
 def host_share_note(share: float, replay_share: float | None = None) -> str:

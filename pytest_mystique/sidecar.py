@@ -169,13 +169,18 @@ def add_to_sidecar(trace_path: str | os.PathLike, **fields) -> None:
     atomic_write(sidecar_path(trace_path), json.dumps(data, indent=1))
 
 
-def unlike(side: dict, *, threads: int | None, allocator: str) -> list[str]:
+def unlike(side: dict, *, threads: int | None, allocator: str, device: str | None = None) -> list[str]:
     """How the original run of a sidecar differs from this replay in what moves a step's time
-    besides the trace (the fidelity ratio compares unlike things then): threads, CPU model,
-    the C heap's regime. Fields the sidecar lacks (older captures, the corpus) are not guessed."""
+    besides the trace (the fidelity ratio compares unlike things then, or is not given): the kind
+    of device, threads, CPU model, the C heap's regime. Fields the sidecar lacks (older captures)
+    are not guessed."""
     from .environment import cpu_model
 
     notes = []
+    recorded = side.get("device") if isinstance(side.get("device"), str) else None
+    if recorded and device and recorded.split(":")[0] != device.split(":")[0]:
+        notes.append(f"the original ran on {recorded[:40]}, the replay on {device}: "
+                     f"a step's time on one kind of device says nothing of its time on another")  # fmt: skip
     if side.get("threads") not in (None, threads):
         notes.append(f"the original ran with {side['threads']} thread(s), the replay with {threads}")
     if side.get("cpu_model") and side["cpu_model"] != cpu_model():

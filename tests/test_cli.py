@@ -40,6 +40,32 @@ def test_replay_takes_the_captures_thread_count(capsys, monkeypatch):
     assert "fidelity_unlike" not in out
 
 
+def test_a_step_recorded_on_another_kind_of_device_gets_no_fidelity_ratio(capsys, tmp_path):
+    """A step's time on a GPU says nothing of its time on a CPU: where the sidecar says the original
+    ran on another kind of device than the replay (a CPU step replayed where the default device is
+    a GPU), the original's timing is shown, the ratio is not, and the reason is given."""
+    import shutil
+
+    trace = shutil.copy(corpus("vit_infer.json.gz"), tmp_path / "vit_infer.json.gz")
+    side = read_json(corpus("vit_infer.meta.json"))
+    assert side["device"] == "cpu"
+
+    def replayed(device: str, *json_flag: str) -> str:
+        (tmp_path / "vit_infer.meta.json").write_text(json.dumps(dict(side, device=device)))
+        assert main(["replay", str(trace), "--device", "cpu", "--iters", "2", "--warmup", "0", "--threads", "1",
+                     *json_flag]) == 0  # fmt: skip
+        return capsys.readouterr().out
+
+    out = json.loads(replayed("cpu", "--json"))
+    assert out["fidelity_ratio"] > 0 and out["original_device"] == "cpu" and "fidelity_unlike" not in out
+    out = json.loads(replayed("cuda", "--json"))
+    assert out["original_median_s"] == side["original_median_s"] and out["original_device"] == "cuda"
+    assert "fidelity_ratio" not in out
+    assert any(n.startswith("the original ran on cuda, the replay on cpu") for n in out["fidelity_unlike"])
+    text = replayed("cuda")
+    assert "on cuda: replay on cpu is not comparable (use --device)" in text and ": ratio" not in text
+
+
 def test_replay_lists_skipped_ops(capsys, tmp_path):
     data = read_json(corpus("vit_infer.json.gz"))
     set_op_schema(data, "gelu", "mystique_test::gelu(Tensor self, *, str approximate='none') -> Tensor")

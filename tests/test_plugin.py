@@ -316,6 +316,13 @@ def test_item_report_shows_coverage_and_fidelity(pytester, traces):
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines([r".*56/56 ops replayed on cpu, median .* over \d+ iterations in \d+ segments, \d+ process\(es\) \(\d+\.\d s\), \d+\.\d\dx the original step"])
     result.stdout.fnmatch_lines(["*outside operators: 17% of the original's profiled step; the original's Python*"])
+    # an original that ran on another kind of device: its step's time is no measure of this one's
+    (traces / "vit.meta.json").write_text(json.dumps(side | {"device": "cuda"}))
+    result = run_loose(pytester, "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*56/56 ops replayed on cpu, median *, not comparable with the original step "
+                                 "(the original ran on cuda, the replay on cpu: *"])  # fmt: skip
+    assert "x the original step" not in result.stdout.str()
 
 
 def test_thread_count_follows_omp_num_threads(monkeypatch):
