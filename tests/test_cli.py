@@ -80,10 +80,13 @@ def test_replay_lists_skipped_ops(capsys, tmp_path):
 
 
 def test_replay_human_output_and_errors(tmp_path):
+    import torch
+
     out = subprocess.run([*MYSTIQUE, "replay", str(corpus("vit_infer.json.gz")), "--iters", "2", "--warmup", "0"],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "vit_infer: 56/56 ops replayed on cpu" in out.stdout
+    default = "cuda:0" if torch.cuda.is_available() else "cpu"  # (MYSTIQUE_TEST_GPU=1 leaves a GPU visible)
+    assert f"vit_infer: 56/56 ops replayed on {default}" in out.stdout
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "1.1.1-chakra.0.0.4", "nodes": [')
     out = subprocess.run([*MYSTIQUE, "replay", str(bad)], capture_output=True, text=True)
@@ -108,7 +111,8 @@ def test_capture_cli_records_a_replayable_trace(tmp_path):
     assert res.returncode == 0, res.stderr
     meta = json.loads(Path(tmp_path / "mine.meta.json").read_text())
     assert len(meta["original_samples_s"]) == 5
-    res = subprocess.run([*MYSTIQUE, "replay", str(out_path), "--iters", "2", "--warmup", "0", "--json"],
+    res = subprocess.run([*MYSTIQUE, "replay", str(out_path), "--device", "cpu", "--iters", "2", "--warmup", "0",
+                          "--json"],
                          capture_output=True, text=True)  # fmt: skip
     data = json.loads(res.stdout)
     assert data["ops_total"] > 5 and data["ops_replayed"] == data["ops_total"]
