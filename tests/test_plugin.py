@@ -16,7 +16,7 @@ from pytest_mystique.inject import duplicate_ops
 
 from conftest import corpus, read_json, write_json
 
-FAST = ["--mystique-iters=12", "--mystique-budget=1", "--mystique-warmup=2", "--mystique-threads=1", "-p", "no:cacheprovider"]
+FAST = ["--mystique-device=cpu", "--mystique-iters=12", "--mystique-budget=1", "--mystique-warmup=2", "--mystique-threads=1", "-p", "no:cacheprovider"]
 # Shared CI hosts drift by up to ~30% between two runs a few seconds apart (measured here; issue 4
 # is about verdicts that stay calm under that). The A/A and 2x tests use a 40% tolerance: an
 # unchanged trace must pass and one doing twice the work must still fail, on any such host.
