@@ -14,7 +14,8 @@ from .errors import MystiqueError
 from .measure import inside_operators, per_op_medians, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
 from .report import skipped_lines
-from .runner import Options, host_share_note, release, replay_file, same_device_kind, with_original_timing
+from .runner import Options, host_share_note, release, replay_file, with_original_timing
+from .sidecar import same_device_kind
 from .units import fmt_bytes, fmt_seconds
 
 

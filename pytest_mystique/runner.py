@@ -40,7 +40,7 @@ from .errors import ReplayError
 from .measure import Measurement, allocator_regime, measure, per_op_medians, thread_count, torch_threads
 from .replay import Replay, resolve_device
 from .sampling import BASELINE_RUNS, Sampled, comparable, judged_runs, probe_shift, sample
-from .sidecar import load_sidecar, unlike
+from .sidecar import load_sidecar, recorded_device, same_device_kind, unlike
 from .stats import compare_runs, session_drift
 from .trace import DEFAULT_MAX_TRACE_BYTES, load_trace
 from .worker import fresh_run
@@ -239,11 +239,10 @@ def with_original_timing(summary: dict, trace_path) -> dict:
     if side and side.get("original_median_s"):
         summary["original_median_s"] = side["original_median_s"]
         summary["original_threads"] = side.get("threads")
-        recorded = side.get("device") if isinstance(side.get("device"), str) else None
+        recorded = recorded_device(side)
         if recorded:
             summary["original_device"] = recorded
-        # a step's time on one kind of device says nothing of its time on another (a CPU step
-        # replayed on a GPU, where the plugin's default device is the GPU): no ratio then
+        # (a CPU step replayed on a GPU, the default device where there is one: no ratio)
         if side.get("threads") in (None, summary.get("threads")) and same_device_kind(recorded, summary.get("device")):
             summary["fidelity_ratio"] = summary["median_s"] / side["original_median_s"]
             if side.get("original_ops_s") and side.get("original_ops_share") is not None:  # the capture helper's
@@ -254,12 +253,6 @@ def with_original_timing(summary: dict, trace_path) -> dict:
         if unlike_notes:
             summary["fidelity_unlike"] = unlike_notes
     return summary
-
-
-def same_device_kind(recorded: str | None, replayed: str | None) -> bool:
-    """The original's device (a sidecar's ``cpu``, ``cuda``) and the replay's (``cuda:0``) are of
-    one kind, or either is not known."""
-    return not recorded or not replayed or recorded.split(":")[0] == replayed.split(":")[0]
 
 
 def host_share_note(share: float, replay_share: float | None = None) -> str:

@@ -169,6 +169,18 @@ def add_to_sidecar(trace_path: str | os.PathLike, **fields) -> None:
     atomic_write(sidecar_path(trace_path), json.dumps(data, indent=1))
 
 
+def recorded_device(side: dict) -> str | None:
+    """The device a sidecar says the original step ran on (``cpu``, ``cuda``), where it says."""
+    device = side.get("device")
+    return device if isinstance(device, str) and device else None
+
+
+def same_device_kind(recorded: str | None, replayed: str | None) -> bool:
+    """The original's device (a sidecar's ``cpu``, ``cuda``) and the replay's (``cuda:0``) are of
+    one kind, or either is not known: a step's time on one kind says nothing of its time on another."""
+    return not recorded or not replayed or recorded.split(":")[0] == replayed.split(":")[0]
+
+
 def unlike(side: dict, *, threads: int | None, allocator: str, device: str | None = None) -> list[str]:
     """How the original run of a sidecar differs from this replay in what moves a step's time
     besides the trace (the fidelity ratio compares unlike things then, or is not given): the kind
@@ -177,8 +189,8 @@ def unlike(side: dict, *, threads: int | None, allocator: str, device: str | Non
     from .environment import cpu_model
 
     notes = []
-    recorded = side.get("device") if isinstance(side.get("device"), str) else None
-    if recorded and device and recorded.split(":")[0] != device.split(":")[0]:
+    recorded = recorded_device(side)
+    if not same_device_kind(recorded, device):
         notes.append(f"the original ran on {recorded[:40]}, the replay on {device}: "
                      f"a step's time on one kind of device says nothing of its time on another")  # fmt: skip
     if side.get("threads") not in (None, threads):

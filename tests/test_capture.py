@@ -48,7 +48,8 @@ def test_replay_says_where_the_original_ran_unlike_it(tmp_path, capsys):
 
     def replay_with(**fields) -> dict:
         res.sidecar_path.write_text(json.dumps(side | fields))
-        assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1", "--json"]) == 0
+        assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1",
+                     "--json"]) == 0
         return json.loads(capsys.readouterr().out)
 
     out = replay_with(threads=1, cpu_model="Some Other CPU 9000", allocator="glibc-default")
