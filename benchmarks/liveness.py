@@ -37,6 +37,7 @@ from pytest_mystique.measure import inside_operators_alternated, steady_allocato
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import LIVENESS, Replay  # noqa: E402
+from pytest_mystique.steps import read_slots  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
 #: Small inference and training steps of the model zoo, and the two loops over positions whose
@@ -65,7 +66,7 @@ def held_later(replay: Replay) -> int:
     """How many of the replay's outputs it frees after the step of their last read."""
     last = {}
     for i, step in enumerate(replay.steps):
-        for slot in [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]:
+        for slot in read_slots(step):
             last[slot] = i
     return sum(1 for i, step in enumerate(replay.steps) for slot in step.frees if last.get(slot, i) < i)
 

@@ -47,6 +47,7 @@ from .steps import (
     filled_args,
     kept_positions,
     out_slots,
+    read_slots,
     runs_without_grad,
 )
 from .straightline import StraightLine, straight_line
@@ -534,9 +535,9 @@ class Replay:
         if not p.collective and self._rebuilt_with_numbers(p, results):
             return
         # its output holds the original's values where all its inputs do and it draws nothing at random
-        inputs = [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]
         exact = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
-                 and not any(w in p.node.name for w in _RANDOM_WORDS) and all(s in self._original for s in inputs))  # fmt: skip
+                 and not any(w in p.node.name for w in _RANDOM_WORDS)
+                 and all(s in self._original for s in read_slots(step)))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
         if (self._first_nonfinite is None and p.node.name not in UNINITIALISED and not exact
                 and nonfinite(results[: LOG_TABLES.get(p.node.name)])
@@ -633,18 +634,13 @@ class Replay:
         return None
 
     def _liveness(self) -> None:
-        read = {s for step in self.steps for _, s in step.fills}
-        read.update(s for step in self.steps for _, slots in step.list_fills for s in slots)
+        read = {s for step in self.steps for s in read_slots(step)}
         # (a view whose reader was skipped)
         self.steps = [step for step in self.steps if not (step.view and step.outs[0][1] not in read)]
         last_read: dict[int, int] = {}
         for i, step in enumerate(self.steps):
-            for _, slot in step.fills:
+            for slot in read_slots(step):
                 last_read[slot] = i
-            for _, slots in step.list_fills:
-                for s in slots:
-                    if s >= 0:
-                        last_read[s] = i
         free_at = {slot: i for slot, i in last_read.items() if slot not in self.permanent}
         if self.liveness == UNTIL_REUSE:
             self._hold_until_reuse(free_at)

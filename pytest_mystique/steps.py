@@ -159,6 +159,11 @@ def bound_call(step: Step, facts, args: list, outputs: list):
     return call_op(step.fn, args, step.npos, step.kwnames)
 
 
+def read_slots(step: Step) -> list[int]:
+    """The slots a step reads: its tensor arguments', then its tensor lists' items (``None`` left out)."""
+    return [s for _, s in step.fills] + [s for _, slots in step.list_fills for s in slots if s >= 0]
+
+
 def out_slots(outs: list[tuple[int, Any]]) -> list[int]:
     """The slots a step's ``outs`` fill (a list output's slots one by one, its unbound items left out)."""
     return [s for _, out in outs for s in ((out,) if isinstance(out, int) else out) if s >= 0]
