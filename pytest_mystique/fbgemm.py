@@ -22,12 +22,15 @@ import math
 from typing import Any
 
 from .tensors import IntRange
-from .trace import TensorRef
+from .trace import ListValue, TensorRef
 
 #: Names the TBE operators give their packed weights and their optimizer state, by schema generation.
 _WEIGHT_ARGS = ("dev_weights", "uvm_weights", "host_weights")
 _STATE_ARGS = tuple(f"{state}_{where}" for state in ("momentum1", "momentum2") for where in ("dev", "uvm", "host"))
 
+
+#: A table's row count that no index reaches (int64).
+ANY_ROW = 1 << 62
 
 #: Sparse-feature permutations take the size of their output as an argument: the sum of the
 #: lengths the original saw. The replay's lengths are its own (seeded, or sent by the other ranks),
@@ -37,8 +40,33 @@ _DATA_SIZED = {"permute_2D_sparse_data": "permuted_lengths_sum", "permute_1D_spa
                "permute_sparse_data": "permuted_lengths_sum"}  # fmt: skip
 
 
-#: The table-batched lookups: the training ones (one per optimizer) and the dense one.
-_LOOKUPS = ("split_embedding_codegen_lookup_", "dense_embedding_codegen_lookup_function")
+#: The table-batched lookups: the training ones (one per optimizer), the dense one, and the
+#: forward kernels a lookup calls (FBGEMM 1.x records its ``*_pt2_wrapper`` under the lookup).
+_LOOKUPS = ("split_embedding_codegen_lookup_", "dense_embedding_codegen_lookup_function",
+            "split_embedding_codegen_forward_")  # fmt: skip
+
+#: FBGEMM 1.x's lookups (``*_function_pt2``) pass the packed weights and each optimizer state as one
+#: list, packed as its invoker does for a lookup on the host or on a device; by its length, the
+#: names those tensors have in the older schema, where each was an argument of its own.
+_PT2_LISTS = {"weights": {3: ("host_weights", "weights_placements", "weights_offsets"),
+                          5: ("dev_weights", "uvm_weights", "weights_placements", "weights_offsets",
+                              "lxu_cache_weights")},
+              "momentum1": {3: ("momentum1_host", "momentum1_placements", "momentum1_offsets"),
+                            4: ("momentum1_dev", "momentum1_uvm", "momentum1_placements", "momentum1_offsets")},
+              "momentum2": {3: ("momentum2_host", "momentum2_placements", "momentum2_offsets"),
+                            4: ("momentum2_dev", "momentum2_uvm", "momentum2_placements", "momentum2_offsets")}}  # fmt: skip
+
+
+def _spread_lists(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with the list arguments of a PT2 lookup also under their older names (a list of
+    another length, which no invoker packs, is left as it is)."""
+    out = dict(args)
+    for arg, layouts in _PT2_LISTS.items():
+        v = args.get(arg)
+        names = layouts.get(len(v.items)) if isinstance(v, ListValue) else None
+        if names:
+            out.update(zip(names, v.items))
+    return out
 
 
 def _ref(args: dict, name: str) -> TensorRef | None:
@@ -87,12 +115,15 @@ def tbe_ranges(name: str, args: dict[str, Any]) -> dict[TensorRef, IntRange]:
         put("lengths", IntRange(0, n_indices, "parts"))
         return out
     if name == "bounds_check_indices":
-        exactly("rows_per_table", [max(n_indices, 2)] * _numel(_ref(args, "rows_per_table")))
-        put("indices", IntRange(0, max(n_indices, 2)))
+        # Each table's row count is not recorded: every index passes, as every one of the original's
+        # did (a check that found one outside its table would have rewritten it). The indices take
+        # their range from the lookup that reads them, over all of its tables' rows.
+        exactly("rows_per_table", [ANY_ROW] * _numel(_ref(args, "rows_per_table")))
         put("offsets", IntRange(0, n_indices, "cuts"))
         return out
     if not name.startswith(_LOOKUPS):
         return out
+    args = _spread_lists(args)
     d_offsets = _ref(args, "D_offsets")
     total_d, max_d = _int(args, "total_D"), _int(args, "max_D")
     if d_offsets is None or total_d is None or max_d is None:
@@ -134,4 +165,5 @@ def sparse_tables(name: str, args: dict[str, Any]) -> list[TensorRef]:
     """The packed tables and optimizer state a TBE lookup reads and writes only row by row."""
     if not name.startswith(_LOOKUPS):
         return []
+    args = _spread_lists(args)
     return [ref for a in _WEIGHT_ARGS + _STATE_ARGS if (ref := _ref(args, a)) is not None]

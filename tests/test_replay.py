@@ -187,6 +187,78 @@ def test_index_requirements_reach_inputs_read_through_views(path):
         assert len(t.unique()) > 2, ref
 
 
+def _tbe_step(train: bool):
+    """A CPU step of FBGEMM's table-batched embedding module (FBGEMM 1.x records its lookup as
+    ``split_embedding_codegen_lookup_sgd_function_pt2``, the tables packed in a list argument):
+    two tables of 300,000 rows of 64 (146 MiB), weights as a trained model's, bags of 1-40 ids over a
+    shuffled power law."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    rows, batch = 300_000, 512
+    tbe = SplitTableBatchedEmbeddingBagsCodegen([(rows, 64, EmbeddingLocation.HOST, ComputeDevice.CPU)] * 2,
+                                                optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.01)  # fmt: skip
+    tbe.init_embedding_weights_uniform(-0.01, 0.01)  # (zeros until then, as FBGEMM makes them)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 41, (2 * batch,), generator=g)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    hot = torch.multinomial(1.0 / torch.arange(1, 20_001) ** 1.05, int(lengths.sum()), replacement=True, generator=g)
+    ids = torch.randperm(rows, generator=g)[hot]
+
+    def step():
+        if train:
+            tbe(ids, offsets).sum().backward()
+        else:
+            with torch.no_grad():
+                tbe(ids, offsets)
+
+    return step, ids
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
+def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train):
+    """FBGEMM 1.x's lookups take their packed tables and state as lists: the metadata and the
+    index ranges are derived from them as from the older schema's arguments (before, the lookup
+    was skipped: its indices ran outside the tables). The bounds check passes every index, so the
+    indices spread over all of the tables' rows as the original's (as the capture recorded), not
+    over the first few thousand. An inference step never writes its tables, so they are filled:
+    left as zero pages, every row a lookup read was the same page of zeros, always in the
+    caches. A training step's backward writes the rows it looks up, which stay zero pages until
+    then."""
+    if load_op_library("fbgemm") is not True:
+        pytest.skip("fbgemm_gpu is not installed for this torch")
+    step, ids = _tbe_step(train)
+    path = tmp_path / "tbe.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    names = [s.name for s in replay.steps]
+    lookup = ("fbgemm::split_embedding_backward_codegen_sgd_unweighted_pt2_wrapper" if train
+              else "fbgemm::split_embedding_codegen_lookup_sgd_function_pt2")  # fmt: skip
+    assert lookup in names, names
+    assert any("index input(s) spread as the original's" in n for n in rep.notes), rep.notes
+    assert any("left as zero pages" in n for n in rep.notes) == train, rep.notes
+    seen = []
+
+    def look(s, result):
+        if s.name == "fbgemm::bounds_check_indices":
+            indices = replay.env[dict(s.fills)[1]]
+            seen.append((int(indices.max()), len(indices.unique())))
+
+    replay.run(look)
+    highest, distinct = seen[0]
+    assert highest > 200_000 and abs(distinct - len(ids.unique())) < 0.1 * len(ids.unique()), (seen, len(ids.unique()))
+    tables = max((t for _, t in replay.inputs() if t.dtype == torch.float32), key=torch.Tensor.numel)
+    assert tables.numel() == 2 * 300_000 * 64
+    if not train:  # every 1009th row holds drawn data (a zero page reads as zeros)
+        assert bool((tables[:: 64 * 1009] != 0).all())
+
+
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
     """TorchRec's sparse features reach FBGEMM's bounds check and lookup through a view, a
     permutation and a widening to int64: the lengths a permutation reads sum to its number of
