@@ -599,8 +599,9 @@ class Planner:
                 bagged += 1
                 continue
             if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
-                    and rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high):  # fmt: skip
-                # (the original's values lie in the op's range: a record outside it is another tensor's)
+                    and (rng.derived or rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high)):  # fmt: skip
+                # (the original's values lie in the op's range: a record outside it is another tensor's,
+                # unless the range is the replay's own guess)
                 curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
                 self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"], curve)
                 skewed += 1

@@ -232,13 +232,19 @@ class IntRange:
     # to ``high``), "values" (exactly ``values``, repeated to fill)
     kind: str = "uniform"
     values: tuple[int, ...] = ()
+    # bounds the replay worked out where the trace records none (a table-batched lookup's tables,
+    # taken as equal): the original's values may lie outside them, and their spread still holds
+    derived: bool = False
 
     def narrow(self, other: IntRange) -> IntRange:
         if other.kind != "uniform":
             return other
         if self.kind != "uniform":
             return self
-        return IntRange(max(self.low, other.low), max(min(self.high, other.high), max(self.low, other.low) + 1))
+        low = max(self.low, other.low)
+        high = max(min(self.high, other.high), low + 1)
+        derived = any(r.derived and (r.low, r.high) == (low, high) for r in (self, other))
+        return IntRange(low, high, derived=derived)
 
 
 def _no_huge_pages(t: torch.Tensor) -> None:
