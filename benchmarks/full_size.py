@@ -6,8 +6,9 @@ module code, the autograd engine's and the optimizer's own work) is 5-45% of the
 replay of a trace's operators takes that time. A team's real step is of a model of its real size,
 where the operators are nearly all of it. This script builds such models from their default
 configurations (no weights downloaded): BERT-base, GPT-2 (124M), T5-small, ViT-base, ResNet-50,
-and a DLRM-like recommender over tables of 300,000-1,000,000 rows read through skewed ids; for
-each, a training step (AdamW; SGD with sparse gradients for the recommender) and an inference
+and a DLRM-like recommender over tables of 50,000-1,000,000 rows read through skewed ids, its
+tables in PyTorch's embedding bags or in FBGEMM's table-batched module (where ``fbgemm_gpu`` is
+installed); for each, a training step (AdamW; SGD with sparse gradients for the recommender) and an inference
 step. Each is captured with the capture helper, then blocks of original steps and replay
 iterations alternate (``fidelity_interleaved.alternate``; a block covers at least ``BLOCK_S`` of
 steps: the host's drift hits both sides), and with ``--ops N`` the time inside operators of N or
@@ -96,12 +97,15 @@ def _hf(kind: str, train: bool):
     return step
 
 
+DLRM_ROWS = (1_000_000, 500_000, 300_000, 100_000, 50_000)
+
+
 def _dlrm(train: bool):
     """A DLRM-like recommender: five embedding-bag tables of 1,000,000 down to 50,000 rows of 64
     (350 MB), bags of 1-40 ids drawn from a power law over a shuffled vocabulary (a few rows take
     most lookups, spread over the table), dense features through an MLP, batch 2048. Training
     uses sparse gradients and SGD, as such models do."""
-    rows = (1_000_000, 500_000, 300_000, 100_000, 50_000)
+    rows = DLRM_ROWS
     g = torch.Generator().manual_seed(0)
     model = make_traces.TinyDLRM(tables=rows, dim=64, dense_in=13)
     for bag in model.bags:
@@ -139,14 +143,66 @@ def _dlrm(train: bool):
 #: is at the mercy of one disturbance of the host.
 BLOCK_S = 0.3
 
+def _dlrm_tbe(train: bool):
+    """The same recommender with its tables in FBGEMM's table-batched embedding module (one lookup
+    for all five, as TorchRec's DLRM does), trained with the module's fused exact SGD; needs
+    ``fbgemm_gpu``."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    rows, dim, batch = DLRM_ROWS, 64, 2048
+    g = torch.Generator().manual_seed(0)
+    tbe = SplitTableBatchedEmbeddingBagsCodegen([(n, dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for n in rows],
+                                                optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.01)  # fmt: skip
+    tbe.init_embedding_weights_uniform(-0.05, 0.05)  # (FBGEMM makes them zeros)
+    bottom = torch.nn.Sequential(torch.nn.Linear(13, 64), torch.nn.ReLU(), torch.nn.Linear(64, dim), torch.nn.ReLU())
+    top = torch.nn.Sequential(torch.nn.Linear(dim * (len(rows) + 1), 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    dense = torch.randn(batch, 13, generator=g)
+    ids, lengths = [], []
+    for n in rows:  # table-major: each table's bags, then the next table's
+        count = torch.randint(1, 41, (batch,), generator=g)
+        ranks = torch.multinomial(1.0 / torch.arange(1, min(n, 100_000) + 1) ** 1.05, int(count.sum()),
+                                  replacement=True, generator=g)  # fmt: skip
+        ids.append(torch.randperm(n, generator=g)[ranks])
+        lengths.append(count)
+    indices = torch.cat(ids)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cat(lengths).cumsum(0)])
+
+    def forward():
+        return top(torch.cat([bottom(dense), tbe(indices, offsets)], dim=1)).squeeze(1)
+
+    if not train:
+        def infer():
+            with torch.no_grad():
+                forward()
+
+        return infer
+    y = torch.rand(batch, generator=g)
+    opt = torch.optim.SGD([*bottom.parameters(), *top.parameters()], lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.binary_cross_entropy_with_logits(forward(), y).backward()
+        opt.step()
+
+    return step
+
+
 MODELS = {f"{k}_{'train' if t else 'infer'}": (k, t)
-          for k in ("bert_base", "gpt2", "t5_small", "vit_base", "resnet50", "dlrm") for t in (True, False)}  # fmt: skip
+          for k in ("bert_base", "gpt2", "t5_small", "vit_base", "resnet50", "dlrm", "dlrm_tbe")
+          for t in (True, False)}  # fmt: skip
 
 
 def make(name: str):
     kind, train = MODELS[name]
     torch.manual_seed(0)
-    return _dlrm(train) if kind == "dlrm" else _hf(kind, train)
+    if kind.startswith("dlrm"):
+        return (_dlrm_tbe if kind == "dlrm_tbe" else _dlrm)(train)
+    return _hf(kind, train)
 
 
 def main() -> int:
@@ -166,7 +222,11 @@ def main() -> int:
           f"{'block ratio IQR':>15}{extra}")  # fmt: skip
     errors, op_errors = [], []
     for name in args.names or list(MODELS):
-        step = make(name)
+        try:
+            step = make(name)
+        except ImportError as e:  # (fbgemm_gpu not installed)
+            print(f"{name:<16} left out: {e}")
+            continue
         path = tmp / f"{name}.json.gz"
         capture_step(step, path, warmup=2, runs=3, min_warmup_s=0)
         t0 = time.perf_counter()
