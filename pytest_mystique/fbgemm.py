@@ -11,9 +11,15 @@ widest ``max_D``, and equal row counts filling the recorded weight tensor. Index
 valid for those tables, bag offsets run from 0 to the number of indices, and the lengths of a
 sparse feature sum to the number of indices.
 
+FBGEMM 1.x's lookups (``*_function_pt2``) pass the packed weights and optimizer state as lists;
+they are read under the older schema's names. Each table's row count is not in a trace either:
+the tables are taken as equal, and the bounds check passes every index.
+
 The weight tensors themselves (gigabytes in a recommender's trace) are read only at the rows the
 indices name; :func:`sparse_tables` lists them so that large ones are left as the operating system
-gives them (zero pages, not committed until a lookup touches a row) instead of being filled.
+gives them (zero pages, not committed until a lookup touches a row) instead of being filled, in a
+training step, whose backward pass writes the rows the lookups read (:mod:`.plan` fills an
+inference step's: a row no one wrote reads the kernel's single page of zeros, always in the caches).
 """
 
 from __future__ import annotations
