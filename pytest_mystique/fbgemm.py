@@ -152,7 +152,7 @@ def tbe_ranges(name: str, args: dict[str, Any]) -> dict[TensorRef, IntRange]:
         # element-wise state is laid out like the weights; row-wise state has one value per row
         exactly(f"{state}_offsets", [rows * s for s in starts[:-1]] if size > rows * tables else
                 [rows * t for t in range(tables)])  # fmt: skip
-    put("indices", IntRange(0, rows, derived=True))  # (tables of other sizes: the original's ids may lie beyond)
+    put("indices", IntRange(0, rows, derived=True, tables=tables))  # (tables of other sizes: ids may lie beyond)
     put("offsets", IntRange(0, n_indices, "cuts"))
     return out
 

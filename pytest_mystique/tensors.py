@@ -235,6 +235,7 @@ class IntRange:
     # bounds the replay worked out where the trace records none (a table-batched lookup's tables,
     # taken as equal): the original's values may lie outside them, and their spread still holds
     derived: bool = False
+    tables: int = 1  # (derived) the tables whose indices the tensor holds, one table's after another
 
     def narrow(self, other: IntRange) -> IntRange:
         if other.kind != "uniform":
@@ -243,8 +244,8 @@ class IntRange:
             return self
         low = max(self.low, other.low)
         high = max(min(self.high, other.high), low + 1)
-        derived = any(r.derived and (r.low, r.high) == (low, high) for r in (self, other))
-        return IntRange(low, high, derived=derived)
+        guess = next((r for r in (self, other) if r.derived and (r.low, r.high) == (low, high)), None)
+        return IntRange(low, high) if guess is None else IntRange(low, high, derived=True, tables=guess.tables)
 
 
 def _no_huge_pages(t: torch.Tensor) -> None:
@@ -810,7 +811,7 @@ class TensorFactory:
         lo, hi = max(rng.low, info.min), min(rng.high, info.max)
         skew = self.skews.get(ref)
         if skew is not None:
-            return lo + _skewed(max(hi - lo, 1), n, skew, g, dev).to(dtype)
+            return lo + _skewed(max(hi - lo, 1), n, skew, g, dev, rng.tables).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
 
 
@@ -835,25 +836,40 @@ def _distinct_draws(span: int, k: int, g: torch.Generator, dev: torch.device) ->
     return flat[torch.randperm(flat.numel(), generator=g, device=dev)[:k]]
 
 
-def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device, tables: int = 1) -> torch.Tensor:
     """``n`` integers of ``[0, span)`` spread as ``skew`` says: ``distinct * n`` distinct values
     (as many as fit), each at least once, as many times as its rank on the recorded curve gives
     (:func:`curve_counts`), or, without one, the rest drawn with Zipf weights ``1 / rank ** s``
     over them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements.
-    The hot values are random ones of the range, the order random."""
+    The hot values are random ones of the range, the order random. With ``tables`` over 1 the
+    ``n`` are that many tables' indices, one table's after another (equal parts): each value
+    belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
+    once per table was as many rows, and a table-batched lookup read four times as many distinct
+    rows as its original.)"""
     k = max(1, min(n, span, round(skew.distinct * n)))
-    values = _distinct_draws(span, k, g, dev)
+    distinct = values = _distinct_draws(span, k, g, dev)  # (by rank, hottest first)
     extra = n - k
+    counts = None  # repeats of each rank
     if skew.curve:
-        values = values.repeat_interleave(curve_counts(k, n, skew.curve).to(dev))
+        counts = curve_counts(k, n, skew.curve).to(dev)
+        values = values.repeat_interleave(counts)
     elif extra > 0:
         hottest = min(1.0, max(1.0 / k, (skew.top * n - 1) / extra))  # its weight among the extra draws
         weights = torch.arange(1, k + 1, dtype=torch.float64, device=dev).pow_(-_zipf_exponent(k, hottest))
         cdf = weights.cumsum_(0)
         cdf /= cdf[-1].item()
         picks = torch.searchsorted(cdf, torch.rand(extra, generator=g, device=dev, dtype=torch.float64))
-        values = torch.cat([values, values[picks.clamp_(max=k - 1)]])
-    return values[torch.randperm(n, generator=g, device=dev)]
+        picks.clamp_(max=k - 1)
+        counts = torch.bincount(picks, minlength=k) + 1
+        values = torch.cat([values, values[picks]])
+    if tables <= 1 or counts is None:
+        return values[torch.randperm(n, generator=g, device=dev)]
+    # each value's repeats together, the values in random order (hot ones in every table), cut into
+    # the tables' parts, each part shuffled
+    order = torch.randperm(k, generator=g, device=dev)
+    grouped = distinct[order].repeat_interleave(counts[order])
+    return torch.cat([part[torch.randperm(part.numel(), generator=g, device=dev)]
+                      for part in torch.tensor_split(grouped, tables)])  # fmt: skip
 
 
 def curve_counts(k: int, n: int, curve) -> torch.Tensor:

@@ -220,7 +220,7 @@ def _tbe_step(train: bool, rows: tuple[int, ...]):
             with torch.no_grad():
                 tbe(ids, offsets)
 
-    return step, ids
+    return step, ids, offsets
 
 
 @pytest.mark.parametrize("train, rows", [(False, (300_000, 300_000)), (True, (300_000, 300_000)),
@@ -236,10 +236,11 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
     then. The trace does not record each table's rows, and the replay takes its tables as equal:
     where the original's ids reach beyond those rows (unequal tables), their recorded spread still
     holds (as many distinct ids, as hot; before, the ids were uniform: four times as many distinct
-    rows, a lookup twice as slow as the original's)."""
+    rows, a lookup twice as slow as the original's), and each id is one table's, as the capture
+    cannot tell which table an id was of (spread over all of them, a hot id was a row of each)."""
     if load_op_library("fbgemm") is not True:
         pytest.skip("fbgemm_gpu is not installed for this torch")
-    step, ids = _tbe_step(train, rows)
+    step, ids, offsets = _tbe_step(train, rows)
     path = tmp_path / "tbe.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(path), "cpu").prepare()
@@ -253,16 +254,22 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
     assert any("left as zero pages" in n for n in rep.notes) == train, rep.notes
     seen = []
 
+    def rows_read(indices: torch.Tensor, offsets: torch.Tensor) -> int:
+        """Distinct (table, row) pairs: each table's ids lie between two of its offsets."""
+        cuts = offsets[:: len(offsets) // len(rows)].tolist()
+        return sum(len(indices[a:b].unique()) for a, b in zip(cuts, cuts[1:]))
+
     def look(s, result):
         if s.name == "fbgemm::bounds_check_indices":
-            indices = replay.env[dict(s.fills)[1]]
-            seen.append((int(indices.max()), len(indices.unique())))
+            indices, offsets = replay.env[dict(s.fills)[1]], replay.env[dict(s.fills)[2]]
+            seen.append((int(indices.max()), len(indices.unique()), rows_read(indices, offsets)))
 
     replay.run(look)
-    highest, distinct = seen[0]
+    highest, distinct, pairs = seen[0]
     equal = sum(rows) // len(rows)  # each table's rows, as the replay takes them
-    assert equal * 0.8 < highest < equal and abs(distinct - len(ids.unique())) < 0.1 * len(ids.unique()), \
-        (seen, len(ids.unique()))  # fmt: skip
+    original = len(ids.unique()), rows_read(ids, offsets)
+    assert equal * 0.8 < highest < equal and abs(distinct - original[0]) < 0.1 * original[0], (seen, original)
+    assert abs(pairs - original[1]) < 0.1 * original[1], (seen, original)  # each id in one table, as the original's
     tables = max((t for _, t in replay.inputs() if t.dtype == torch.float32), key=torch.Tensor.numel)
     assert tables.numel() == sum(rows) * 64
     if not train:  # every 1009th row holds drawn data (a zero page reads as zeros)
