@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 from fidelity_interleaved import alternate, summary  # noqa: E402
-from model_zoo import profiled_calls  # noqa: E402
+from model_zoo import hf_step, profiled_calls  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -77,24 +77,9 @@ def _transformers(kind: str):
 
 def _hf(kind: str, train: bool):
     model, inputs = _transformers(kind)
-    if not train:
-        model.eval()
-        if not model.config.is_encoder_decoder:
-            inputs = {k: v for k, v in inputs.items() if k != "labels"}
-
-        def infer():
-            with torch.no_grad():
-                model(**inputs)
-
-        return infer
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-
-    def step():
-        opt.zero_grad()
-        model(**inputs).loss.backward()
-        opt.step()
-
-    return step
+    if not train and not model.config.is_encoder_decoder:  # (a decoder needs its input)
+        inputs = {k: v for k, v in inputs.items() if k != "labels"}
+    return hf_step(model, inputs, train, lr=1e-5)
 
 
 DLRM_ROWS = (1_000_000, 500_000, 300_000, 100_000, 50_000)

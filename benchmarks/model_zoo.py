@@ -180,15 +180,22 @@ def make(name: str, train: bool):
     model = klass.from_config(config) if cls.startswith("Auto") else klass(config)
     x = inputs(kind)
     if not train:
-        model.eval()
         x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank")}  # a decoder needs its input
+    return hf_step(model, x, train)
+
+
+def hf_step(model, x: dict, train: bool, lr: float = 1e-4):
+    """A transformers model's step on inputs ``x``: its inference in eval mode under ``no_grad``,
+    or its training (loss, backward, an AdamW step)."""
+    if not train:
+        model.eval()
 
         def infer():
             with torch.no_grad():
                 model(**x)
 
         return infer
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
 
     def step():
         opt.zero_grad()
