@@ -74,8 +74,8 @@ def _finite(x: float, instead: float) -> float:
 def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
     shape, stride, low, high, written, spread) of the replay's input tensors. spread: None, or
-    ``("skew", distinct share, hottest share, curve)`` for an index input as the replay drew it
-    (:class:`.tensors.Skew`), or
+    ``("skew", distinct share, hottest share, curve, tables)`` for an index input as the replay drew
+    it (:class:`.tensors.Skew`; tables: :attr:`.tensors.IntRange.tables`), or
     ``("values", (...))`` for an integer input with a layout of its own (an embedding bag's sorted
     offsets, a packed sequence's batch sizes, lengths that sum to a size), whose values the
     replay made to fit its op and the script takes as they are: drawn uniformly, offsets would
@@ -99,7 +99,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
-        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve)
+        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables)
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in t.detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -237,7 +237,7 @@ import torch
 OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
 # written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share, the
-# curve of the hottest values' shares); or
+# curve of the hottest values' shares, the tables whose indices it holds one after another); or
 # ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
 STORAGES = {storages}
 VIEWS = {views}
@@ -283,13 +283,16 @@ def distinct_draws(span, k, gen):
 def skewed(span, n, spread, gen):
     """n integers of [0, span) as the replay draws an index input: a share of distinct values,
     each at least once, the rest as the recorded curve of the hottest values' shares gives or,
-    without one, with Zipf weights over them, the hottest taking its share."""
-    distinct, top, curve = spread
+    without one, with Zipf weights over them, the hottest taking its share. With tables over 1,
+    the n are that many tables' indices, one table's after another: each value is one table's."""
+    distinct, top, curve, tables = spread
     k = max(1, min(n, span, round(distinct * n)))
-    values = distinct_draws(span, k, gen)
+    ranked = values = distinct_draws(span, k, gen)
     extra = n - k
+    counts = None
     if curve:
-        values = values.repeat_interleave(curve_counts(k, n, curve))
+        counts = curve_counts(k, n, curve)
+        values = values.repeat_interleave(counts)
     elif extra > 0:
         hottest = min(1.0, max(1.0 / k, (top * n - 1) / extra))
         ranks = torch.arange(1, k + 1, dtype=torch.float64)
@@ -300,8 +303,13 @@ def skewed(span, n, spread, gen):
         cdf = ranks.pow(-(low + high) / 2).cumsum(0)
         cdf /= cdf[-1].item()
         picks = torch.searchsorted(cdf, torch.rand(extra, generator=gen, dtype=torch.float64)).clamp_(max=k - 1)
+        counts = torch.bincount(picks, minlength=k) + 1
         values = torch.cat([values, values[picks]])
-    return values[torch.randperm(n, generator=gen)]
+    if tables <= 1 or counts is None:
+        return values[torch.randperm(n, generator=gen)]
+    order = torch.randperm(k, generator=gen)
+    grouped = ranked[order].repeat_interleave(counts[order])
+    return torch.cat([part[torch.randperm(part.numel(), generator=gen)] for part in torch.tensor_split(grouped, tables)])
 
 
 def make_inputs(dev, gen):

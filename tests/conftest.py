@@ -85,6 +85,49 @@ def capture_attention_inference(path: Path) -> Path:
     return path
 
 
+def tbe_step(train: bool, rows: tuple[int, ...]):
+    """A CPU step of FBGEMM's table-batched embedding module (FBGEMM 1.x records its lookup as
+    ``split_embedding_codegen_lookup_sgd_function_pt2``, the tables packed in a list argument):
+    tables of ``rows`` rows of 64, weights as a trained model's, bags of 1-40 ids over a shuffled power
+    law."""
+    import torch
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    batch = 512
+    tbe = SplitTableBatchedEmbeddingBagsCodegen([(n, 64, EmbeddingLocation.HOST, ComputeDevice.CPU) for n in rows],
+                                                optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.01)  # fmt: skip
+    tbe.init_embedding_weights_uniform(-0.01, 0.01)  # (zeros until then, as FBGEMM makes them)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 41, (len(rows) * batch,), generator=g)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    ids = []
+    for t, n in enumerate(rows):  # each table's bags in turn, its ids over its own rows
+        count = int(lengths[t * batch : (t + 1) * batch].sum())
+        ids.append(torch.randperm(n, generator=g)[torch.multinomial(1.0 / torch.arange(1, 20_001) ** 1.05, count,
+                                                                   replacement=True, generator=g)])  # fmt: skip
+    ids = torch.cat(ids)
+
+    def step():
+        if train:
+            tbe(ids, offsets).sum().backward()
+        else:
+            with torch.no_grad():
+                tbe(ids, offsets)
+
+    return step, ids, offsets
+
+
+def tbe_rows_read(indices, offsets, tables: int) -> int:
+    """Distinct (table, row) pairs of a TBE lookup's ids: each table's lie between two of its offsets."""
+    cuts = offsets[:: len(offsets) // tables].tolist()
+    return sum(len(indices[a:b].unique()) for a, b in zip(cuts, cuts[1:]))
+
+
 def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
     """A small trace holding the first ``limit`` recorded top-level ops of each name in ``names``
     (with their recorded arguments), hung under the original thread root."""

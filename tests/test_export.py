@@ -10,7 +10,7 @@ import pytest
 
 from pytest_mystique.cli import main
 
-from conftest import ROOT, bundled, capture_attention_inference, corpus
+from conftest import ROOT, bundled, capture_attention_inference, corpus, tbe_rows_read, tbe_step
 
 
 def test_exported_script_replays_the_trace_with_only_torch(tmp_path, capsys):
@@ -176,6 +176,33 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)
     top10 = torch.sort(counts, descending=True).values[:10].sum().item()
     assert view[9][3] and top10 == pytest.approx(torch.sort(original, descending=True).values[:10].sum().item(), rel=0.05)
+
+
+def test_exported_script_keeps_each_table_batched_id_in_one_table(tmp_path):
+    """A TBE lookup's ids, as the replay draws them, belong to one table each (a hot id is one
+    table's row, not a row of every table): the exported script draws them so too, and reads as
+    many (table, row) pairs as the original did."""
+    import torch
+
+    from pytest_mystique import capture_step
+    from pytest_mystique.ops import load_op_library
+
+    if load_op_library("fbgemm") is not True:
+        pytest.skip("fbgemm_gpu is not installed for this torch")
+    step, ids, offsets = tbe_step(False, (300_000, 60_000))
+    capture_step(step, tmp_path / "tbe.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    script = tmp_path / "bench.py"
+    assert main(["export", str(tmp_path / "tbe.json.gz"), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location("bench_tbe", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew"]
+    assert view[9][4] == 2 and view[4] == tuple(ids.shape)
+    [cuts] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "values" and v[4] == tuple(offsets.shape)]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
+    pairs = tbe_rows_read(made[view[0]], torch.tensor(cuts[9][1]), 2)
+    original = tbe_rows_read(ids, offsets, 2)
+    assert abs(pairs - original) < 0.1 * original, (pairs, original)
 
 
 def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_path):

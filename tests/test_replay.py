@@ -22,7 +22,17 @@ from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.tensors import TensorFactory
 from pytest_mystique.trace import TensorRef, load_trace, parse_trace, tensors_of
 
-from conftest import ROOT, bundled, capture_attention_inference, corpus, extract_ops, read_json, write_json
+from conftest import (
+    ROOT,
+    bundled,
+    capture_attention_inference,
+    corpus,
+    extract_ops,
+    read_json,
+    tbe_rows_read,
+    tbe_step,
+    write_json,
+)
 
 
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
@@ -187,42 +197,6 @@ def test_index_requirements_reach_inputs_read_through_views(path):
         assert len(t.unique()) > 2, ref
 
 
-def _tbe_step(train: bool, rows: tuple[int, ...]):
-    """A CPU step of FBGEMM's table-batched embedding module (FBGEMM 1.x records its lookup as
-    ``split_embedding_codegen_lookup_sgd_function_pt2``, the tables packed in a list argument):
-    tables of ``rows`` rows of 64, weights as a trained model's, bags of 1-40 ids over a shuffled power
-    law."""
-    from fbgemm_gpu.split_embedding_configs import EmbOptimType
-    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
-    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-        ComputeDevice,
-        SplitTableBatchedEmbeddingBagsCodegen,
-    )
-
-    batch = 512
-    tbe = SplitTableBatchedEmbeddingBagsCodegen([(n, 64, EmbeddingLocation.HOST, ComputeDevice.CPU) for n in rows],
-                                                optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.01)  # fmt: skip
-    tbe.init_embedding_weights_uniform(-0.01, 0.01)  # (zeros until then, as FBGEMM makes them)
-    g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(1, 41, (len(rows) * batch,), generator=g)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    ids = []
-    for t, n in enumerate(rows):  # each table's bags in turn, its ids over its own rows
-        count = int(lengths[t * batch : (t + 1) * batch].sum())
-        ids.append(torch.randperm(n, generator=g)[torch.multinomial(1.0 / torch.arange(1, 20_001) ** 1.05, count,
-                                                                   replacement=True, generator=g)])  # fmt: skip
-    ids = torch.cat(ids)
-
-    def step():
-        if train:
-            tbe(ids, offsets).sum().backward()
-        else:
-            with torch.no_grad():
-                tbe(ids, offsets)
-
-    return step, ids, offsets
-
-
 @pytest.mark.parametrize("train, rows", [(False, (300_000, 300_000)), (True, (300_000, 300_000)),
                                          (False, (300_000, 60_000))], ids=["infer", "train", "infer-unequal"])
 def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows):
@@ -240,7 +214,7 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
     cannot tell which table an id was of (spread over all of them, a hot id was a row of each)."""
     if load_op_library("fbgemm") is not True:
         pytest.skip("fbgemm_gpu is not installed for this torch")
-    step, ids, offsets = _tbe_step(train, rows)
+    step, ids, offsets = tbe_step(train, rows)
     path = tmp_path / "tbe.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(path), "cpu").prepare()
@@ -254,20 +228,15 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
     assert any("left as zero pages" in n for n in rep.notes) == train, rep.notes
     seen = []
 
-    def rows_read(indices: torch.Tensor, offsets: torch.Tensor) -> int:
-        """Distinct (table, row) pairs: each table's ids lie between two of its offsets."""
-        cuts = offsets[:: len(offsets) // len(rows)].tolist()
-        return sum(len(indices[a:b].unique()) for a, b in zip(cuts, cuts[1:]))
-
     def look(s, result):
         if s.name == "fbgemm::bounds_check_indices":
             indices, offsets = replay.env[dict(s.fills)[1]], replay.env[dict(s.fills)[2]]
-            seen.append((int(indices.max()), len(indices.unique()), rows_read(indices, offsets)))
+            seen.append((int(indices.max()), len(indices.unique()), tbe_rows_read(indices, offsets, len(rows))))
 
     replay.run(look)
     highest, distinct, pairs = seen[0]
     equal = sum(rows) // len(rows)  # each table's rows, as the replay takes them
-    original = len(ids.unique()), rows_read(ids, offsets)
+    original = len(ids.unique()), tbe_rows_read(ids, offsets, len(rows))
     assert equal * 0.8 < highest < equal and abs(distinct - original[0]) < 0.1 * original[0], (seen, original)
     assert abs(pairs - original[1]) < 0.1 * original[1], (seen, original)  # each id in one table, as the original's
     tables = max((t for _, t in replay.inputs() if t.dtype == torch.float32), key=torch.Tensor.numel)
