@@ -13,6 +13,16 @@ from pytest_mystique.cli import main
 from conftest import ROOT, bundled, capture_attention_inference, corpus, tbe_rows_read, tbe_step
 
 
+def _exported(trace, tmp_path, name: str):
+    """``mystique export`` of ``trace`` into ``tmp_path``, loaded as the module ``name``."""
+    script = tmp_path / "bench.py"
+    assert main(["export", str(trace), "-o", str(script)]) == 0
+    spec = importlib.util.spec_from_file_location(name, script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_exported_script_replays_the_trace_with_only_torch(tmp_path, capsys):
     script = tmp_path / "bench.py"
     assert main(["export", str(corpus("vit_infer.json.gz")), "-o", str(script)]) == 0
@@ -38,19 +48,15 @@ def test_exported_script_keeps_an_embedding_bags_offsets(tmp_path, capsys):
     script stopped at its first iteration. It takes the values the replay made to fit the op."""
     import torch
 
-    script = tmp_path / "bench.py"
-    assert main(["export", str(bundled("embbag_rec")), "-o", str(script)]) == 0
+    bench = _exported(bundled("embbag_rec"), tmp_path, "bench_bags")
     assert "86 of 86 ops" in capsys.readouterr().out
-    spec = importlib.util.spec_from_file_location("bench_bags", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     laid_out = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "values"]
     assert len(laid_out) == 4  # the four tables' offsets
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
     for v in laid_out:
         offsets = made[v[0]]
         assert offsets[0] == 0 and bool((offsets.diff() >= 0).all()) and offsets.tolist() == list(v[9][1])
-    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "3", "--warmup", "1",
+    out = subprocess.run([sys.executable, "-I", bench.__file__, "--device", "cpu", "--iters", "3", "--warmup", "1",
                           "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ops per iteration: 86" in out.stdout
@@ -87,11 +93,7 @@ def test_exported_inputs_keep_the_optimizer_state_at_zero(tmp_path):
     inputs do too, before every iteration, and the other inputs keep their spread."""
     import torch
 
-    script = tmp_path / "bench.py"
-    assert main(["export", str(bundled("transformer_train")), "-o", str(script)]) == 0
-    spec = importlib.util.spec_from_file_location("bench", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _exported(bundled("transformer_train"), tmp_path, "bench")
     gen = torch.Generator().manual_seed(0)
     e = bench.make_inputs(torch.device("cpu"), gen)
     constant = [v for v in bench.VIEWS if v[2].startswith("float") and v[6] == v[7] == 0 and len(v[4]) > 0]
@@ -135,16 +137,12 @@ def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
     x, w = torch.randn(200, 16), torch.randn(16, 4, requires_grad=True)
     capture_step(lambda: torch.sparse.mm(adj, x @ w).sum().backward(), tmp_path / "g.json", warmup=1, runs=1,
                  min_warmup_s=0)  # fmt: skip
-    script = tmp_path / "bench.py"
-    assert main(["export", str(tmp_path / "g.json"), "-o", str(script)]) == 0
-    spec = importlib.util.spec_from_file_location("bench", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _exported(tmp_path / "g.json", tmp_path, "bench")
     assert [s[1:] for s in bench.SPARSE] == [((200, 200), "float32", adj._nnz(), 2, True)]
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[bench.SPARSE[0][0]]
     assert made.shape == adj.shape and made._nnz() == adj._nnz() and made.is_coalesced()
     assert made._indices().unique(dim=1).shape[1] == adj._nnz()
-    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1"],
+    out = subprocess.run([sys.executable, "-I", bench.__file__, "--device", "cpu", "--iters", "2", "--warmup", "1"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "median:" in out.stdout
@@ -162,11 +160,7 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     ids, offsets = torch.randperm(rows)[ranks], torch.arange(0, n, 16)
     bag = torch.nn.EmbeddingBag(rows, 8, mode="sum")
     capture_step(lambda: bag(ids, offsets).sum().backward(), tmp_path / "r.json", warmup=1, runs=1, min_warmup_s=0)
-    script = tmp_path / "bench.py"
-    assert main(["export", str(tmp_path / "r.json"), "-o", str(script)]) == 0
-    spec = importlib.util.spec_from_file_location("bench_ids", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _exported(tmp_path / "r.json", tmp_path, "bench_ids")
     [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew"]
     assert view[4] == (n,)
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
@@ -191,11 +185,7 @@ def test_exported_script_keeps_each_table_batched_id_in_one_table(tmp_path):
         pytest.skip("fbgemm_gpu is not installed for this torch")
     step, ids, offsets = tbe_step(False, (300_000, 60_000))
     capture_step(step, tmp_path / "tbe.json.gz", warmup=1, runs=1, min_warmup_s=0)
-    script = tmp_path / "bench.py"
-    assert main(["export", str(tmp_path / "tbe.json.gz"), "-o", str(script)]) == 0
-    spec = importlib.util.spec_from_file_location("bench_tbe", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _exported(tmp_path / "tbe.json.gz", tmp_path, "bench_tbe")
     [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew"]
     assert view[9][4] == 2 and view[4] == tuple(ids.shape)
     [cuts] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "values" and v[4] == tuple(offsets.shape)]
@@ -213,11 +203,7 @@ def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_pat
     from torch.profiler import ProfilerActivity, profile
 
     trace = capture_attention_inference(tmp_path / "attention.json.gz")
-    script = tmp_path / "bench.py"
-    assert main(["export", str(trace), "-o", str(script)]) == 0
-    spec = importlib.util.spec_from_file_location("bench_flag", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _exported(trace, tmp_path, "bench_flag")
     with torch.no_grad():
         e = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
         assert [tuple(e[s].shape) for s in bench.GRAD] == [(192, 64)]  # the in-projection's weight
