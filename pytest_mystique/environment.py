@@ -36,8 +36,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: ``aten::linear`` saves for the backward pass) read through a view of that output, not seeded;
 #: 9 = the state a step writes in place re-seeded every few iterations, each time followed by an
 #: untimed iteration, not before every iteration; floating ranges passed back through views and
-#: conversions, einsum weights in a layer's range, wrapped-number divisors 1.
-REPLAY_VERSION = 9
+#: conversions, einsum weights in a layer's range, wrapped-number divisors 1; 10 = requirements
+#: passed back to the tensor an op derived from where a later op reallocated its storage (a sparse
+#: feature's lengths summing to its values), FBGEMM 1.x's lookups replayed, an inference step's
+#: tables filled, a TBE's ids over all of its rows, each id in one table.
+REPLAY_VERSION = 10
 
 
 @lru_cache(maxsize=1)

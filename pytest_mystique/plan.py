@@ -94,6 +94,9 @@ class Planner:
         stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
         producer: dict[tuple[int, int], int] = {}  # a produced tensor -> the planned op that made it
+        # a tensor read -> the planned op that had made it, as it was when read (``producer`` forgets a
+        # tensor once a later op allocates in its storage again, and the ranges pass back at the end)
+        read_from: dict[tuple[int, int], int] = {}
         unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
         made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
         fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
@@ -144,6 +147,10 @@ class Planner:
             for pos, v in enumerate(p.values):
                 for ref in arg_refs(v):
                     read.add(ref.key)
+                    if ref.key in producer:
+                        read_from[ref.key] = producer[ref.key]
+                    else:
+                        read_from.pop(ref.key, None)
                     self.factory.reserve(ref)
                     if ref.key in unwritten:
                         unwritten.discard(ref.key)
@@ -214,7 +221,7 @@ class Planner:
         derived: dict[tuple[int, int], tuple[list, int]] = {}
 
         def sources_of(key: tuple[int, int]) -> tuple[list, int] | None:
-            i = producer.get(key)
+            i = read_from.get(key)
             if i is not None and key not in derived:
                 derived[key] = (_value_sources(planned[i], key), i)
             return derived.get(key)

@@ -248,8 +248,10 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
     """TorchRec's sparse features reach FBGEMM's bounds check and lookup through a view, a
     permutation and a widening to int64: the lengths a permutation reads sum to its number of
-    values (else the bounds check rewrites the bag offsets and logs each call), and the indices
-    the lookup reads are spread over its range, in every iteration."""
+    values, the recorded one (else the bounds check rewrites the bag offsets and logs each call),
+    and the indices the lookup reads are spread over its range, in every iteration. (The lengths
+    are read through a view whose storage the step's last all-to-all fills again for the next
+    batch; the requirement used to stop at that view, and the lengths were 0s and 1s.)"""
     if load_op_library("fbgemm") is not True:
         pytest.skip("fbgemm_gpu is not installed for this torch")
     replay = Replay(load_trace(corpus("multirank/dlrm_8rank/rank-0.json.gz")), "cpu").prepare()
@@ -259,6 +261,7 @@ def test_sparse_features_are_consistent_through_permutes_and_conversions():
         if step.name == "fbgemm::permute_2D_sparse_data":
             lengths, values = result[0], result[1]
             seen.append((int(lengths.sum()), values.numel()))
+            seen.append((values.numel(), math.prod(replay.trace.by_id[step.node_id].outputs[1].shape)))
         elif step.name == "fbgemm::bounds_check_indices":
             indices = replay.env[dict(step.fills)[1]]
             seen.append((len(indices.unique()), "distinct indices"))
@@ -266,7 +269,7 @@ def test_sparse_features_are_consistent_through_permutes_and_conversions():
     for _ in range(2):
         replay.reset_state()
         replay.run(look)
-    assert len(seen) == 6
+    assert len(seen) == 10
     for a, b in seen:
         assert a == b if isinstance(b, int) else a > 100, seen
 
