@@ -29,7 +29,7 @@ import torch
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
-from .tensors import curve_counts
+from .tensors import _distinct_draws, _skewed, _zipf_exponent, curve_counts
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -107,6 +107,11 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
 
 
+#: The factory's own code for an index input's seeded draw (torch alone), copied into the script so
+#: that it draws as the replay does.
+_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed))
+
+
 def export_script(replay, trace_path: str) -> str:
     """The source of a standalone benchmark of the prepared ``replay``."""
     if not replay.prepared:
@@ -155,7 +160,7 @@ def export_script(replay, trace_path: str) -> str:
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
         sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
-        reseed=RESEED_EVERY, curve_counts=inspect.getsource(curve_counts).rstrip(),
+        reseed=RESEED_EVERY, draws=_DRAWS,
     )  # fmt: skip
 
 
@@ -262,54 +267,20 @@ def fill(t, low, high, gen, spread=None):
     elif spread is not None and spread[0] == "values":
         t.copy_(torch.tensor(spread[1], dtype=t.dtype).view(t.shape))
     elif spread is not None:
-        t.copy_((int(low) + skewed(int(high) - int(low) + 1, t.numel(), spread[1:], gen)).view(t.shape))
+        skew, tables = Skew(*spread[1:4]), spread[4]
+        t.copy_((int(low) + _skewed(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
 
 
-def distinct_draws(span, k, gen):
-    """k distinct integers of [0, span), in random order."""
-    if 4 * k >= span:  # dense enough to take a permutation's first k
-        return torch.randperm(span, generator=gen)[:k]
-    flat = torch.empty(0, dtype=torch.int64)
-    while flat.numel() < k:
-        more = torch.randint(0, span, (k - flat.numel() + k // 16 + 8,), generator=gen)
-        flat = torch.unique(torch.cat([flat, more]))
-    return flat[torch.randperm(flat.numel(), generator=gen)[:k]]
+class Skew:
+    """An index input's spread as the replay drew it (its tensors.Skew; the draws below are its code)."""
+
+    def __init__(self, distinct, top, curve):
+        self.distinct, self.top, self.curve = distinct, top, curve
 
 
-{curve_counts}
-
-def skewed(span, n, spread, gen):
-    """n integers of [0, span) as the replay draws an index input: a share of distinct values,
-    each at least once, the rest as the recorded curve of the hottest values' shares gives or,
-    without one, with Zipf weights over them, the hottest taking its share. With tables over 1,
-    the n are that many tables' indices, one table's after another: each value is one table's."""
-    distinct, top, curve, tables = spread
-    k = max(1, min(n, span, round(distinct * n)))
-    ranked = values = distinct_draws(span, k, gen)
-    extra = n - k
-    counts = None
-    if curve:
-        counts = curve_counts(k, n, curve)
-        values = values.repeat_interleave(counts)
-    elif extra > 0:
-        hottest = min(1.0, max(1.0 / k, (top * n - 1) / extra))
-        ranks = torch.arange(1, k + 1, dtype=torch.float64)
-        low, high = 0.0, 64.0
-        for _ in range(50):  # the Zipf exponent whose first rank takes the hottest share
-            mid = (low + high) / 2
-            low, high = (mid, high) if 1.0 / ranks.pow(-mid).sum().item() < hottest else (low, mid)
-        cdf = ranks.pow(-(low + high) / 2).cumsum(0)
-        cdf /= cdf[-1].item()
-        picks = torch.searchsorted(cdf, torch.rand(extra, generator=gen, dtype=torch.float64)).clamp_(max=k - 1)
-        counts = torch.bincount(picks, minlength=k) + 1
-        values = torch.cat([values, values[picks]])
-    if tables <= 1 or counts is None:
-        return values[torch.randperm(n, generator=gen)]
-    order = torch.randperm(k, generator=gen)
-    grouped = ranked[order].repeat_interleave(counts[order])
-    return torch.cat([part[torch.randperm(part.numel(), generator=gen)] for part in torch.tensor_split(grouped, tables)])
+{draws}
 
 
 def make_inputs(dev, gen):
@@ -332,7 +303,7 @@ def make_sparse(shape, dtype, nnz, sparse_dim, coalesced, dev, gen):
     positions = 1
     for size in shape[:sparse_dim]:
         positions *= size
-    flat = distinct_draws(positions, nnz, gen)
+    flat = _distinct_draws(positions, nnz, gen, torch.device("cpu"))
     if coalesced:
         flat = flat.sort().values
     rows = []

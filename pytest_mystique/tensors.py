@@ -826,7 +826,8 @@ def _bag_offsets(n: int, bags: Bags, limit: int, g: torch.Generator, dev: torch.
 
 
 def _distinct_draws(span: int, k: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:
-    """``k`` distinct integers of ``[0, span)``, seeded, in random order."""
+    """``k`` distinct integers of ``[0, span)``, seeded, in random order. (Copied into exported
+    scripts: torch alone.)"""
     if 4 * k >= span:  # dense enough to take a permutation's first k
         return torch.randperm(span, generator=g, device=dev)[:k]
     flat = torch.empty(0, dtype=torch.int64, device=dev)
@@ -845,7 +846,7 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
     ``n`` are that many tables' indices, one table's after another (equal parts): each value
     belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
     once per table was as many rows, and a table-batched lookup read four times as many distinct
-    rows as its original.)"""
+    rows as its original.) (Copied into exported scripts: torch alone.)"""
     k = max(1, min(n, span, round(skew.distinct * n)))
     distinct = values = _distinct_draws(span, k, g, dev)  # (by rank, hottest first)
     extra = n - k
@@ -894,7 +895,8 @@ def curve_counts(k: int, n: int, curve) -> torch.Tensor:
 
 def _zipf_exponent(k: int, hottest: float) -> float:
     """The exponent ``s`` of Zipf weights over ``k`` ranks whose first takes the ``hottest`` share:
-    ``1 / sum(i ** -s)`` grows with ``s`` from ``1 / k`` (uniform) to 1; found by bisection."""
+    ``1 / sum(i ** -s)`` grows with ``s`` from ``1 / k`` (uniform) to 1; found by bisection.
+    (Copied into exported scripts: torch alone.)"""
     if hottest <= 1.0 / k:
         return 0.0
     ranks = torch.arange(1, k + 1, dtype=torch.float64)
