@@ -104,7 +104,7 @@ def test_a_step_whose_operators_vary_between_calls_is_named(tmp_path, capsys):
         res = capture_step(layerdrop, tmp_path / "drop.json.gz", warmup=1, runs=3, min_warmup_s=0)
     counts = load_sidecar(res.path)["recorded_ops"]
     assert len(counts) == 2 and all(c > 0 for c in counts), counts
-    assert main(["replay", str(res.path), "--iters", "2", "--warmup", "0"]) == 0
+    assert main(["replay", str(res.path), "--device", "cpu", "--iters", "2", "--warmup", "0"]) == 0
     assert "two recorded calls of the original step ran" in capsys.readouterr().out
     steady = capture_step(tiny_step(), tmp_path / "steady.json.gz", warmup=1, runs=3, min_warmup_s=0)
     assert "recorded_ops" not in load_sidecar(steady.path)
@@ -184,10 +184,11 @@ def test_recorded_operator_counts_are_checked_and_equal_counts_still_named(tmp_p
 def test_the_capture_helper_leaves_the_users_garbage_collector_as_it_was(tmp_path):
     """The helper reads the traces it recorded back (to compare two calls' operators) in the
     user's program: it must not freeze the program's objects out of the cyclic collector, as the
-    replayer does with its own traces."""
+    replayer does with its own traces. (The count can fall: objects an earlier test's replay froze
+    are still counted until they are freed.)"""
     before = gc.get_freeze_count()
     capture_step(tiny_step(), tmp_path / "t.json.gz", warmup=1, runs=2, min_warmup_s=0)
-    assert gc.get_freeze_count() == before
+    assert gc.get_freeze_count() <= before
 
 
 def test_inputs_a_record_cannot_describe_are_left_out():

@@ -18,7 +18,7 @@ def test_cpu_workers_take_turns_timing_and_merge(tmp_path):
     for name in ("mlp_train", "embbag_rec", "cnn_infer", "transformer_train"):
         shutil.copyfile(bundled(name), d / f"{name}.json.gz")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mystique", "traces", "-n", "2",
-           "--mystique-threads=1", "--mystique-budget=1", "--mystique-iters=5", "--mystique-json=out.json",
+           "--mystique-device=cpu", "--mystique-threads=1", "--mystique-budget=1", "--mystique-iters=5", "--mystique-json=out.json",
            "--junitxml=j.xml"]  # fmt: skip
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]

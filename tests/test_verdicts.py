@@ -9,8 +9,9 @@ from pytest_mystique.inject import duplicate_ops
 
 from conftest import corpus, read_json, write_json
 
+# The CPU's path (its machine-speed probe and canary), also where a GPU is visible (MYSTIQUE_TEST_GPU=1).
 FAST = ["--mystique-iters=10", "--mystique-budget=1", "--mystique-warmup=1", "--mystique-threads=1",
-        "-p", "no:cacheprovider"]  # fmt: skip
+        "--mystique-device=cpu", "-p", "no:cacheprovider"]  # fmt: skip
 # For comparisons of an unchanged trace whose verdict is not what a test is about (the pooling, the
 # drift, the raw-time fallback): one process per side within a 1 s budget, on a host that moves by
 # 10-30% between runs seconds apart, judges an A/A session slower now and then at 5% (clean-clone CI
