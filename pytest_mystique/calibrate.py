@@ -10,6 +10,12 @@ kernels (about 1 ms in all; the copy's time counts half, :data:`COPY_WEIGHT`). D
 replay's time by the probe's cancels most of the machine's drift (see benchmarks/stat_power.py),
 while a change in torch, its kernels or a driver moves the replay and not the probe.
 
+The probe runs on one core: its matrix product runs with numpy's BLAS held to one thread
+(threadpoolctl). With the BLAS's own pool of a thread per core, the probe took 40 times as long
+(82 ms against 2 ms) whenever a second process ran beside it on a 2-core host, as the pool's
+threads wait for each other spinning, so any neighbour (another pytest-xdist worker preparing its
+traces, a build) moved it far more than the machine's speed.
+
 The probe runs Python and numpy code, so a change of Python or numpy changes it, and so does a
 change of the probe itself (:data:`PROBE_VERSION`); its :func:`signature` goes into the baseline
 and the comparison falls back to raw times when the signature differs.
@@ -21,6 +27,7 @@ import platform
 import time
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 _rng = np.random.default_rng(0)
 _MAT = _rng.random((96, 96))
@@ -41,9 +48,25 @@ _SMALL_OUT = np.empty_like(_SMALL)
 COPY_WEIGHT = 0.5
 
 
+_blas = None
+
+
+def _one_blas_thread():
+    """A context holding numpy's BLAS to one thread (the libraries are looked up once)."""
+    global _blas
+    if _blas is None:
+        _blas = ThreadpoolController().select(user_api="blas")
+    return _blas.limit(limits=1)
+
+
 def probe() -> float:
-    """Seconds taken by one run of the probe workload, the copy's share weighted by
+    """Seconds taken by one run of the probe workload on one core, the copy's share weighted by
     :data:`COPY_WEIGHT`."""
+    with _one_blas_thread():
+        return _workload()
+
+
+def _workload() -> float:
     t0 = time.perf_counter_ns()
     s = 0
     for i in range(10000):  # the interpreter
@@ -62,7 +85,7 @@ def probe() -> float:
 
 #: Bumped whenever the probe's workload or weighting changes: a baseline timed with another probe
 #: is compared on raw times until it is re-recorded.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 
 
 def signature() -> str:

@@ -320,3 +320,24 @@ def test_a_probe_that_moved_too_far_is_not_trusted_alone():
     # where sampling stops with no significant change, the estimate nearer no change is judged
     wide = compare_runs(base[:1], cur[:1], probe_shift=-0.30, final=True)
     assert wide.verdict == "same"
+
+
+def test_the_probe_holds_numpys_blas_to_one_thread_and_gives_the_pool_back(monkeypatch):
+    """The machine-speed probe runs on one core: with the BLAS's pool of threads, a second process
+    beside it made it 40 times slower on a 2-core host (benchmarks/probe_neighbours.py), so it
+    measured the neighbours, not the machine. The user's setting is restored after it."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from pytest_mystique import calibrate
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen = []
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert blas_threads() and set(blas_threads()) == {2}
+        assert calibrate.probe() > 0
+        monkeypatch.setattr(calibrate, "_workload", lambda: seen.append(blas_threads()) or 1e-3)
+        calibrate.probe()
+        assert set(seen[0]) == {1}
+        assert set(blas_threads()) == {2}
