@@ -4,9 +4,10 @@ A trace does not record when the original freed a tensor. It does say where the 
 went to a later output: a trace writer names memory at an address with the storage id of the last
 tensor there, so an op's output in a storage id seen before (and in none of its op's inputs') is
 where an older tensor's memory was handed out again. The original let go of that tensor somewhere
-between its last read and that op. ``last-read`` (the replay's default) frees each output after its
-last read; ``until-reuse`` holds it until just before the op that reused its memory, where the trace
-shows one (``Replay(liveness=...)``).
+between its last read and that op. ``last-read`` frees each output after its last read;
+``until-reuse`` holds it until just before the op that reused its memory, where the trace shows one
+(``Replay(liveness=...)``). The replay's default is ``until-reuse`` for an inference step and
+``last-read`` for a step with a backward pass.
 
 For each model (the model zoo's, or the interleaved benchmark's), this script captures a step with
 the capture helper, builds both replays of it, then profiles the original and the two replays,

@@ -39,8 +39,9 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: conversions, einsum weights in a layer's range, wrapped-number divisors 1; 10 = requirements
 #: passed back to the tensor an op derived from where a later op reallocated its storage (a sparse
 #: feature's lengths summing to its values), FBGEMM 1.x's lookups replayed, an inference step's
-#: tables filled, a TBE's ids over all of its rows, each id in one table.
-REPLAY_VERSION = 10
+#: tables filled, a TBE's ids over all of its rows, each id in one table; 11 = an inference step's
+#: outputs held until the op that took their memory in the original, not freed after their last read.
+REPLAY_VERSION = 11
 
 
 @lru_cache(maxsize=1)

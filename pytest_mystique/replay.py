@@ -9,8 +9,9 @@ Preparation runs in three passes:
    replayed op when there is one (same tensor id and layout), to a view of such an output (same
    storage), or else to a seeded input tensor; each op is called once here, so an op that cannot
    run is found now and skipped with its error as the reason;
-3. *liveness*: an op's output is released right after its last consumer, as the original
-   program's allocator would have released it.
+3. *liveness*: an op's output is released after its last consumer; in an inference step it is
+   held until just before the op that the trace shows taking its memory, where the original's
+   program had let go of it (see :meth:`Replay._liveness`).
 
 :meth:`Replay.run` then executes one iteration: the steps as straight-line code, each a call of
 the pre-bound op on its tensors' local variables and its constant arguments
@@ -86,9 +87,10 @@ def resolve_device(spec: str | None) -> torch.device:
     return dev
 
 
-#: When the replay frees an op's output: after its last read (the default), or, where the trace
-#: shows the original giving that memory to a later output, just before that output's op (see
-#: Replay._liveness; an experiment that ``benchmarks/liveness.py`` measures).
+#: When the replay frees an op's output: after its last read, or, where the trace shows the
+#: original giving that memory to a later output, just before that output's op. By default (None)
+#: the step decides: UNTIL_REUSE for an inference step, LAST_READ for one with a backward pass (see
+#: Replay._liveness; ``benchmarks/liveness.py`` measures both against the live original).
 LAST_READ, UNTIL_REUSE = "last-read", "until-reuse"
 LIVENESS = (LAST_READ, UNTIL_REUSE)
 
@@ -97,11 +99,11 @@ class Replay:
     """A prepared replay of one trace on one device."""
 
     def __init__(self, trace: Trace, device: str | torch.device | None = "cpu", *, seed: int = 0,
-                 max_memory: int | None = None, comms: Comms | None = None, liveness: str = LAST_READ):  # fmt: skip
-        if liveness not in LIVENESS:
+                 max_memory: int | None = None, comms: Comms | None = None, liveness: str | None = None):  # fmt: skip
+        if liveness is not None and liveness not in LIVENESS:
             raise ValueError(f"liveness must be one of {', '.join(LIVENESS)}, not {liveness!r}")
         self.trace = trace
-        self.liveness = liveness  # when an op's output is freed (see _liveness)
+        self.liveness = liveness  # when an op's output is freed (see _liveness; None: the step decides at the build)
         self.comms = comms  # the process groups collectives run on; None: collectives are skipped
         self.device = device if isinstance(device, torch.device) else resolve_device(device)
         self.seed = seed
@@ -642,6 +644,8 @@ class Replay:
             for slot in read_slots(step):
                 last_read[slot] = i
         free_at = {slot: i for slot, i in last_read.items() if slot not in self.permanent}
+        if self.liveness is None:
+            self.liveness = LAST_READ if self._backward else UNTIL_REUSE
         if self.liveness == UNTIL_REUSE:
             self._hold_until_reuse(free_at)
         frees: dict[int, list[int]] = {}
@@ -683,7 +687,9 @@ class Replay:
         overshot to 1.1-1.3, holding thousands of outputs for hundreds of ops: the likely cause is
         an allocator's queue of freed blocks of one size (glibc's unsorted bin hands out the first
         freed first), which delayed the original's reuse where the program had not, and which the
-        replay's own queue then adds to. LAST_READ, the default, frees after the last read."""
+        replay's own queue then adds to. Their inference steps did not (0.91 and 1.03 of the
+        original's operators freeing after the last read, 0.96 and 1.02 holding), so by default an
+        inference step holds and a step with a backward pass frees after the last read."""
         started: dict[tuple[int, int], int] = {}  # where each allocation was made
         for i, step in enumerate(self.steps):
             for s in out_slots(step.outs):

@@ -88,6 +88,7 @@ class ReplayRun:
             "setup_s": m.setup_s,
             "probe_s": self.replay.probe_s,
             "free_s": self.replay.free_s,
+            "liveness": getattr(self.replay, "liveness", None),  # (a multi-rank job's ranks decide each their own)
             "warmup": m.warmup,
             "timer": "cuda events" if m.device.startswith("cuda") else "perf_counter_ns",
             "samples_s": m.samples_s,

@@ -138,6 +138,25 @@ def test_an_output_is_freed_after_its_last_read_or_where_the_original_reused_its
     assert all(v is None for i, v in enumerate(replay.env) if i not in replay.permanent)
 
 
+@pytest.mark.parametrize(("name", "rule"), [("vit_infer.json.gz", replay_module.UNTIL_REUSE),
+                                            ("llama_train.json.gz", replay_module.LAST_READ)])  # fmt: skip
+def test_by_default_an_inference_step_holds_outputs_until_reuse_and_a_training_step_frees_at_last_read(name, rule):
+    """Without a rule given, the step decides: an inference step holds each output until the op
+    that took its memory in the original, one with a backward pass frees after the last read (a
+    loop over positions held thousands of outputs there and overshot its original)."""
+    trace = load_trace(corpus(name))
+
+    def frees(liveness):
+        replay = Replay(trace, "cpu", liveness=liveness).prepare(timed=False)
+        return replay.liveness, [s.frees for s in replay.steps]
+
+    chosen, default = frees(None)
+    assert chosen == rule
+    assert default == frees(rule)[1]
+    other = next(r for r in replay_module.LIVENESS if r != rule)
+    assert default != frees(other)[1], "the two rules free this step's outputs at different ops"
+
+
 def test_an_unknown_liveness_rule_is_refused():
     with pytest.raises(ValueError, match="liveness must be one of last-read, until-reuse, not 'never'"):
         Replay(load_trace(corpus("vit_infer.json.gz")), "cpu", liveness="never")
