@@ -28,7 +28,7 @@ autograd engine's own work): N calls at least, more for a short step, up to 8N, 
 profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 
-    python benchmarks/model_zoo.py [--ops N] [MODEL ...]
+    python benchmarks/model_zoo.py [--ops N] [--steps both|train|infer] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -235,6 +235,8 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
+    ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
+                    help="the training steps, the inference steps, or both (the default)")
     args = ap.parse_args()
     global tf
     import transformers as tf
@@ -249,7 +251,7 @@ def main() -> int:
     full = total = skipped_ratios = 0
     ratios, op_ratios = [], []
     for name in args.models or list(MODELS):
-        for train in (True, False):
+        for train in {"both": (True, False), "train": (True,), "infer": (False,)}[args.steps]:
             label = f"{name}_{'train' if train else 'infer'}"
             total += 1
             try:
