@@ -324,7 +324,9 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     off = [dataclasses.replace(s, probe_s=[x * 2 for x in s.probe_s]) for s in base.segments]
     cur = sample(replay, **kw, baseline=off, baseline_signature=base.probe_signature)
     cmp = cur.comparison
-    assert cmp.spanned and math.expm1(cmp.probe_shift) == pytest.approx(-0.5, abs=0.15)
+    # the planted halving, less whatever the host's probe itself moved between the two samples (checked
+    # exactly below; that move reached +36% once in CI, so the sum alone is no fixed figure)
+    assert cmp.spanned and cmp.probe_shift < -PROBE_SHIFT
     assert cmp.ratio > 1.5  # what the division alone says
     # the interval's lower end is the raw estimate's (the normalised one's lies near 2): no alarm,
     # unless the host itself moved between the two samples so far that the raw times alone are
@@ -332,7 +334,7 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     # it must to catch a real slowdown beside a host that sped up
     assert abs(cmp.raw_change) < 0.4 and cmp.ci_low < 1.4
     assert cmp.verdict in ("same", "unsure") or cmp.ci_low > 1
-    moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # about -50%, as measured
+    moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # as the comparison measured it
     assert any(moved in n and "spans the raw and the probe-normalised" in n for n in cur.notes)
     # the same current segments against the baseline as it was: the probe's move is the planted one
     # less, and the comparison spans only where the probe itself moved beyond PROBE_SHIFT
