@@ -30,10 +30,10 @@ from typing import Any
 
 from .errors import TraceError
 
-try:  # optional speed-up; the stdlib json is the fallback
-    import orjson
+try:  # the fast decoder (a dependency); the stdlib json is the fallback and gives the error messages
+    import msgspec
 except ImportError:  # pragma: no cover
-    orjson = None
+    msgspec = None
 
 # Versions this loader understands (inclusive range) and the layout each uses.
 MIN_SCHEMA = (1, 0, 1)
@@ -549,6 +549,104 @@ def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     return Node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, attrs=attrs, source=source)
 
 
+if msgspec is not None:
+    _NULL, _NO_LIST = msgspec.Raw(b"null"), msgspec.Raw(b"[]")
+
+    class _RawSide(msgspec.Struct):
+        """One side of a node, its fields left as JSON text until a replay asks for them."""
+
+        values: msgspec.Raw = _NO_LIST
+        shapes: msgspec.Raw = _NULL
+        types: msgspec.Raw = _NO_LIST
+        strides: msgspec.Raw = _NULL
+
+    class _RawAttr(msgspec.Struct):
+        name: Any = None
+        value: msgspec.Raw = _NULL
+
+    class _RawNode(msgspec.Struct):
+        """A node of the nested layout as it is stored; other keys are ignored, as they are by
+        :func:`_node_nested`."""
+
+        id: int
+        name: str
+        ctrl_deps: int | msgspec.UnsetType = msgspec.UNSET
+        inputs: _RawSide = msgspec.field(default_factory=_RawSide)
+        outputs: _RawSide = msgspec.field(default_factory=_RawSide)
+        attrs: list[_RawAttr] = []
+
+    _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+    _NODES_DECODER = msgspec.json.Decoder(list[_RawNode])
+    _decode_part = msgspec.json.decode
+
+
+def _parse_lazily(raw: bytes, path: Path) -> Trace | None:
+    """The :class:`Trace` of a well-formed trace of the nested layout, decoded into typed nodes
+    whose values stay JSON text until first asked for (a node's are decoded with it): the values
+    of the nested operators a replay never reads (most of a large trace's bytes) are checked as
+    JSON and skipped, not built into Python lists. Where anything is irregular (not JSON, a
+    field of another type, the flat layout), None: :func:`parse_trace` reads the whole document
+    and names the problem."""
+    if msgspec is None:
+        return None
+    try:
+        top = _TOP_DECODER.decode(raw)
+        if "schema" not in top or "nodes" not in top:
+            return None
+        schema = _decode_part(top["schema"])
+        version = parse_schema_version(schema, path)
+        if version == (1, 0, 1):
+            return None
+        raw_nodes = _NODES_DECODER.decode(top["nodes"])
+        meta = {k: v for k, r in top.items() if k != "nodes" and isinstance(v := _decode_part(r), (str, int, float))}
+    except (msgspec.DecodeError, TraceError, RecursionError):
+        return None
+    has_strides = version >= (1, 1, 1)
+    nodes: list[Node] = []
+    seen: set[int] = set()
+    for rn in raw_nodes:
+        if rn.id in seen:
+            return None
+        seen.add(rn.id)
+        node = _node_lazy(rn, path, has_strides)
+        if node is None:
+            return None
+        nodes.append(node)
+    return _assemble(path, schema, nodes, meta)
+
+
+def _node_lazy(raw: _RawNode, path: Path, has_strides: bool) -> Node | None:
+    """:func:`_node_nested` for a typed node (None where its schema is not a string)."""
+    nid = raw.id
+    p = _ValueParser(path, nid, has_strides)
+    raw_attrs = raw.attrs
+
+    def part(text):
+        try:
+            return _decode_part(text)
+        except (msgspec.DecodeError, RecursionError):  # (JSON that is valid but nested past the decoder's limit)
+            raise p.fail("value nested too deeply to decode") from None
+
+    schema = next((a.value for a in reversed(raw_attrs) if a.name == "op_schema"), None)
+    schema = part(schema) if schema is not None else None
+    schema = schema or ""
+    if not isinstance(schema, str):
+        return None
+
+    def attrs() -> dict[str, Any]:
+        return {a.name: part(a.value) for a in raw_attrs if type(a.name) is str}
+
+    def source(side: str, storages: bool = False):
+        block = raw.inputs if side == "inputs" else raw.outputs
+        values, types = part(block.values), part(block.types)
+        if storages:
+            return _raw_storages(values, types)
+        return _values(p, values, part(block.shapes), types, part(block.strides), side)
+
+    parent = nid if raw.ctrl_deps is msgspec.UNSET else raw.ctrl_deps
+    return Node(nid, raw.name, parent, schema, attrs=attrs, source=source)
+
+
 def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
     """Validate a decoded ET document and build the :class:`Trace`."""
     path = Path(path)
@@ -579,9 +677,14 @@ def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
         if not isinstance(parent, int) or isinstance(parent, bool):
             raise TraceError(path, f"node {nid}: parent id must be an integer")
         nodes.append(_node_flat(raw, path) if flat else _node_nested(raw, path, has_strides))
-    nodes.sort(key=lambda n: n.id)
     meta = {k: v for k, v in data.items() if k != "nodes" and isinstance(v, (str, int, float))}
-    trace = Trace(path=path, schema=data["schema"], nodes=nodes, meta=meta)
+    return _assemble(path, data["schema"], nodes, meta)
+
+
+def _assemble(path: Path, schema: str, nodes: list[Node], meta: dict[str, Any]) -> Trace:
+    """The trace of validated nodes: parent links checked, the operators to replay parsed."""
+    nodes.sort(key=lambda n: n.id)
+    trace = Trace(path=path, schema=schema, nodes=nodes, meta=meta)
     _check_parents(trace)
     from .graph import select_ops
 
@@ -639,7 +742,7 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
         gc.collect()
     gc.disable()
     try:
-        trace = parse_trace(decode_json(raw, path), path)
+        trace = _parse_lazily(raw, path) or parse_trace(decode_json(raw, path), path)
         trace.sha256 = digest
         if freeze:
             gc.freeze()
@@ -650,14 +753,14 @@ def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BY
 
 
 def decode_json(raw: bytes, path: Path) -> Any:
-    """Decode with orjson (several times faster on multi-MB traces), falling back to json."""
-    if orjson is not None:
+    """Decode with msgspec (several times faster on multi-MB traces), falling back to json."""
+    if msgspec is not None:
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            if "recursion" in str(e).lower():
-                raise TraceError(path, "JSON nested too deeply") from None
-            # Fall through: the stdlib decoder gives the clearer message and position.
+            return msgspec.json.decode(raw)
+        except RecursionError:
+            raise TraceError(path, "JSON nested too deeply") from None
+        except msgspec.DecodeError:
+            pass  # the stdlib decoder gives the clearer message and position (or reads NaN, which this refuses)
     try:
         return json.loads(raw)
     except RecursionError:
