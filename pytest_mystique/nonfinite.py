@@ -21,44 +21,56 @@ import torch
 LOG_TABLES = {"aten::_ctc_loss": 1}
 
 
-def nonfinite(v: Any) -> bool:
-    """A floating tensor (or list of them) holding NaN or inf in its first 256 elements: a sample,
-    as NaN spreads to whatever reads it, and a whole check would lengthen the build. Their sum in
-    float64 (which no finite float32 values overflow) is finite exactly when they all are: one
-    kernel call, a few microseconds an op (``isfinite().all()`` takes three times as long)."""
-    if isinstance(v, (list, tuple)):
-        return any(nonfinite(x) for x in v)
-    if (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
-            or not v.is_contiguous()):  # fmt: skip
-        return False  # (a view's values were checked where its base was made)
-    a = _host_elements(v)
-    if a is not None:
-        return not math.isfinite(a[:256].sum(dtype=np.float64))
-    return not finite_sum(v.view(-1)[:256])
+def odd_data(values: Any, *, nonfinite: bool = True, subnormal: bool = True) -> tuple[bool, bool]:
+    """Whether a tensor, or any of a list of them, holds NaN or inf (``nonfinite``) and whether
+    one is subnormal (``subnormal``), each looked for only where asked; one read of each tensor's
+    elements serves both (a trace's outputs are checked op by op at the build).
+
+    * NaN or inf: in a floating tensor's first 256 elements, a sample, as NaN spreads to whatever
+      reads it and a whole check would lengthen the build. Their sum in float64 (which no finite
+      float32 values overflow) is finite exactly when they all are: one call, a few microseconds
+      an op (``isfinite().all()`` takes three times as long).
+    * Subnormal: a CPU tensor of float32 or float64 of which 256 elements spread over it are an
+      eighth or more subnormal (not 0, below the type's smallest normal number; an optimizer's
+      state for the rows of a vocabulary that no token read may be, and not its first rows): a
+      CPU computes with those tens of times slower, and a replay whose data went there (a scale
+      drawn ten times too large saturated a softmax, and its gradient underflowed) takes another
+      time than its original, unless the original's data did too (an untrained model's shrinking
+      activations). Half and bfloat16 kernels on a CPU compute in float32, where those values
+      are normal or 0.
+
+    A view's values are not read: they were where its base was made."""
+    found_nan = found_sub = False
+    for v in values if isinstance(values, (list, tuple)) else (values,):
+        if isinstance(v, (list, tuple)):
+            a, b = odd_data(v, nonfinite=nonfinite and not found_nan, subnormal=subnormal and not found_sub)
+        elif (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
+                or not v.is_contiguous()):  # fmt: skip
+            continue
+        else:
+            a, b = _odd(v, nonfinite and not found_nan, subnormal and not found_sub)
+        found_nan, found_sub = found_nan or a, found_sub or b
+        if (found_nan or not nonfinite) and (found_sub or not subnormal):
+            break
+    return found_nan, found_sub
 
 
-#: Types whose subnormal numbers a CPU computes with many times slower than with normal ones
-#: (half and bfloat16 kernels on a CPU compute in float32, where those values are normal or 0).
-_SLOW_SUBNORMALS = (torch.float32, torch.float64)
-
-
-def subnormal(v: Any) -> bool:
-    """A CPU tensor (or list of them) of float32 or float64 of which 256 elements spread over it
-    are an eighth or more subnormal (not 0, below the type's smallest normal number; an optimizer's
-    state for the rows of a vocabulary that no token read may be, and not its first rows): a CPU computes with those
-    tens of times slower, and a replay whose data went there (a scale drawn ten times too large
-    saturated a softmax, and its gradient underflowed) takes another time than its original,
-    unless the original's data did too (an untrained model's shrinking activations)."""
-    if isinstance(v, (list, tuple)):
-        return any(subnormal(x) for x in v)
-    if (not isinstance(v, torch.Tensor) or v.dtype not in _SLOW_SUBNORMALS or v.device.type != "cpu" or v._is_view()
-            or not v.numel() or not v.is_contiguous()):  # fmt: skip
-        return False
+def _odd(v: torch.Tensor, nonfinite: bool, subnormal: bool) -> tuple[bool, bool]:
+    slow = subnormal and v.dtype in _SLOW_SUBNORMALS and v.device.type == "cpu"
+    if not (nonfinite or slow):
+        return False, False
     a = _host_elements(v)
     if a is None:
-        return False
+        return nonfinite and not finite_sum(v.view(-1)[:256]), False
+    nan = nonfinite and not math.isfinite(a[:256].sum(dtype=np.float64))
+    if not slow:
+        return nan, False
     a = np.abs(a[:: max(1, a.size // 256)][:256])
-    return bool(8 * (np.count_nonzero(a < _TINY[a.dtype]) - np.count_nonzero(a == 0)) >= a.size)
+    return nan, bool(8 * (np.count_nonzero(a < _TINY[a.dtype]) - np.count_nonzero(a == 0)) >= a.size)
+
+
+#: Types whose subnormal numbers a CPU computes with many times slower than with normal ones.
+_SLOW_SUBNORMALS = (torch.float32, torch.float64)
 
 
 _TINY = {np.dtype(t): np.finfo(t).tiny for t in (np.float32, np.float64)}
