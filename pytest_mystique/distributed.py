@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -262,11 +263,11 @@ class DistributedReplay:
     def rank_summary(self) -> list[dict]:
         rows = []
         for rank, info in enumerate(self.per_rank):
-            xs = sorted(self.rank_samples[rank])
+            xs = self.rank_samples[rank]
             rows.append({"rank": rank, "file": info["file"], "ops_total": info["ops_total"],
                          "ops_replayed": info["ops_replayed"], "ops_skipped": info["ops_skipped"],
                          "collectives": info["collectives"], "load_s": info["load_s"], "setup_s": info["setup_s"],
-                         "median_s": xs[len(xs) // 2] if xs else None})  # fmt: skip
+                         "median_s": statistics.median(xs) if xs else None})  # fmt: skip
         return rows
 
 

@@ -158,7 +158,9 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
         return (out["ops_fidelity_ratio"], out["fidelity_ratio"], out["ops_s"], out["median_s"],
                 out["original_ops_s"], out["original_median_s"])  # fmt: skip
 
-    assert out["ops_fidelity_ratio"] > 0 and 0.7 < out["ops_s"] / out["median_s"] < 1.4, ratios(out)
+    # (the two figures come from different loops seconds apart, profiled and timed: a band that a
+    # slow spell of 50% between them stays inside, and a mis-summed profile, 2x or more, does not)
+    assert out["ops_fidelity_ratio"] > 0 and 0.6 < out["ops_s"] / out["median_s"] < 1.8, ratios(out)
     assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
 

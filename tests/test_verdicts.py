@@ -211,8 +211,9 @@ def test_failed_fresh_process_is_reported_and_the_verdict_uses_what_there_is():
     assert len(calls) == 1 and base.runs == 1 and len(base.segments) >= 4
     assert "fresh process failed, so this process's run was used alone: worker: replay worker exited" in base.notes[0]
     assert base.looks == []  # nothing to look at without a baseline
+    # (the two samples are of the same replay seconds apart: a tolerance the host's own moves stay under)
     cur = sample(replay, budget_s=30, segment_iters=10, threads=1, fresh_run=broken, baseline=base.segments,
-                 baseline_signature=base.probe_signature)  # fmt: skip
+                 baseline_signature=base.probe_signature, tolerance=0.4)  # fmt: skip
     assert len(calls) == 2 and cur.runs == 1 and cur.notes
     assert cur.comparison.verdict in ("same", "unsure") and cur.comparison.runs_current == 1
     assert [look["runs"] for look in cur.looks] == [1]  # one look, on this process's run
@@ -327,12 +328,12 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     # the planted halving, less whatever the host's probe itself moved between the two samples (checked
     # exactly below; that move reached +36% once in CI, so the sum alone is no fixed figure)
     assert cmp.spanned and cmp.probe_shift < -PROBE_SHIFT
-    assert cmp.ratio > 1.5  # what the division alone says
-    # the interval's lower end is the raw estimate's (the normalised one's lies near 2): no alarm,
-    # unless the host itself moved between the two samples so far that the raw times alone are
-    # significantly slower (+14% once in CI); then both ends say slower and the rule calls it, as
-    # it must to catch a real slowdown beside a host that sped up
-    assert abs(cmp.raw_change) < 0.4 and cmp.ci_low < 1.4
+    # the interval spans the raw estimate and the normalised one (twice the honest ratio, checked
+    # below): its lower end lies at or below the raw one's. No alarm, unless the host itself moved
+    # between the two samples so far that the raw times alone are significantly slower (+14% once
+    # in CI); then both ends say slower and the rule calls it, as it must to catch a real slowdown
+    # beside a host that sped up
+    assert cmp.ci_low <= min(cmp.ratio, 1 + cmp.raw_change) * (1 + 1e-9)
     assert cmp.verdict in ("same", "unsure") or cmp.ci_low > 1
     moved = f"the machine-speed probe's time moved {math.expm1(cmp.probe_shift):+.0%}"  # as the comparison measured it
     assert any(moved in n and "spans the raw and the probe-normalised" in n for n in cur.notes)
@@ -342,4 +343,5 @@ def test_a_baseline_whose_probe_was_off_raises_no_alarm():
     assert shift - cmp.probe_shift == pytest.approx(math.log(2))
     honest = compare_runs(judged_runs(base.segments, True), judged_runs(cur.segments, True), tolerance=0.4,
                           alpha=0.01, final=True, probe_shift=shift)  # fmt: skip
+    # what the division by the corrupted probe alone says: twice the honest ratio
     assert honest.spanned == (abs(shift) > PROBE_SHIFT) and honest.ratio == pytest.approx(cmp.ratio / 2)
