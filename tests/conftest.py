@@ -14,13 +14,19 @@ if os.environ.get("MYSTIQUE_TEST_GPU") != "1":
 
 import pytest
 
-# pytester's in-process runs restore sys.modules afterwards; extension modules (numpy, scipy,
-# torch) cannot be loaded twice, so everything the plugin imports lazily is imported here first.
+# A test that uses pytester gets sys.modules restored when it ends. Extension modules (numpy, scipy,
+# torch, msgspec) cannot be loaded twice, and torch's C++ op registry outlives a dropped module (a
+# second import of one that defines a library fails: "Only a single TORCH_LIBRARY ..."). So
+# everything the plugin or a test imports lazily is imported here first. torch._inductor is among
+# them: torch.profiler's start reads `torch._inductor`, which imports it (and torch._dynamo) on
+# first use, e.g. in the capture helper's time-inside-operators measurement.
 import scipy.stats  # noqa: F401
+import torch._inductor  # noqa: F401
 
 import pytest_mystique.recorder  # noqa: F401
 import pytest_mystique.report  # noqa: F401
 import pytest_mystique.runner  # noqa: F401
+import pytest_mystique.trace  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"
