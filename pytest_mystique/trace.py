@@ -524,29 +524,61 @@ def _node_flat(raw: dict, path: Path) -> Node:
 
 
 def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
+    """A node of the nested layout from the whole-document decoder's dict."""
     nid = raw["id"]
-    p = _ValueParser(path, nid, has_strides)
     raw_attrs = raw.get("attrs", [])
     if not isinstance(raw_attrs, list):
-        raise p.fail("'attrs' must be a list")
+        raise TraceError(path, f"node {nid}: 'attrs' must be a list")
     for side in ("inputs", "outputs"):
         if not isinstance(raw.get(side, {}), dict):
-            raise p.fail(f"'{side}' must be an object with values/shapes/types")
+            raise TraceError(path, f"node {nid}: '{side}' must be an object with values/shapes/types")
+
+    def side_parts(side: str) -> tuple:
+        block = raw.get(side, {})
+        return block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides")
+
+    def named():
+        return ((a["name"], a.get("value")) for a in raw_attrs if type(a) is dict and type(a.get("name")) is str)
+
     schema = next((a.get("value") for a in reversed(raw_attrs) if type(a) is dict and a.get("name") == "op_schema"),
-                  None) or ""  # fmt: skip
+                  None)  # fmt: skip
+    return _nested_node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, named, side_parts, None, path, has_strides)
+
+
+def _nested_node(nid: int, name: str, parent: int, schema: Any, named_attrs, side_parts, decode, path: Path,
+                 has_strides: bool) -> Node:  # fmt: skip
+    """The :class:`Node` of the nested layout, from its parts as either decoder gives them.
+
+    ``schema`` is the stored value of the last ``op_schema`` attribute (None: there is none),
+    ``named_attrs()`` gives the attributes as (name, stored value) pairs and ``side_parts(side)``
+    a side's stored (values, shapes, types, strides). ``decode`` turns a stored piece into Python
+    (None: the pieces are Python already). The attributes and values are decoded when first asked
+    for: most nodes' are never read."""
+    p = _ValueParser(path, nid, has_strides)
+
+    def part(stored):
+        if decode is None:
+            return stored
+        try:
+            return decode(stored)
+        except _DECODE_ERRORS:  # (JSON that is valid but nested past the decoder's limit)
+            raise p.fail("value nested too deeply to decode") from None
+
+    schema = (part(schema) if schema is not None else None) or ""
     if not isinstance(schema, str):
         raise p.fail("'op_schema' must be a string")
 
-    def attrs() -> dict[str, Any]:  # made when asked: most nodes' are never read
-        return {a["name"]: a.get("value") for a in raw_attrs if type(a) is dict and type(a.get("name")) is str}
+    def attrs() -> dict[str, Any]:
+        return {key: part(value) for key, value in named_attrs()}
 
     def source(side: str, storages: bool = False):
-        block = raw.get(side, {})
+        values, shapes, types, strides = side_parts(side)
+        values, types = part(values), part(types)
         if storages:
-            return _raw_storages(block.get("values", []), block.get("types", []))
-        return _values(p, block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides"), side)
+            return _raw_storages(values, types)
+        return _values(p, values, part(shapes), types, part(strides), side)
 
-    return Node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, attrs=attrs, source=source)
+    return Node(nid, name, parent, schema, attrs=attrs, source=source)
 
 
 if msgspec is not None:
@@ -578,6 +610,7 @@ if msgspec is not None:
     _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
     _NODES_DECODER = msgspec.json.Decoder(list[_RawNode])
     _decode_part = msgspec.json.decode
+    _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 
 
 def _parse_lazily(raw: bytes, path: Path) -> Trace | None:
@@ -608,43 +641,26 @@ def _parse_lazily(raw: bytes, path: Path) -> Trace | None:
         if rn.id in seen:
             return None
         seen.add(rn.id)
-        node = _node_lazy(rn, path, has_strides)
-        if node is None:
+        try:
+            nodes.append(_node_lazy(rn, path, has_strides))
+        except TraceError:  # (a schema that is not a string: the whole-document decoder says so)
             return None
-        nodes.append(node)
     return _assemble(path, schema, nodes, meta)
 
 
-def _node_lazy(raw: _RawNode, path: Path, has_strides: bool) -> Node | None:
-    """:func:`_node_nested` for a typed node (None where its schema is not a string)."""
-    nid = raw.id
-    p = _ValueParser(path, nid, has_strides)
-    raw_attrs = raw.attrs
+def _node_lazy(raw: _RawNode, path: Path, has_strides: bool) -> Node:
+    """A node of the nested layout from the typed decoder's struct (its pieces still JSON text)."""
 
-    def part(text):
-        try:
-            return _decode_part(text)
-        except (msgspec.DecodeError, RecursionError):  # (JSON that is valid but nested past the decoder's limit)
-            raise p.fail("value nested too deeply to decode") from None
-
-    schema = next((a.value for a in reversed(raw_attrs) if a.name == "op_schema"), None)
-    schema = part(schema) if schema is not None else None
-    schema = schema or ""
-    if not isinstance(schema, str):
-        return None
-
-    def attrs() -> dict[str, Any]:
-        return {a.name: part(a.value) for a in raw_attrs if type(a.name) is str}
-
-    def source(side: str, storages: bool = False):
+    def side_parts(side: str) -> tuple:
         block = raw.inputs if side == "inputs" else raw.outputs
-        values, types = part(block.values), part(block.types)
-        if storages:
-            return _raw_storages(values, types)
-        return _values(p, values, part(block.shapes), types, part(block.strides), side)
+        return block.values, block.shapes, block.types, block.strides
 
-    parent = nid if raw.ctrl_deps is msgspec.UNSET else raw.ctrl_deps
-    return Node(nid, raw.name, parent, schema, attrs=attrs, source=source)
+    def named():
+        return ((a.name, a.value) for a in raw.attrs if type(a.name) is str)
+
+    schema = next((a.value for a in reversed(raw.attrs) if a.name == "op_schema"), None)
+    parent = raw.id if raw.ctrl_deps is msgspec.UNSET else raw.ctrl_deps
+    return _nested_node(raw.id, raw.name, parent, schema, named, side_parts, _decode_part, path, has_strides)
 
 
 def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
