@@ -11,11 +11,15 @@ Gemma, Gemma 2, Mistral, GPT-J, CodeGen, StarCoder's multi-query attention, Mamb
 ALBERT, ELECTRA, MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFormer, MPNet,
 Longformer; GPT-NeoX, OLMo, StableLM, Persimmon, Cohere, Granite, XGLM, MPT, Jamba's Mamba and
 attention layers with experts, Reformer's reversible layers, ERNIE, SqueezeBERT's grouped
-convolutions, ConvBERT, RemBERT, Nystromformer, CANINE's characters, ESM's proteins),
+convolutions, ConvBERT, RemBERT, Nystromformer, CANINE's characters, ESM's proteins; Qwen3 and
+its experts, OLMoE, GraniteMoE, DeepSeek-V3's low-rank attention and routed experts, Mamba-2's
+chunked scan, BioGPT, ModernBERT's alternating local and global attention),
 encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5,
-LongT5, Blenderbot, ProphetNet's n-gram streams, BigBird-Pegasus, PLBart), vision models (ResNet,
-RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer, ConvNeXt V2, Swin V2,
-MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision), speech models (wav2vec 2.0, HuBERT, WavLM, SEW,
+LongT5, Blenderbot, ProphetNet's n-gram streams, BigBird-Pegasus, PLBart, NLLB-MoE's experts with
+a capacity), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT,
+PoolFormer, ConvNeXt V2, Swin V2, MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision, EfficientNet's
+squeeze-and-excitation, BiT's weight-standardised convolutions and group norm, PVT v2, Hiera's
+unrolled stages), speech models (wav2vec 2.0, HuBERT, WavLM, SEW,
 UniSpeech, Data2Vec audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text; LayerDrop off,
 since a step that skips a random layer is not the traced one) and a time-series forecaster
 (PatchTST).
@@ -87,6 +91,13 @@ MODELS = {  # fmt: skip
  "xglm": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=128), "lm"),
  "mpt": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, n_layers=2, n_heads=4, max_seq_len=128), "lm"),
  "jamba": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=8, use_mamba_kernels=False), "lm"),
+ "qwen3": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
+ "qwen3_moe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1), "lm"),
+ "olmoe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2), "lm"),
+ "granitemoe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), "lm"),
+ "deepseek_v3": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16), "lm"),
+ "mamba2": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8, num_heads=8, head_dim=16, n_groups=1, expand=2, chunk_size=16), "lm"),
+ "biogpt": ("AutoModelForCausalLM", dict(TXT), "lm"),
  # encoders
  "roberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=1), "lm"),
  "albert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
@@ -107,6 +118,7 @@ MODELS = {  # fmt: skip
  "nystromformer": ("AutoModelForMaskedLM", dict(TXT, num_landmarks=8, segment_means_seq_len=64), "lm"),
  "canine": ("AutoModelForSequenceClassification", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_hash_buckets=64, num_hash_functions=2, downsampling_rate=4, local_transformer_stride=16, max_position_embeddings=256), "cls"),
  "esm": ("AutoModelForMaskedLM", dict(TXT, vocab_size=33, pad_token_id=1, position_embedding_type="rotary"), "protein"),
+ "modernbert": ("AutoModelForMaskedLM", dict(TXT, global_attn_every_n_layers=2, local_attention=16, pad_token_id=0), "lm"),
  # encoder-decoders
  "pegasus": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "marian": ("AutoModelForSeq2SeqLM", dict(S2S, decoder_vocab_size=1000), "s2s"),
@@ -120,6 +132,7 @@ MODELS = {  # fmt: skip
  "prophetnet": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, hidden_size=64, encoder_ffn_dim=128, decoder_ffn_dim=128, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4, num_decoder_attention_heads=4, ngram=2, max_position_embeddings=128, decoder_start_token_id=1, pad_token_id=0), "s2s"),
  "bigbird_pegasus": ("AutoModelForSeq2SeqLM", dict(S2S, attention_type="original_full"), "s2s"),
  "plbart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "nllb-moe": ("AutoModelForSeq2SeqLM", dict(S2S, num_experts=4, expert_capacity=64, encoder_sparse_step=2, decoder_sparse_step=2), "s2s"),
  # vision
  "resnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "regnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=10), "img"),
@@ -135,6 +148,10 @@ MODELS = {  # fmt: skip
  "focalnet": ("AutoModelForImageClassification", dict(image_size=64, embed_dim=16, depths=[1, 1], focal_levels=[2, 2], num_labels=10), "img"),
  "vit_msn": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
  "data2vec-vision": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
+ "efficientnet": ("AutoModelForImageClassification", dict(image_size=64, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320, num_labels=10), "img"),
+ "bit": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_groups=8, num_labels=10), "img"),
+ "pvt_v2": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], num_labels=10), "img"),
+ "hiera": ("AutoModelForImageClassification", dict(image_size=[64, 64], embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4], num_labels=10), "img"),
  # audio
  "wav2vec2": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "hubert": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
