@@ -180,6 +180,7 @@ class SchemaFacts:
     defaults: tuple = ()  # per argument: its default value, or NO_DEFAULT
     binding: object = None  # the op's Python binding (see python_binding), or None
     dynamic: bool = False  # its output's shape depends on its input's values (see dynamic_shape)
+    overwrites: tuple[bool, ...] = ()  # per argument: the op writes all of it without reading it (see overwritten)
 
 
 _facts: dict = {}
@@ -203,10 +204,24 @@ def schema_facts(overload) -> SchemaFacts:
                             tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments),
                             tuple(a.default_value if a.has_default_value() else NO_DEFAULT for a in schema.arguments),
                             python_binding(schema.name) if op else None,
-                            op and dynamic_shape(overload, qualname))  # fmt: skip
+                            op and dynamic_shape(overload, qualname), overwritten(schema))  # fmt: skip
         if op:
             _facts[overload] = facts
     return facts
+
+
+#: In-place ops that write every element of their first argument and read none of it
+_FILLING = {"aten::zero_", "aten::fill_", "aten::copy_", "aten::uniform_", "aten::normal_", "aten::random_",
+            "aten::bernoulli_", "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_"}  # fmt: skip
+
+
+def overwritten(schema) -> tuple[bool, ...]:
+    """Per argument of ``schema``: the op writes all of that tensor and reads none of it before: an
+    ``out=`` argument (keyword-only and written), or the tensor a fill, a copy or a random draw in
+    place writes. An input that such an op is the first to use needs no seeded data."""
+    return tuple(a.alias_info is not None and a.alias_info.is_write and not str(a.type).endswith("[]")
+                 and (a.kwarg_only or (i == 0 and schema.name in _FILLING))
+                 for i, a in enumerate(schema.arguments))  # fmt: skip
 
 
 #: Composite ops whose output's shape depends on the data through the op they call (they lack the tag).

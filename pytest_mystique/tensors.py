@@ -69,6 +69,9 @@ _FAN_IN = {
     ("baddbmm", "batch2"): lambda s: s[-2],
     ("matmul", "other"): lambda s: s[-2] if len(s) > 1 else s[0],
 }
+_FAN_IN_OF: dict[str, list] = {}  # the same, by op
+for (_op, _arg), _fan in _FAN_IN.items():
+    _FAN_IN_OF.setdefault(_op, []).append((_arg, _fan))
 _CONV_OPS = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
              "conv_transpose3d", "mkldnn_convolution", "cudnn_convolution"}  # fmt: skip
 _NORM_OPS = {"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm", "native_group_norm",
@@ -92,9 +95,9 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         if w is not None and len(w.shape) >= 3:
             weight_bound = 1 / math.sqrt(max(math.prod(w.shape[1:]), 1))
             out[w] = (-weight_bound, weight_bound)
-    for (op, arg), fan in _FAN_IN.items():
+    for arg, fan in _FAN_IN_OF.get(name, ()):
         w = tensor(arg)
-        if op == name and fan is not None and w is not None and w.shape:
+        if fan is not None and w is not None and w.shape:
             weight_bound = 1 / math.sqrt(max(fan(w.shape), 1))
             out[w] = (-weight_bound, weight_bound)
     if name == "einsum":
@@ -542,6 +545,7 @@ class TensorFactory:
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
+    overwritten: set[tuple[int, str]] = field(default_factory=set)  # allocations an op writes whole before any read
     # tensors made in host memory although the replay runs on a GPU: a GPU trace's host tensors (a
     # batch before its copy to the device), arguments a GPU kernel reads on the host. Tensor by
     # tensor: a storage id is not one allocation's alone (a writer gives every empty tensor the same
@@ -690,7 +694,8 @@ class TensorFactory:
         would dominate the setup time and buys nothing for timing (values keep their range and
         are not degenerate)."""
         n = t.numel()
-        if n == 0 or (ref.storage_id, ref.dtype) in self.untouched_bytes or t.device.type == "meta":
+        key = (ref.storage_id, ref.dtype)
+        if n == 0 or key in self.untouched_bytes or key in self.overwritten or t.device.type == "meta":
             return  # (a meta tensor has shapes and no data)
         if ref in self.zeros:
             t.zero_()

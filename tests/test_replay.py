@@ -2586,3 +2586,52 @@ def test_a_saved_zero_dim_float64_result_stays_linked_to_its_op(tmp_path):
 
     replay = _captured(tmp_path, "rmse", step)
     assert [ref.shape for ref, _ in replay.inputs() if ref.shape == ()] == []
+
+
+def test_inputs_that_ops_write_whole_before_any_read_are_left_unfilled():
+    """The PARAM linear trace zeroes each gradient (``aten::zero_``) before its first accumulation
+    reads it: those allocations get no seeded data (the report says how many and their size), the
+    others do, and the iteration's accumulations start from the op's zeros, not leftover memory."""
+    replay = Replay(load_trace(corpus("param_linear_v101.json.gz")), "cpu").prepare()
+    unfilled = replay.factory.overwritten
+    assert unfilled, replay.report.notes
+    assert any(re.match(rf"{len(unfilled)} input allocation\(s\) \(.* MiB\) that an op writes whole", n)
+               for n in replay.report.notes), replay.report.notes  # fmt: skip
+    ref_of = {slot: ref for (ref, _), slot in replay._externals.items()}
+    first_use = {}
+    for step in replay.steps:
+        for pos, slot in step.fills:
+            if slot in ref_of:
+                first_use.setdefault((ref_of[slot].storage_id, ref_of[slot].dtype), (step.name, pos))
+    assert {first_use[key] for key in unfilled} == {("aten::zero_", 0)}
+    assert any(key not in unfilled for key in first_use)
+    for key, expect_changed in ((next(iter(unfilled)), False), (next(k for k in first_use if k not in unfilled), True)):
+        ref = next(r for r in ref_of.values() if (r.storage_id, r.dtype) == key and r.shape)
+        t = torch.full(ref.shape, 7.0)
+        replay.factory.fill(t, ref)
+        assert bool((t != 7.0).any()) is expect_changed, key
+    zeroed = []
+    replay.run(after_step=lambda step, result: zeroed.append(result.clone()) if step.name == "aten::zero_" else None)
+    assert len(zeroed) == len(unfilled) and all(not z.any() for z in zeroed)
+
+
+def test_an_out_argument_read_before_it_is_written_whole_keeps_its_seeded_data(tmp_path):
+    """Captured: one buffer the step writes whole through ``out=`` before reading it, one it
+    accumulates into first (``add_`` reads it), and one of which ``out=`` writes only the first half
+    while the whole is read. Only the first is left unfilled."""
+    x = torch.randn(64, 64)
+    whole, accumulated, half = torch.empty(64, 64), torch.ones(64, 64), torch.ones(128, 64)
+
+    def step():
+        torch.mul(x, 2.0, out=whole)
+        accumulated.add_(x)
+        torch.mul(x, 3.0, out=half[:64])
+        return whole.sum() + accumulated.sum() + half.sum()
+
+    path = tmp_path / "outs.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    sizes = {key: replay.factory.storage_bytes[key] for key in replay.factory.overwritten}
+    assert list(sizes.values()) == [64 * 64 * 4], sizes
+    replay.run()
