@@ -108,7 +108,7 @@ class Planner:
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
         # an input allocation -> the spans of bytes that ops have written whole without reading them (out=
-        # arguments), or None once an op read elements none of those had written (see _overwritten)
+        # arguments, zero_...), or None once an op read bytes none of those had written (see _overwritten)
         first_write: dict[tuple[int, str], list[tuple[int, int]] | None] = {}
 
         def allocated(outs: list[TensorRef], read: set[int], replayed: bool = True) -> None:
@@ -182,15 +182,15 @@ class Planner:
                         elif ref.numel > 1 and _real_floating(ref):
                             float_inputs.setdefault(ref)
                         key = (ref.storage_id, ref.dtype)
+                        start, stop = ref.offset * ref.itemsize, (ref.offset + ref.extent()) * ref.itemsize
                         spans = first_write.setdefault(key, [])
                         if spans is not None:
                             dense = ref.shape and ref.extent() == math.prod(ref.shape)
-                            span = (ref.offset * ref.itemsize, (ref.offset + ref.extent()) * ref.itemsize)
                             if pos < len(overwrites) and overwrites[pos] and dense:
-                                _add_span(spans, *span)
-                            elif not _covers(spans, *span):
+                                _add_span(spans, start, stop)
+                            elif not _covers(spans, start, stop):
                                 first_write[key] = None  # it reads seeded data
-                        external_bytes[key] = max(external_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
+                        external_bytes[key] = max(external_bytes.get(key, 0), stop)
                         if node.id not in in_step:
                             elsewhere.add(ref)
                         elif pos < len(writes) and writes[pos]:
@@ -288,7 +288,7 @@ class Planner:
             self.factory.overwritten |= keys
             size = sum(sizes.get(key, 0) for key in keys)
             self.report.notes[f"{len(keys)} input allocation(s) ({fmt_bytes(size)}) that an op writes whole before any op "
-                              f"reads them (out= arguments) are left unfilled"] += 1  # fmt: skip
+                              f"reads them (out= arguments, zero_, copy_...) are left unfilled"] += 1  # fmt: skip
 
     def _record_forward(self, planned: list[PlannedOp], in_step: set[int], elsewhere: set[TensorRef],
                         backward: set[int]) -> None:  # fmt: skip
