@@ -12,13 +12,13 @@ planned is skipped here with the reason, its outputs' memory still counted as a 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import torch
 
 from .collectives import Comms, tensor_refs
@@ -596,7 +596,7 @@ class Planner:
             if ref not in written:
                 if fits:
                     own_id = next(own_ids)
-                    own = dataclasses.replace(ref, tensor_id=own_id, storage_id=own_id)
+                    own = msgspec.structs.replace(ref, tensor_id=own_id, storage_id=own_id)
                     v = planned[i].values[pos]
                     if isinstance(v, TensorListArg):
                         v.refs[v.refs.index(ref)] = own
