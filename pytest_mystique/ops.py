@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -35,6 +36,7 @@ class OpName:
         return base if self.overload == "default" else f"{base}.{self.overload}"
 
 
+@lru_cache(maxsize=4096)  # (a trace names a few dozen schemas thousands of times)
 def parse_op_name(op_schema: str) -> OpName:
     m = _QUALIFIED_RE.match(op_schema)
     if not m:
@@ -52,8 +54,10 @@ DUNDER_OPS = frozenset(
 )
 
 
+@lru_cache(maxsize=4096)
 def resolve(op_schema: str) -> torch._ops.OpOverload:
-    """The ``torch.ops`` overload that ``op_schema`` names, or :class:`Unsupported`."""
+    """The ``torch.ops`` overload that ``op_schema`` names, or :class:`Unsupported` (raised again at
+    each call: an operator registered later is found then)."""
     op = parse_op_name(op_schema)
     if hasattr(torch._ops._OpNamespace, op.namespace) or hasattr(torch._ops._Ops, op.namespace):
         raise Unsupported(f"refusing namespace {op.namespace!r}")
