@@ -11,7 +11,8 @@ script measures both sides of that:
     nothing, after a small op, and after an op over ``--mib`` MiB that writes in place, writes into
     a kept output, or allocates and frees its output. Where the in-place op slows the probe as much
     as the allocating one, the cost is the caches', not the allocator's;
-  * a trace (default: the corpus's DDP ResNet, target 4 of issue 3) loaded, then built on the
+  * a trace (default: the corpus's DDP ResNet, target 4 of issue 3) loaded, planned alone (the
+    build's first pass, pure Python that no op's memory touches), then built on the
     ``meta`` device (ops that touch no memory: the engine's bookkeeping alone) and on the CPU, with
     the count of its selected ops whose outputs reach 4 MiB together, and the CPU build's extra time per such op.
 
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.graph import select_ops  # noqa: E402
+from pytest_mystique.measure import gc_paused  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.report import format_table  # noqa: E402
 from pytest_mystique.trace import load_trace, tensors_of  # noqa: E402
@@ -106,13 +108,19 @@ def main() -> int:
     trace = load_trace(path)
     load = time.perf_counter() - t0
     big = sum(1 for n in select_ops(trace) if sum(r.numel * r.itemsize for r in tensors_of(n.outputs)) >= BIG)
+    planning = Replay(trace, "meta")
+    t0 = time.perf_counter()
+    with gc_paused():  # (as Replay.prepare plans)
+        planning._plan()
+    plan = time.perf_counter() - t0
+    del planning
     meta, _ = build_s(trace, "meta")
     cpu, cpu_ops = build_s(trace, "cpu")
     print()
     print("\n".join(format_table([
-        ["trace", "load s", "build meta s", "build cpu s", "ops' calls cpu s", "ops with outputs >= 4 MiB",
+        ["trace", "load s", "plan s", "build meta s", "build cpu s", "ops' calls cpu s", "ops with outputs >= 4 MiB",
          "(cpu - meta) per such op us", "load + build cpu s"],
-        [args.trace, f"{load:.2f}", f"{meta:.2f}", f"{cpu:.2f}", f"{cpu_ops:.1f}", str(big),
+        [args.trace, f"{load:.2f}", f"{plan:.2f}", f"{meta:.2f}", f"{cpu:.2f}", f"{cpu_ops:.1f}", str(big),
          f"{(cpu - meta) / max(big, 1) * 1e6:.0f}", f"{load + cpu:.2f}"]])))  # fmt: skip
     return 0
 
