@@ -530,53 +530,81 @@ def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
     for side in ("inputs", "outputs"):
         if not isinstance(raw.get(side, {}), dict):
             raise TraceError(path, f"node {nid}: '{side}' must be an object with values/shapes/types")
-
-    def side_parts(side: str) -> tuple:
-        block = raw.get(side, {})
-        return block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides")
-
-    def named():
-        return ((a["name"], a.get("value")) for a in raw_attrs if type(a) is dict and type(a.get("name")) is str)
-
     schema = next((a.get("value") for a in reversed(raw_attrs) if type(a) is dict and a.get("name") == "op_schema"),
                   None)  # fmt: skip
-    return _nested_node(nid, raw["name"], raw.get("ctrl_deps", nid), schema, named, side_parts, None, path, has_strides)
+    return _nested_node(_DictParts(raw, nid, path, has_strides), raw["name"], raw.get("ctrl_deps", nid), schema)
 
 
-def _nested_node(nid: int, name: str, parent: int, schema: Any, named_attrs, side_parts, decode, path: Path,
-                 has_strides: bool) -> Node:  # fmt: skip
-    """The :class:`Node` of the nested layout, from its parts as either decoder gives them.
+def _nested_node(parts: _NestedParts, name: str, parent: int, schema: Any) -> Node:
+    """The :class:`Node` of the nested layout whose stored pieces ``parts`` holds, as either decoder
+    gives them; ``schema`` is the stored value of its last ``op_schema`` attribute (None: there is
+    none). The attributes and values are decoded when first asked for: most nodes' are never read."""
+    schema = (parts.part(schema) if schema is not None else None) or ""
+    if not isinstance(schema, str):
+        raise TraceError(parts.path, f"node {parts.nid}: 'op_schema' must be a string")
+    return Node(parts.nid, name, parent, schema, attrs=parts.attrs, source=parts.source)
 
-    ``schema`` is the stored value of the last ``op_schema`` attribute (None: there is none),
-    ``named_attrs()`` gives the attributes as (name, stored value) pairs and ``side_parts(side)``
-    a side's stored (values, shapes, types, strides). ``decode`` turns a stored piece into Python
-    (None: the pieces are Python already). The attributes and values are decoded when first asked
-    for: most nodes' are never read."""
-    p = _ValueParser(path, nid, has_strides)
 
-    def part(stored):
-        if decode is None:
+class _NestedParts:
+    """A nested-layout node's stored pieces, decoded when first asked for. One object a node,
+    with its methods as the node's sources (a large trace has tens of thousands of nodes: closures
+    made for each took a sixth of its load). Subclasses say where the pieces lie: ``side_parts(side)``
+    gives a side's stored (values, shapes, types, strides), ``named()`` the attributes as (name,
+    stored value) pairs, and ``decode`` turns a stored piece into Python (None: the pieces are
+    Python already)."""
+
+    __slots__ = ("raw", "nid", "path", "has_strides")
+    decode: Any = None
+
+    def __init__(self, raw: Any, nid: int, path: Path, has_strides: bool):
+        self.raw, self.nid, self.path, self.has_strides = raw, nid, path, has_strides
+
+    def part(self, stored: Any) -> Any:
+        if self.decode is None:
             return stored
         try:
-            return decode(stored)
+            return self.decode(stored)
         except _DECODE_ERRORS:  # (JSON that is valid but nested past the decoder's limit)
-            raise p.fail("value nested too deeply to decode") from None
+            raise TraceError(self.path, f"node {self.nid}: value nested too deeply to decode") from None
 
-    schema = (part(schema) if schema is not None else None) or ""
-    if not isinstance(schema, str):
-        raise p.fail("'op_schema' must be a string")
+    def attrs(self) -> dict[str, Any]:
+        return {key: self.part(value) for key, value in self.named()}
 
-    def attrs() -> dict[str, Any]:
-        return {key: part(value) for key, value in named_attrs()}
-
-    def source(side: str, storages: bool = False):
-        values, shapes, types, strides = side_parts(side)
-        values, types = part(values), part(types)
+    def source(self, side: str, storages: bool = False):
+        values, shapes, types, strides = self.side_parts(side)
+        values, types = self.part(values), self.part(types)
         if storages:
             return _raw_storages(values, types)
-        return _values(p, values, part(shapes), types, part(strides), side)
+        p = _ValueParser(self.path, self.nid, self.has_strides)
+        return _values(p, values, self.part(shapes), types, self.part(strides), side)
 
-    return Node(nid, name, parent, schema, attrs=attrs, source=source)
+
+class _DictParts(_NestedParts):
+    """A node's pieces in the whole-document decoder's dict."""
+
+    __slots__ = ()
+
+    def side_parts(self, side: str) -> tuple:
+        block = self.raw.get(side, {})
+        return block.get("values", []), block.get("shapes"), block.get("types", []), block.get("strides")
+
+    def named(self):
+        return ((a["name"], a.get("value")) for a in self.raw.get("attrs", [])
+                if type(a) is dict and type(a.get("name")) is str)  # fmt: skip
+
+
+class _StructParts(_NestedParts):
+    """A node's pieces in the typed decoder's struct, still JSON text."""
+
+    __slots__ = ()
+    decode = staticmethod(msgspec.json.decode)
+
+    def side_parts(self, side: str) -> tuple:
+        block = self.raw.inputs if side == "inputs" else self.raw.outputs
+        return block.values, block.shapes, block.types, block.strides
+
+    def named(self):
+        return ((a.name, a.value) for a in self.raw.attrs if type(a.name) is str)
 
 
 _NULL, _NO_LIST = msgspec.Raw(b"null"), msgspec.Raw(b"[]")
@@ -649,17 +677,13 @@ def _parse_lazily(raw: bytes, path: Path) -> Trace | None:
 
 def _node_lazy(raw: _RawNode, path: Path, has_strides: bool) -> Node:
     """A node of the nested layout from the typed decoder's struct (its pieces still JSON text)."""
-
-    def side_parts(side: str) -> tuple:
-        block = raw.inputs if side == "inputs" else raw.outputs
-        return block.values, block.shapes, block.types, block.strides
-
-    def named():
-        return ((a.name, a.value) for a in raw.attrs if type(a.name) is str)
-
-    schema = next((a.value for a in reversed(raw.attrs) if a.name == "op_schema"), None)
+    schema = None
+    for a in reversed(raw.attrs):
+        if a.name == "op_schema":
+            schema = a.value
+            break
     parent = raw.id if raw.ctrl_deps is msgspec.UNSET else raw.ctrl_deps
-    return _nested_node(raw.id, raw.name, parent, schema, named, side_parts, _decode_part, path, has_strides)
+    return _nested_node(_StructParts(raw, raw.id, path, has_strides), raw.name, parent, schema)
 
 
 def parse_trace(data: Any, path: str | os.PathLike) -> Trace:
