@@ -541,7 +541,7 @@ def _nested_node(parts: _NestedParts, name: str, parent: int, schema: Any) -> No
     none). The attributes and values are decoded when first asked for: most nodes' are never read."""
     schema = (parts.part(schema) if schema is not None else None) or ""
     if not isinstance(schema, str):
-        raise TraceError(parts.path, f"node {parts.nid}: 'op_schema' must be a string")
+        raise parts.fail("'op_schema' must be a string")
     return Node(parts.nid, name, parent, schema, attrs=parts.attrs, source=parts.source)
 
 
@@ -565,7 +565,10 @@ class _NestedParts:
         try:
             return self.decode(stored)
         except _DECODE_ERRORS:  # (JSON that is valid but nested past the decoder's limit)
-            raise TraceError(self.path, f"node {self.nid}: value nested too deeply to decode") from None
+            raise self.fail("value nested too deeply to decode") from None
+
+    def fail(self, problem: str) -> TraceError:
+        return _ValueParser(self.path, self.nid, self.has_strides).fail(problem)
 
     def attrs(self) -> dict[str, Any]:
         return {key: self.part(value) for key, value in self.named()}
@@ -638,7 +641,6 @@ class _RawNode(msgspec.Struct):
 
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _NODES_DECODER = msgspec.json.Decoder(list[_RawNode])
-_decode_part = msgspec.json.decode
 _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 
 
@@ -653,12 +655,12 @@ def _parse_lazily(raw: bytes, path: Path) -> Trace | None:
         top = _TOP_DECODER.decode(raw)
         if "schema" not in top or "nodes" not in top:
             return None
-        schema = _decode_part(top["schema"])
+        schema = msgspec.json.decode(top["schema"])
         version = parse_schema_version(schema, path)
         if version == (1, 0, 1):
             return None
         raw_nodes = _NODES_DECODER.decode(top["nodes"])
-        meta = {k: v for k, r in top.items() if k != "nodes" and isinstance(v := _decode_part(r), (str, int, float))}
+        meta = {k: v for k, r in top.items() if k != "nodes" and isinstance(v := msgspec.json.decode(r), (str, int, float))}
     except (msgspec.DecodeError, TraceError, RecursionError):
         return None
     has_strides = version >= (1, 1, 1)
