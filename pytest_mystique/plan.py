@@ -345,7 +345,7 @@ class Planner:
                 kwnames.append(arg.name)
             elif kwnames:
                 raise Unsupported("positional argument after keyword-only ones")
-        if node.name in _EPSILON_ADDS:
+        if node.name in _EPSILON_ADDS or not _EPSILON_ARGS.isdisjoint(names):
             self._epsilon_below_resolution(node, names, values)
         if self.device.type != "cpu":
             self._place_on_host(node.name, names, values)
@@ -442,15 +442,22 @@ class Planner:
         return PlannedOp(node, call, values, (), collective=True)
 
     def _epsilon_below_resolution(self, node: Node, names: list[str], values: list) -> None:
-        """The trace writer prints a float scalar with six decimals: an optimizer's epsilon (1e-8),
-        added to a denominator that is 0 where a parameter's gradient was, comes out 0.0, and 0/0 made
-        the replay's parameters NaN. An addition's 0.0 adds a value below that resolution instead
-        (the same to the trace, and no different in time)."""
+        """The trace writer prints a float scalar with six decimals, so an epsilon below 5e-7 comes
+        out 0.0, and 0/0 makes the replay's data NaN where the original's was finite:
+        an optimizer's epsilon (1e-8), added to a denominator that is 0 where a parameter's gradient
+        was, made the replay's parameters NaN; a layer norm's (1e-12, BERT's and DeiT's) divides a
+        row of equal values (a class token and a position embedding initialised to zeros) by the
+        square root of its variance, 0. An op's ``eps`` (``epsilon``) recorded as 0.0, and an
+        addition's 0.0, take a value below that resolution instead (the same to the trace, and no
+        different in time)."""
+        adds = node.name in _EPSILON_ADDS
         for i, (name, val) in enumerate(zip(names, node.inputs)):
-            if name in ("other", "scalar") and isinstance(val, Scalar) and val.type == "Double" and val.value == 0.0:
+            if (name in _EPSILON_ARGS or (adds and name in ("other", "scalar"))) and isinstance(val, Scalar) \
+                    and val.type == "Double" and val.value == 0.0:  # fmt: skip
                 values[i] = _BELOW_RESOLUTION
-                self.report.notes[f"{node.name}: a float recorded as 0.0 (the trace keeps six decimals: an epsilon "
-                                  f"such as 1e-8 reads 0.0) adds {_BELOW_RESOLUTION:g}"] += 1  # fmt: skip
+                what = f"its {name}" if name in _EPSILON_ARGS else "a float"
+                self.report.notes[f"{node.name}: {what} recorded as 0.0 (the trace keeps six decimals: an epsilon "
+                                  f"such as 1e-8 reads 0.0) is taken as {_BELOW_RESOLUTION:g}"] += 1  # fmt: skip
 
     def _convert(self, arg: ArgSpec, val) -> Any:
         """A recorded value as the schema argument ``arg`` wants it."""
@@ -797,6 +804,8 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
 
 #: Additions of a scalar that may be an epsilon the trace writer's six decimals printed as 0.0
 _EPSILON_ADDS = {"aten::add", "aten::add_", "aten::_foreach_add", "aten::_foreach_add_"}
+#: Schema arguments that are an epsilon wherever they appear (norms, optimizers, distances)
+_EPSILON_ARGS = frozenset({"eps", "epsilon"})
 _BELOW_RESOLUTION = 1e-8
 
 

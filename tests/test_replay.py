@@ -349,6 +349,35 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
+def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_path):
+    """A vision transformer's class token and position embedding start as zeros (DeiT's, BEiT's),
+    so the class token's row holds equal values, and its layer norm divides by the square root of
+    the row's variance plus epsilon (1e-12), which the trace writer printed as 0.0: 0/0 made the
+    replay's data NaN from that op on. The replay takes an epsilon below the writer's resolution,
+    says so, and its data stay finite."""
+    cls, pos = torch.zeros(1, 1, 32), torch.zeros(1, 17, 32)
+    proj, norm = torch.nn.Linear(48, 32), torch.nn.LayerNorm(32, eps=1e-12)
+    patches = torch.randn(4, 16, 48)
+
+    def step():
+        with torch.no_grad():
+            x = torch.cat([cls.expand(4, -1, -1), proj(patches)], dim=1) + pos
+            norm(x).sum()
+
+    capture_step(step, tmp_path / "tokens.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    trace = load_trace(tmp_path / "tokens.json.gz")
+    [ln] = [n for n in select_ops(trace) if n.name == "aten::layer_norm"]
+    assert [v.value for v in ln.inputs if getattr(v, "type", None) == "Double"] == [0.0]  # (what the writer kept of 1e-12)
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any(n.startswith("aten::layer_norm: its eps recorded as 0.0") for n in rep.notes), rep.notes
+    assert not any("NaN or inf" in n for n in rep.notes), rep.notes
+    outputs = []
+    replay.run(after_step=lambda step, result: outputs.append(result))
+    assert all(bool(torch.isfinite(t).all()) for t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
 def test_an_epsilon_the_trace_printed_as_zero_keeps_the_optimizer_finite(tmp_path):
     """The trace writer prints float scalars with six decimals: AdamW's epsilon (1e-8), which the
     foreach path adds to its denominators, is recorded as 0.0. Rows of an embedding that no id
