@@ -2,27 +2,32 @@
 
 Each model is built small from its config (no weights downloaded), a training step (AdamW) and an
 inference step are captured with the capture helper, and the trace is replayed on the CPU at one
-thread: ops replayed / selected, skipped, substituted, notes (not counting the optimizer state's
-and the composites'), whether three iterations run, and a quick ratio of the replay's median to the
-original's over six alternated blocks of two (a rough figure: these steps are 1-300 ms and the
-host drifts; benchmarks/fidelity_interleaved.py measures fidelity properly). Causal and masked
-language models (GPT-Neo, OPT, BLOOM's ALiBi, Falcon, Phi, Qwen2 and its mixture of experts,
-Gemma, Gemma 2, Mistral, GPT-J, CodeGen, StarCoder's multi-query attention, Mamba, RWKV, RoBERTa,
-ALBERT, ELECTRA, MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFormer, MPNet,
-Longformer; GPT-NeoX, OLMo, StableLM, Persimmon, Cohere, Granite, XGLM, MPT, Jamba's Mamba and
-attention layers with experts, Reformer's reversible layers, ERNIE, SqueezeBERT's grouped
-convolutions, ConvBERT, RemBERT, Nystromformer, CANINE's characters, ESM's proteins; Qwen3 and
-its experts, OLMoE, GraniteMoE, DeepSeek-V3's low-rank attention and routed experts, Mamba-2's
-chunked scan, BioGPT, ModernBERT's alternating local and global attention),
-encoder-decoders (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5,
-LongT5, Blenderbot, ProphetNet's n-gram streams, BigBird-Pegasus, PLBart, NLLB-MoE's experts with
-a capacity), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT,
-PoolFormer, ConvNeXt V2, Swin V2, MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision, EfficientNet's
-squeeze-and-excitation, BiT's weight-standardised convolutions and group norm, PVT v2, Hiera's
-unrolled stages), speech models (wav2vec 2.0, HuBERT, WavLM, SEW,
-UniSpeech, Data2Vec audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text; LayerDrop off,
-since a step that skips a random layer is not the traced one) and a time-series forecaster
-(PatchTST).
+thread: ops replayed / selected, skipped, substituted, notes (not counting the optimizer state's and
+the composites'), whether three iterations run, and a quick ratio of the replay's median to the
+original's over six alternated blocks of two (a rough figure: these steps are 1-300 ms and the host
+drifts; benchmarks/fidelity_interleaved.py measures fidelity properly). Causal and masked language
+models (GPT-Neo, OPT, BLOOM's ALiBi, Falcon, Phi, Qwen2 and its mixture of experts, Gemma, Gemma 2,
+Mistral, GPT-J, CodeGen, StarCoder's multi-query attention, Mamba, RWKV, RoBERTa, ALBERT, ELECTRA,
+MobileBERT, Funnel, FNet's Fourier mixing, BigBird, XLNet, RoFormer, MPNet, Longformer; GPT-NeoX,
+OLMo, StableLM, Persimmon, Cohere, Granite, XGLM, MPT, Jamba's Mamba and attention layers with
+experts, Reformer's reversible layers, ERNIE, SqueezeBERT's grouped convolutions, ConvBERT, RemBERT,
+Nystromformer, CANINE's characters, ESM's proteins; Qwen3 and its experts, OLMoE, GraniteMoE,
+DeepSeek-V3's low-rank attention and routed experts, Mamba-2's chunked scan, BioGPT, ModernBERT's
+alternating local and global attention; Phi-3's fused projections, Mixtral, StarCoder2, Gemma 3,
+Nemotron, DBRX's clipped QKV and fused experts, Cohere 2, Falcon-Mamba, Bamba and RecurrentGemma's
+hybrids, LFM2's short convolutions, gpt-oss's attention sinks and experts, JetMoE, DeBERTa-v2's
+disentangled attention, Megatron-BERT, XLM; Apertus, Doge, Falcon-H1, MiniMax's lightning attention,
+GraniteMoE-hybrid, PhiMoE, Zamba2, OLMo 2, GLM-4, EXAONE 4, Helium, ERNIE 4.5), encoder-decoders
+(Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5, LongT5, Blenderbot,
+ProphetNet's n-gram streams, BigBird-Pegasus, PLBart, NLLB-MoE's experts with a capacity; BART, T5,
+UMT5), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer,
+ConvNeXt V2, Swin V2, MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision, EfficientNet's squeeze-and-
+excitation, BiT's weight-standardised convolutions and group norm, PVT v2, Hiera's unrolled stages;
+ConvNeXt, Swin, DeiT, LeViT, CvT's convolutional projections; YOLOS and DETR's detection losses with
+their matching, GLPN's depth), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
+audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text, Whisper, Moonshine; LayerDrop off, since
+a step that skips a random layer is not the traced one) and time-series forecasters (PatchTST,
+PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts).
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
@@ -98,6 +103,31 @@ MODELS = {  # fmt: skip
  "deepseek_v3": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16), "lm"),
  "mamba2": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8, num_heads=8, head_dim=16, n_groups=1, expand=2, chunk_size=16), "lm"),
  "biogpt": ("AutoModelForCausalLM", dict(TXT), "lm"),
+ "phi3": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, pad_token_id=0), "lm"),
+ "mixtral": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), "lm"),
+ "starcoder2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, sliding_window=16), "lm"),
+ "gemma3_text": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, sliding_window=16), "lm"),
+ "nemotron": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "dbrx": ("AutoModelForCausalLM", dict(vocab_size=1000, d_model=64, n_layers=2, n_heads=4, max_seq_len=128, attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=10000.0), ffn_config=dict(ffn_hidden_size=64, moe_num_experts=4, moe_top_k=2)), "lm"),
+ "cohere2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, sliding_window=16), "lm"),
+ "falcon_mamba": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8), "lm"),
+ "bamba": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, attn_layer_indices=[1], mamba_d_state=8, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_chunk_size=16), "lm"),
+ "recurrent_gemma": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, intermediate_size=128, lru_width=64, attention_window_size=16, block_types=["recurrent", "attention"]), "lm"),
+ "lfm2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, layer_types=["conv", "full_attention"], block_ff_dim=128, block_auto_adjust_ff_dim=False), "lm"),
+ "gpt_oss": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16, layer_types=["sliding_attention", "full_attention"]), "lm"),
+ "jetmoe": ("AutoModelForCausalLM", dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_key_value_heads=2, kv_channels=16, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=128), "lm"),
+ "apertus": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "doge": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "falcon_h1": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=16), "lm"),
+ "minimax": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, layer_types=["linear_attention", "full_attention"], block_size=16), "lm"),
+ "granitemoehybrid": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, layer_types=["mamba", "attention"], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=16), "lm"),
+ "phimoe": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), "lm"),
+ "zamba2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=4, mamba_d_state=8, mamba_headdim=16, n_mamba_heads=8, mamba_ngroups=1, chunk_size=16, layers_block_type=["mamba", "hybrid"], hybrid_layer_ids=[1], num_mem_blocks=1, use_mem_rope=False, attention_head_dim=32), "lm"),
+ "olmo2": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2), "lm"),
+ "glm4": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, pad_token_id=0), "lm"),
+ "exaone4": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, sliding_window=16), "lm"),
+ "helium": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
+ "ernie4_5": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
  # encoders
  "roberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=1), "lm"),
  "albert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
@@ -119,6 +149,9 @@ MODELS = {  # fmt: skip
  "canine": ("AutoModelForSequenceClassification", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_hash_buckets=64, num_hash_functions=2, downsampling_rate=4, local_transformer_stride=16, max_position_embeddings=256), "cls"),
  "esm": ("AutoModelForMaskedLM", dict(TXT, vocab_size=33, pad_token_id=1, position_embedding_type="rotary"), "protein"),
  "modernbert": ("AutoModelForMaskedLM", dict(TXT, global_attn_every_n_layers=2, local_attention=16, pad_token_id=0), "lm"),
+ "deberta-v2": ("AutoModelForMaskedLM", dict(TXT, relative_attention=True, position_buckets=32, pos_att_type=["p2c", "c2p"]), "lm"),
+ "megatron-bert": ("AutoModelForMaskedLM", dict(TXT), "lm"),
+ "xlm": ("AutoModelForSequenceClassification", dict(vocab_size=1000, emb_dim=64, n_layers=2, n_heads=4, max_position_embeddings=128), "cls"),
  # encoder-decoders
  "pegasus": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "marian": ("AutoModelForSeq2SeqLM", dict(S2S, decoder_vocab_size=1000), "s2s"),
@@ -133,6 +166,9 @@ MODELS = {  # fmt: skip
  "bigbird_pegasus": ("AutoModelForSeq2SeqLM", dict(S2S, attention_type="original_full"), "s2s"),
  "plbart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "nllb-moe": ("AutoModelForSeq2SeqLM", dict(S2S, num_experts=4, expert_capacity=64, encoder_sparse_step=2, decoder_sparse_step=2), "s2s"),
+ "bart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
+ "t5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ "umt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
  # vision
  "resnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "regnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=10), "img"),
@@ -152,6 +188,14 @@ MODELS = {  # fmt: skip
  "bit": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_groups=8, num_labels=10), "img"),
  "pvt_v2": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], num_labels=10), "img"),
  "hiera": ("AutoModelForImageClassification", dict(image_size=[64, 64], embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4], num_labels=10), "img"),
+ "convnext": ("AutoModelForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
+ "swin": ("AutoModelForImageClassification", dict(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10), "img"),
+ "deit": ("DeiTForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
+ "levit": ("LevitForImageClassification", dict(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[2, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=10), "img"),
+ "cvt": ("AutoModelForImageClassification", dict(embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3], drop_path_rate=[0.0, 0.0, 0.0], num_labels=10), "img"),
+ "yolos": ("YolosForObjectDetection", dict(TXT, image_size=[64, 64], patch_size=8, num_detection_tokens=10, num_labels=10), "det"),
+ "detr": ("DetrForObjectDetection", dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=dict(model_type="resnet", embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], out_features=["stage4"]), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10, num_labels=10), "det"),
+ "glpn": ("GLPNForDepthEstimation", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], decoder_hidden_size=32), "depth"),
  # audio
  "wav2vec2": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "hubert": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
@@ -161,8 +205,13 @@ MODELS = {  # fmt: skip
  "data2vec-audio": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "wav2vec2-conformer": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0, conv_depthwise_kernel_size=7, position_embeddings_type="rotary"), "audio"),
  "speech_to_text": ("AutoModelForSpeechSeq2Seq", dict(S2S, input_feat_per_channel=40, num_conv_layers=2, conv_channels=64, max_source_positions=256, max_target_positions=64), "fbank"),
+ "whisper": ("AutoModelForSpeechSeq2Seq", dict(S2S, num_mel_bins=40, max_source_positions=100, max_target_positions=64), "mel"),
+ "moonshine": ("AutoModelForSpeechSeq2Seq", dict(vocab_size=1000, hidden_size=64, intermediate_size=128, encoder_num_hidden_layers=2, decoder_num_hidden_layers=2, encoder_num_attention_heads=4, decoder_num_attention_heads=4, max_position_embeddings=128, pad_token_id=0, decoder_start_token_id=1), "speech_s2s"),
  # time series
  "patchtst": ("PatchTSTForPrediction", dict(num_input_channels=3, context_length=64, patch_length=8, patch_stride=8, prediction_length=8, d_model=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64), "series"),
+ "patchtsmixer": ("PatchTSMixerForPrediction", dict(num_input_channels=3, context_length=64, patch_length=8, patch_stride=8, prediction_length=8, d_model=32, num_layers=2), "series"),
+ "informer": ("InformerForPrediction", dict(prediction_length=8, context_length=32, lags_sequence=[1, 2, 3], num_time_features=1, input_size=1, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), "tsf"),
+ "autoformer": ("AutoformerForPrediction", dict(prediction_length=8, context_length=32, lags_sequence=[1, 2, 3], num_time_features=1, input_size=1, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), "tsf"),
 }
 
 def inputs(kind: str) -> dict[str, torch.Tensor]:
@@ -183,6 +232,21 @@ def inputs(kind: str) -> dict[str, torch.Tensor]:
         return {"input_ids": ids, "labels": ids}
     if kind == "series":  # 64 steps of 3 channels, 8 to forecast
         return {"past_values": torch.randn(4, 64, 3, generator=g), "future_values": torch.randn(4, 8, 3, generator=g)}
+    if kind == "det":  # object detection: three boxes an image
+        return {"pixel_values": torch.randn(2, 3, 64, 64, generator=g),
+                "labels": [{"class_labels": torch.randint(0, 10, (3,), generator=g),
+                            "boxes": torch.rand(3, 4, generator=g) * 0.5 + 0.25} for _ in range(2)]}  # fmt: skip
+    if kind == "depth":  # depth estimation: a positive depth a pixel
+        return {"pixel_values": torch.randn(2, 3, 64, 64, generator=g), "labels": torch.rand(2, 64, 64, generator=g) + 0.5}
+    if kind == "speech_s2s":  # raw audio to tokens
+        return {"input_values": torch.randn(2, 8000, generator=g), "labels": torch.randint(3, 1000, (2, 16), generator=g)}
+    if kind == "tsf":  # a probabilistic forecaster: 32 steps of context and the 3 lags before them, 8 to forecast
+        past = 32 + 3
+        return {"past_values": torch.randn(4, past, generator=g), "past_time_features": torch.randn(4, past, 1, generator=g),
+                "past_observed_mask": torch.ones(4, past), "future_values": torch.randn(4, 8, generator=g),
+                "future_time_features": torch.randn(4, 8, 1, generator=g)}  # fmt: skip
+    if kind == "mel":  # Whisper's log-mel features: 40 bins, 200 frames
+        return {"input_features": torch.randn(2, 40, 200, generator=g), "labels": torch.randint(3, 1000, (2, 16), generator=g)}
     if kind == "audio":  # half a second at 16 kHz, CTC targets
         return {"input_values": torch.randn(2, 8000, generator=g), "labels": torch.randint(1, 32, (2, 20), generator=g)}
     return {"input_features": torch.randn(2, 200, 40, generator=g),  # filter-bank features
@@ -194,10 +258,10 @@ def make(name: str, train: bool):
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
-    model = klass.from_config(config) if cls.startswith("Auto") else klass(config)
+    model = klass.from_config(config) if cls.startswith("AutoModel") else klass(config)
     x = inputs(kind)
     if not train:
-        x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank")}  # a decoder needs its input
+        x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank", "mel", "speech_s2s")}  # a decoder needs its input
     return hf_step(model, x, train)
 
 
