@@ -4,7 +4,9 @@ For every trace in ../shared/corpus (and the bundled traces/ with --bundled), on
 thread: ops selected / replayed / substituted / skipped, load time, setup time (build: planning,
 binding and making the input tensors; probe: the ops' own first call, which finds the ops that
 cannot run), the replay's peak of
-held tensor bytes against the trace's peak of live tensor bytes, replay median, the original
+held tensor bytes against the trace's peak of live tensor bytes, what the process's resident
+memory grew by at its peak while the trace was loaded, built and measured (Linux; the build calls
+every op once, and must not hold more than an iteration does), replay median, the original
 step's median (from the .meta.json sidecar, where the trace has one) and their ratio. The last
 lines give the geomean of |ratio - 1| and the coverage.
 
@@ -38,6 +40,25 @@ def mib(n: int) -> str:
     return f"{n / 2**20:.1f}"
 
 
+def resident_kib(field: str) -> int | None:
+    """This process's ``VmRSS`` or ``VmHWM`` (its peak) in KiB, from /proc (None elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def reset_resident_peak() -> bool:
+    """Start ``VmHWM`` again from the current resident size (Linux 4.0+)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="*")
@@ -58,13 +79,16 @@ def main() -> int:
         first, ranks, job = resolve_job(path)
         side = load_sidecar(first)
         orig = side if side and side.get("threads", args.threads) == args.threads else None
+        before = resident_kib("VmRSS") if reset_resident_peak() else None
         replay, load_s = prepare_file(first, Options(device="cpu", threads=args.threads), ranks=ranks, name=job)
         m = measure(replay, iters=args.slow_iters, warmup=1, threads=args.threads, min_warmup_s=0.0)
+        peak_kib = resident_kib("VmHWM")
         multi = isinstance(replay, DistributedReplay)
         e = {"name": f"{path.name} ({replay.world_size} ranks)" if multi else trace_stem(path), "replay": replay,
              "load_s": load_s, "setup_s": m.setup_s, "probe_s": replay.probe_s, "free_s": replay.free_s,
              "samples": [] if orig else m.samples_s, "orig": orig,
-             "peak": 0 if multi else replay_peak_bytes(replay), "tpeak": 0 if multi else trace_peak_bytes(replay.trace)}  # fmt: skip
+             "peak": 0 if multi else replay_peak_bytes(replay), "tpeak": 0 if multi else trace_peak_bytes(replay.trace),
+             "rss": None if multi or before is None or peak_kib is None else (peak_kib - before) * 1024}  # fmt: skip
         if multi:
             replay.close()
         for note in unlike(orig, threads=args.threads, allocator=allocator_regime()) if orig else ():
@@ -88,7 +112,7 @@ def main() -> int:
                 e["samples"] += time_iterations(e["replay"].run, torch.device("cpu"), args.iters,
                                                 between=e["replay"].between_iterations)  # fmt: skip
     head = ["trace", "sel", "repl", "subst", "skip", "load s", "build s", "probe s", "free s", "peak MiB", "trace MiB",
-            "mem x", "replay ms", "orig ms", "ratio", "min ms", "orig min", "min ratio"]  # fmt: skip
+            "mem x", "rss+ MiB", "replay ms", "orig ms", "ratio", "min ms", "orig min", "min ratio"]  # fmt: skip
     rows, errors, min_errors, sel_total, rep_total = [], [], [], 0, 0
     for e in entries:
         med, mn = statistics.median(e["samples"]), min(e["samples"])
@@ -105,7 +129,7 @@ def main() -> int:
         rows.append([
             e["name"], total, replayed, subst, skipped, f"{e['load_s']:.2f}", f"{e['setup_s'] - e['probe_s'] - e['free_s']:.2f}",
             f"{e['probe_s']:.2f}", f"{e['free_s']:.2f}", mib(e["peak"]) if e["peak"] else "-", mib(e["tpeak"]) if e["tpeak"] else "-",
-            f"{e['peak'] / e['tpeak']:.2f}" if e["tpeak"] else "-",
+            f"{e['peak'] / e['tpeak']:.2f}" if e["tpeak"] else "-", mib(e["rss"]) if e["rss"] is not None else "-",
             f"{med * 1e3:.2f}", f"{o['original_median_s'] * 1e3:.2f}" if o else "-", f"{ratio:.3f}" if ratio else "-",
             f"{mn * 1e3:.2f}", f"{o['original_min_s'] * 1e3:.2f}" if o and o.get("original_min_s") else "-",
             f"{min_ratio:.3f}" if min_ratio else "-",

@@ -40,8 +40,14 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: passed back to the tensor an op derived from where a later op reallocated its storage (a sparse
 #: feature's lengths summing to its values), FBGEMM 1.x's lookups replayed, an inference step's
 #: tables filled, a TBE's ids over all of its rows, each id in one table; 11 = an inference step's
-#: outputs held until the op that took their memory in the original, not freed after their last read.
-REPLAY_VERSION = 11
+#: outputs held until the op that took their memory in the original, not freed after their last read;
+#: 12 = an op's ``eps`` recorded as 0.0 taken as 1e-8 (the trace keeps six decimals: a layer norm's
+#: 1e-12 read 0.0, and a row of equal values went NaN); the build lets go of each output after its own
+#: last read, so a trace of several steps no longer starts its timed iterations on a C heap that its
+#: build grew to several times an iteration's memory (the DDP ResNet's: 27 s an iteration, its
+#: allocations served from that heap; now 30-34 s, its large outputs mapped and faulted in each
+#: iteration, as a process that ran only its steps would).
+REPLAY_VERSION = 12
 
 
 @lru_cache(maxsize=1)
