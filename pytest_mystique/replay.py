@@ -727,29 +727,25 @@ class Replay:
         # an iteration holds 2.9 GB and peaks at 3.8.)
         made: dict[tuple[int, int], int] = {}  # ids -> the position of the op that last made them
         last_read: dict[tuple[tuple[int, int], int], int] = {}  # (ids, where made) -> its last reader
-        reads: list[set[tuple[int, int]]] = []
         for i, p in enumerate(planned):
             keys = {ref.key for v in p.values for ref in arg_refs(v)}
             keys.update(base.key for base in p.views.values())  # (read through a view of it)
-            reads.append(keys)
             for key in keys:
                 last_read[(key, made.get(key, -1))] = i
             for ref in tensors_of(p.node.outputs):
                 made[ref.key] = i
-        made.clear()
+        dying: list[list[tuple[int, int]]] = [[] for _ in planned]  # the ids each op reads for the last time
+        for (key, _), i in last_read.items():
+            dying[i].append(key)
         try:
             torch.set_grad_enabled(False)
             for i, p in enumerate(planned):
-                # (the slots it reads for the last time, found before its own outputs take their ids)
-                done = [hit[0] for key in reads[i] if last_read.get((key, made.get(key, -1))) == i
-                        and (hit := self._produced.get(key)) is not None]  # fmt: skip
+                # (their slots, found before the op's own outputs take their ids)
+                done = [hit[0] for key in dying[i] if (hit := self._produced.get(key)) is not None]
                 self._build_step(p)
                 for ref in tensors_of(p.node.outputs):
-                    made[ref.key] = i
-                    if (ref.key, i) not in last_read:  # (read by no op)
-                        hit = self._produced.get(ref.key)
-                        if hit is not None:
-                            self._release(hit[0])
+                    if (ref.key, i) not in last_read and (hit := self._produced.get(ref.key)) is not None:
+                        self._release(hit[0])  # (read by no op)
                 for slot in done:
                     self._release(slot)
         finally:
