@@ -43,6 +43,7 @@ profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -253,26 +254,40 @@ def inputs(kind: str) -> dict[str, torch.Tensor]:
             "labels": torch.randint(3, 1000, (2, 16), generator=g)}  # fmt: skip
 
 
-def make(name: str, train: bool):
-    """The model's training step (loss, backward, AdamW) or inference step (no grad)."""
+#: --precision -> how the step computes: its weights' type, and the type ``torch.autocast`` casts to
+PRECISIONS = {"fp32": (torch.float32, None), "autocast-bf16": (torch.float32, torch.bfloat16),
+              "autocast-fp16": (torch.float32, torch.float16), "bf16": (torch.bfloat16, None)}  # fmt: skip
+
+
+def make(name: str, train: bool, precision: str = "fp32"):
+    """The model's training step (loss, backward, AdamW) or inference step (no grad), with its
+    weights and floating inputs in the type ``precision`` names, its forward pass under
+    ``torch.autocast`` where it names one."""
     cls, kw, kind = MODELS[name]
+    weights, autocast = PRECISIONS[precision]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
     model = klass.from_config(config) if cls.startswith("AutoModel") else klass(config)
     x = inputs(kind)
     if not train:
         x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank", "mel", "speech_s2s")}  # a decoder needs its input
-    return hf_step(model, x, train)
+    if weights != torch.float32:
+        model.to(weights)
+        x = {k: v.to(weights) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in x.items()}
+    return hf_step(model, x, train, autocast=autocast)
 
 
-def hf_step(model, x: dict, train: bool, lr: float = 1e-4):
+def hf_step(model, x: dict, train: bool, lr: float = 1e-4, autocast: torch.dtype | None = None):
     """A transformers model's step on inputs ``x``: its inference in eval mode under ``no_grad``,
-    or its training (loss, backward, an AdamW step)."""
+    or its training (loss, backward, an AdamW step); the forward pass under ``torch.autocast`` to
+    the type ``autocast`` where one is given (the backward pass outside it, as the autocast
+    recipes have it)."""
+    cast = (lambda: torch.autocast("cpu", dtype=autocast)) if autocast is not None else contextlib.nullcontext
     if not train:
         model.eval()
 
         def infer():
-            with torch.no_grad():
+            with torch.no_grad(), cast():
                 model(**x)
 
         return infer
@@ -280,7 +295,9 @@ def hf_step(model, x: dict, train: bool, lr: float = 1e-4):
 
     def step():
         opt.zero_grad()
-        model(**x).loss.backward()
+        with cast():
+            loss = model(**x).loss
+        loss.backward()
         opt.step()
 
     return step
@@ -318,6 +335,9 @@ def main() -> int:
                          "trace holds")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                    help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
+                         "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
     args = ap.parse_args()
     global tf
     import transformers as tf
@@ -336,7 +356,7 @@ def main() -> int:
             label = f"{name}_{'train' if train else 'infer'}"
             total += 1
             try:
-                step = make(name, train)
+                step = make(name, train, args.precision)
                 path = tmp / f"{label}.json.gz"
                 capture_step(step, path, warmup=2, runs=1, min_warmup_s=0)
                 replay = Replay(load_trace(path), "cpu").prepare()
