@@ -46,8 +46,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: last read, so a trace of several steps no longer starts its timed iterations on a C heap that its
 #: build grew to several times an iteration's memory (the DDP ResNet's: 27 s an iteration, its
 #: allocations served from that heap; now 30-34 s, its large outputs mapped and faulted in each
-#: iteration, as a process that ran only its steps would).
-REPLAY_VERSION = 12
+#: iteration, as a process that ran only its steps would); 13 = under autocast, an operator whose
+#: parts autocast cast (``einsum``'s ``bmm``) replayed through its parts, a wrapper that read its
+#: kept copy of a weight (no cast among its children) looked through, and the casts that made such
+#: copies run with autograd on, so that a ``matmul`` by one folds its batch as the original's did.
+REPLAY_VERSION = 13
 
 
 @lru_cache(maxsize=1)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .errors import TraceError
-from .graph import child_op_names
+from .graph import CASTS, child_op_names
 from .trace import Node, TensorRef, Trace, tensors_of
 
 #: Children of ``aten::matmul`` that show it folded its batch into one matrix product.
@@ -58,6 +58,32 @@ def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
         except (TraceError, RecursionError):
             continue
     return found, why
+
+
+def kept_casts(trace: Trace, flagged: set[tuple[int, str]], why: Counter) -> set[int]:
+    """The casts whose outputs the recorded paths show required grad (allocations of ``flagged``)
+    though they read another type: ``torch.autocast`` keeps its bfloat16 copy of a parameter for
+    the rest of the forward pass, and makes it with autograd on (so that a later use under either
+    grad mode may share it), so the copy requires grad in an inference step too, and a ``matmul``
+    by it folds its batch. Their sources are added to ``flagged`` and counted in ``why``; the
+    replay runs those casts with autograd recording, as the original did. Their ids are returned."""
+    if not flagged:
+        return set()
+    found: set[int] = set()
+    for node in trace.nodes:
+        if not node.is_op or node.name not in CASTS:
+            continue
+        try:
+            ins, outs = tensors_of(node.inputs), tensors_of(node.outputs)
+        except (TraceError, RecursionError):
+            continue
+        if ins and outs and (outs[0].storage_id, outs[0].dtype) in flagged and ins[0].dtype != outs[0].dtype:
+            flagged.add((ins[0].storage_id, ins[0].dtype))
+            found.add(node.id)
+    outer = [nid for nid in found if trace.by_id[nid].parent not in found]  # (``to`` calls ``_to_copy``)
+    if outer:
+        why["its kept copy cast by torch.autocast, made with autograd on, is read by such a matmul"] += len(outer)
+    return found
 
 
 def _folded_for_flag(node: Node, kids: set[str]) -> TensorRef | None:

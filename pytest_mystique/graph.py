@@ -15,7 +15,7 @@ from __future__ import annotations
 from .trace import Node, Trace, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
-_CASTS = ("aten::to", "aten::_to_copy")
+CASTS = ("aten::to", "aten::_to_copy")
 
 
 def child_op_names(trace: Trace) -> dict[int, set[str]]:
@@ -32,10 +32,59 @@ def _redispatching(trace: Trace) -> set[int]:
     """Operators that cast their inputs and call themselves again: under ``torch.autocast`` the
     recorded ``aten::linear`` takes float32 tensors, and its children cast them to bfloat16 and
     run the real ``aten::linear``. Replayed outside autocast, the wrapper would compute in float32
-    (and fail where an input was already bfloat16); its children are replayed instead."""
+    (and fail where an input was already bfloat16); its children are replayed instead. Autocast
+    casts a parameter once in a forward pass and keeps the copy: where a layer's weights are
+    shared (ALBERT), the wrapper's later calls have no cast among their children, only the real
+    call, whose floating inputs are of another type than the wrapper's (an operator calling
+    another overload of itself, ``mul.Scalar`` calling ``mul.Tensor``, passes the same types and
+    stays whole)."""
     by_id = trace.by_id
-    return {pid for pid, kids in child_op_names(trace).items()
-            if pid in by_id and by_id[pid].is_op and by_id[pid].name in kids and kids.intersection(_CASTS)}  # fmt: skip
+    found, alone = set(), set()
+    for pid, kids in child_op_names(trace).items():
+        node = by_id.get(pid)
+        if node is None or not node.is_op or node.name not in kids:
+            continue
+        if kids.intersection(CASTS):
+            found.add(pid)
+        elif len(kids) == 1:
+            alone.add(pid)
+    for inner in trace.nodes if alone else ():
+        if inner.parent in alone and inner.is_op and inner.name == by_id[inner.parent].name:
+            given, took = _floating_types(by_id[inner.parent]), _floating_types(inner)
+            if len(given) == len(took) and given != took:
+                found.add(inner.parent)
+    return found
+
+
+def _floating_types(node: Node) -> list[str]:
+    """The types of ``node``'s floating input tensors, in order."""
+    return [r.dtype for r in tensors_of(node.inputs) if r.dtype.startswith(("float", "bfloat"))]
+
+
+def _around_casts(trace: Trace, above: dict[int, int | None], through: set[int]) -> set[int]:
+    """Operators with an autocast wrapper (of ``through``) among their parts: ``aten::einsum``
+    is not one of the operators autocast casts for, but the ``bmm`` it calls is. Replayed whole
+    outside autocast, it would compute in float32 what the original computed in bfloat16 (and
+    fail where its inputs mix the two); its parts are replayed instead, down to the wrapper's.
+    Such an operator gives a floating type none of its floating inputs has, or takes floating
+    inputs of several types; one that does neither (an attention whose parts promote a number's
+    type: a cast, but not autocast's) stays whole, with all above it."""
+    found: set[int] = set()
+    for nid in through:
+        chain, up = [], above.get(nid)
+        while up is not None:
+            chain.append(up)
+            up = above.get(up)
+        outermost = max((k for k, a in enumerate(chain) if _autocast_made(trace.by_id[a])), default=-1)
+        found.update(chain[: outermost + 1])
+    return found - through
+
+
+def _autocast_made(node: Node) -> bool:
+    """``node``'s floating outputs have a type its floating inputs do not, or those inputs mix types."""
+    given = set(_floating_types(node))
+    made = {r.dtype for r in tensors_of(node.outputs) if r.dtype.startswith(("float", "bfloat"))}
+    return len(given) > 1 or bool(given and made - given)
 
 
 def select_ops(trace: Trace) -> list[Node]:
@@ -46,10 +95,13 @@ def select_ops(trace: Trace) -> list[Node]:
         return list(trace.selected)
     above = _op_parents(trace)
     through = _redispatching(trace)
+    around = _around_casts(trace, above, through) if through else set()
+    through |= around
     outermost = _outermost(trace, above, through)
     opened = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
+    trace.around_casts = sorted(around)
     return list(trace.selected)
 
 

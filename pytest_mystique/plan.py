@@ -24,7 +24,7 @@ import torch
 from .collectives import Comms, tensor_refs
 from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .grad_flags import required_grad
+from .grad_flags import kept_casts, required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import is_packed_linear, packed_linear
@@ -217,6 +217,11 @@ class Planner:
             self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
                               f"tensor one of their parts made and they do not return (saved for the backward pass): "
                               f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
+        if self.trace.around_casts:
+            kinds = Counter(self.trace.by_id[i].name for i in self.trace.around_casts)
+            self.report.notes[f"{len(self.trace.around_casts)} operator(s) replayed through their parts, as parts of "
+                              f"them ran under torch.autocast (their inputs cast to a lower precision, which a call "
+                              f"outside autocast would not do): {', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
@@ -252,6 +257,7 @@ class Planner:
             # a TBE inference over two 1M-row tables took 0.44 of its original's time. Filled.
             self.factory.sparse.clear()
         self.flagged, self.flag_paths = required_grad(self.trace)
+        self.recording |= kept_casts(self.trace, self.flagged, self.flag_paths)
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:

@@ -1135,6 +1135,41 @@ def test_autocast_ops_replay_their_casts_and_the_low_precision_op(tmp_path):
     assert linear_types == [torch.bfloat16, torch.bfloat16]
 
 
+def test_autocast_inference_replays_each_op_in_the_originals_types_and_paths(tmp_path):
+    """An inference step under ``torch.autocast``: an ``einsum`` (not an op autocast casts for)
+    whose ``bmm`` casts its float32 inputs; a layer whose weight is used twice, the second time
+    through autocast's kept copy (no cast among the wrapper's children, only the real call); and a
+    ``matmul`` of a transposed batch by a parameter, which folds the batch into one ``mm`` because
+    the kept copy requires grad (autocast makes it with autograd on). Replayed, every op runs
+    (the einsum through its parts, the shared layer's real call), in the recorded types, and the
+    ``matmul`` takes the original's path: ``mm``, not ``bmm``."""
+    shared = torch.nn.Linear(32, 32)
+    proj = torch.nn.Parameter(torch.randn(32, 16))
+    x, y = torch.randn(4, 8, 32), torch.randn(4, 8, 32)
+
+    def step():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            h = shared(shared(x))  # (the second call reads the kept bfloat16 copy of the weight)
+            scores = torch.einsum("bik,bjk->bij", x, y)  # float32 in, bfloat16 out
+            torch.matmul(h.transpose(0, 1), proj)  # a batch that cannot fold as a view
+            return scores
+
+    replay = _captured(tmp_path, "autocast_infer", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("differs from the trace" in n for n in rep.notes), rep.notes
+    assert any("ran under torch.autocast" in n and "aten::einsum" in n for n in rep.notes), rep.notes
+    assert any("kept copy cast by torch.autocast" in n for n in rep.notes), rep.notes
+    names = [s.name for s in replay.steps]
+    assert "aten::einsum" not in names and names.count("aten::bmm") == 1
+    assert names.count("aten::linear") == 2 and "aten::matmul" in names
+    ran = collections.Counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        replay.run()
+    ran.update(e.name for e in prof.events())
+    assert ran["aten::mm"] >= 1 and ran["aten::bmm"] == 1, ran  # (the einsum's bmm alone)
+
+
 def test_tensors_without_storage_are_read_from_the_op_that_made_them(tmp_path):
     """A sparse gradient (``nn.Embedding(sparse=True)``) is recorded without storage or device,
     only its id. The ops that read it (SparseAdam's coalescing, masking, in-place adds) read
