@@ -339,6 +339,9 @@ def main() -> int:
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
     args = ap.parse_args()
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     global tf
     import transformers as tf
 
@@ -349,7 +352,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
     extra = f" {'op ratio':>8} {'host':>5}" if args.ops else ""
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
-    full = total = skipped_ratios = 0
+    full = total = skipped_ratios = unrunnable = 0
     ratios, op_ratios = [], []
     for name in args.models or list(MODELS):
         for train in {"both": (True, False), "train": (True,), "infer": (False,)}[args.steps]:
@@ -357,6 +360,12 @@ def main() -> int:
             total += 1
             try:
                 step = make(name, train, args.precision)
+                step()  # (an original that fails in this precision is not the replay's failure)
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                print(f"{label:<28} original fails: {type(e).__name__}: {str(e)[:110]}")
+                unrunnable += 1
+                continue
+            try:
                 path = tmp / f"{label}.json.gz"
                 capture_step(step, path, warmup=2, runs=1, min_warmup_s=0)
                 replay = Replay(load_trace(path), "cpu").prepare()
@@ -404,7 +413,9 @@ def main() -> int:
             for s in rep.skipped_list()[:3]:
                 print(f"   skipped {s['count']}x {s['op']}: {s['reason'][:120]}")
     left = f"; {skipped_ratios} whose step varies from call to call left out of the ratios" if skipped_ratios else ""
-    print(f"model zoo: {full}/{total} traces replay every op and run; replay/original "
+    if unrunnable:
+        left += f"; {unrunnable} original step(s) fail in {args.precision} (nothing to capture)"
+    print(f"model zoo: {full}/{total - unrunnable} traces replay every op and run; replay/original "
           f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2){left}")
     if op_ratios:
         errors = [abs(r - 1) for r in op_ratios]
