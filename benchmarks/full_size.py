@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 from fidelity_interleaved import alternate, summary  # noqa: E402
-from model_zoo import hf_step, profiled_calls  # noqa: E402
+from model_zoo import PRECISIONS, hf_step, profiled_calls  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -75,11 +75,15 @@ def _transformers(kind: str):
     raise KeyError(kind)
 
 
-def _hf(kind: str, train: bool):
+def _hf(kind: str, train: bool, precision: str = "fp32"):
     model, inputs = _transformers(kind)
     if not train and not model.config.is_encoder_decoder:  # (a decoder needs its input)
         inputs = {k: v for k, v in inputs.items() if k != "labels"}
-    return hf_step(model, inputs, train, lr=1e-5)
+    weights, autocast = PRECISIONS[precision]
+    if weights != torch.float32:
+        model.to(weights)
+        inputs = {k: v.to(weights) if v.is_floating_point() else v for k, v in inputs.items()}
+    return hf_step(model, inputs, train, lr=1e-5, autocast=autocast)
 
 
 DLRM_ROWS = (1_000_000, 500_000, 300_000, 100_000, 50_000)
@@ -182,12 +186,14 @@ MODELS = {f"{k}_{'train' if t else 'infer'}": (k, t)
           for t in (True, False)}  # fmt: skip
 
 
-def make(name: str):
+def make(name: str, precision: str = "fp32"):
     kind, train = MODELS[name]
     torch.manual_seed(0)
     if kind.startswith("dlrm"):
+        if precision != "fp32":
+            raise ImportError(f"the recommenders run in float32 only, not {precision}")
         return (_dlrm_tbe if kind == "dlrm_tbe" else _dlrm)(train)
-    return _hf(kind, train)
+    return _hf(kind, train, precision)
 
 
 def main() -> int:
@@ -197,6 +203,9 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=3)
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="then compare the time inside operators over N profiled calls of each side")  # fmt: skip
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                    help="the transformers models' weights and inputs in float32 (the default) or bfloat16 (bf16), or "
+                         "float32 with the forward pass under torch.autocast (the recommenders: float32 only)")  # fmt: skip
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -208,8 +217,8 @@ def main() -> int:
     errors, op_errors = [], []
     for name in args.names or list(MODELS):
         try:
-            step = make(name)
-        except ImportError as e:  # (fbgemm_gpu not installed)
+            step = make(name, args.precision)
+        except ImportError as e:  # (fbgemm_gpu not installed; a recommender in another precision)
             print(f"{name:<16} left out: {e}")
             continue
         path = tmp / f"{name}.json.gz"
