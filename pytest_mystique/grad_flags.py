@@ -29,7 +29,7 @@ from collections import Counter
 
 from .errors import TraceError
 from .graph import CASTS, child_op_names
-from .trace import Node, TensorRef, Trace, tensors_of
+from .trace import Node, TensorRef, Trace, storages_of, tensors_of
 
 #: Children of ``aten::matmul`` that show it folded its batch into one matrix product.
 _FOLDED = {"aten::mm", "aten::mv"}
@@ -61,28 +61,51 @@ def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
 
 
 def kept_casts(trace: Trace, flagged: set[tuple[int, str]], why: Counter) -> set[int]:
-    """The casts whose outputs the recorded paths show required grad (allocations of ``flagged``)
-    though they read another type: ``torch.autocast`` keeps its bfloat16 copy of a parameter for
-    the rest of the forward pass, and makes it with autograd on (so that a later use under either
-    grad mode may share it), so the copy requires grad in an inference step too, and a ``matmul``
-    by it folds its batch. Their sources are added to ``flagged`` and counted in ``why``; the
-    replay runs those casts with autograd recording, as the original did. Their ids are returned."""
-    if not flagged:
-        return set()
-    found: set[int] = set()
+    """The casts that made an operand the recorded paths show required grad, from another type:
+    ``torch.autocast`` keeps its bfloat16 copy of a parameter for the rest of the forward pass,
+    and makes it with autograd on (so that a later use under either grad mode may share it), so
+    the copy requires grad in an inference step too, and a ``matmul`` by it folds its batch. For
+    each such ``matmul``, the operator that last allocated its operand's memory before it (not a
+    view of it), where that is a cast; its source is added to ``flagged`` and the casts are counted in ``why``. The replay
+    runs them with autograd recording, as the original did. Their ids are returned."""
+    children = child_op_names(trace)
+    targets: list[tuple[int, TensorRef]] = []  # (the matmul's id, its operand that required grad)
     for node in trace.nodes:
-        if not node.is_op or node.name not in CASTS:
+        if node.name == "aten::matmul" and node.is_op and "out)" not in node.op_schema:
+            try:
+                small = _folded_for_flag(node, children.get(node.id, set()))
+            except (TraceError, RecursionError):
+                continue
+            if small is not None:
+                targets.append((node.id, small))
+    wanted = {small.storage_id for _, small in targets}
+    makers: dict[int, list[Node]] = {}  # storage id -> the operators that output into it, in order
+    for node in trace.nodes if wanted else ():
+        if node.is_op:
+            try:
+                hit = node.output_storages() & wanted
+                hit -= storages_of(node.inputs) if hit else set()  # (a view outputs into its input's memory)
+            except (TraceError, RecursionError):
+                continue
+            for sid in hit:
+                makers.setdefault(sid, []).append(node)
+    found: set[int] = set()
+    for mid, small in targets:
+        before = [n for n in makers.get(small.storage_id, ()) if n.id < mid]
+        cast = before[-1] if before else None
+        while cast is not None and (up := trace.by_id.get(cast.parent)) is not None and up.name in CASTS:
+            cast = up  # (``to`` calls ``_to_copy``: the outer one is replayed)
+        if cast is None or cast.name not in CASTS or cast.id in found:
             continue
         try:
-            ins, outs = tensors_of(node.inputs), tensors_of(node.outputs)
+            ins, outs = tensors_of(cast.inputs), tensors_of(cast.outputs)
         except (TraceError, RecursionError):
             continue
-        if ins and outs and (outs[0].storage_id, outs[0].dtype) in flagged and ins[0].dtype != outs[0].dtype:
+        if ins and outs and (outs[0].storage_id, outs[0].dtype) == (small.storage_id, small.dtype) and ins[0].dtype != outs[0].dtype:
             flagged.add((ins[0].storage_id, ins[0].dtype))
-            found.add(node.id)
-    outer = [nid for nid in found if trace.by_id[nid].parent not in found]  # (``to`` calls ``_to_copy``)
-    if outer:
-        why["its kept copy cast by torch.autocast, made with autograd on, is read by such a matmul"] += len(outer)
+            found.add(cast.id)
+    if found:
+        why["its kept copy cast by torch.autocast, made with autograd on, is read by such a matmul"] += len(found)
     return found
 
 

@@ -12,6 +12,7 @@ with two exceptions, whose parts are selected in their place: an automatic mixed
 
 from __future__ import annotations
 
+from .errors import TraceError
 from .trace import Node, Trace, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
@@ -51,14 +52,18 @@ def _redispatching(trace: Trace) -> set[int]:
     for inner in trace.nodes if alone else ():
         if inner.parent in alone and inner.is_op and inner.name == by_id[inner.parent].name:
             given, took = _floating_types(by_id[inner.parent]), _floating_types(inner)
-            if len(given) == len(took) and given != took:
+            if given is not None and took is not None and len(given) == len(took) and given != took:
                 found.add(inner.parent)
     return found
 
 
-def _floating_types(node: Node) -> list[str]:
-    """The types of ``node``'s floating input tensors, in order."""
-    return [r.dtype for r in tensors_of(node.inputs) if r.dtype.startswith(("float", "bfloat"))]
+def _floating_types(node: Node) -> list[str] | None:
+    """The types of ``node``'s floating input tensors, in order (None where its values cannot be
+    read: a malformed nested operator shows nothing, as in :mod:`.grad_flags`)."""
+    try:
+        return [r.dtype for r in tensors_of(node.inputs) if r.dtype.startswith(("float", "bfloat"))]
+    except (TraceError, RecursionError):
+        return None
 
 
 def _around_casts(trace: Trace, above: dict[int, int | None], through: set[int]) -> set[int]:
@@ -67,24 +72,38 @@ def _around_casts(trace: Trace, above: dict[int, int | None], through: set[int])
     outside autocast, it would compute in float32 what the original computed in bfloat16 (and
     fail where its inputs mix the two); its parts are replayed instead, down to the wrapper's.
     Such an operator gives a floating type none of its floating inputs has, or takes floating
-    inputs of several types; one that does neither (an attention whose parts promote a number's
-    type: a cast, but not autocast's) stays whole, with all above it."""
+    inputs of several types (:func:`_autocast_made`); it is opened with every operator between it
+    and the wrapper. Above the outermost such one, an operator stays whole (an attention whose
+    parts promote a number's type: a cast, but not autocast's). Each ancestor is looked at once."""
+    made: dict[int, bool] = {}
+    outer: dict[int | None, int | None] = {None: None}  # an operator -> the outermost qualifying one at or above it
     found: set[int] = set()
     for nid in through:
         chain, up = [], above.get(nid)
-        while up is not None:
+        while up not in outer:
             chain.append(up)
             up = above.get(up)
-        outermost = max((k for k, a in enumerate(chain) if _autocast_made(trace.by_id[a])), default=-1)
-        found.update(chain[: outermost + 1])
+        for a in reversed(chain):  # from the top down
+            if a not in made:
+                made[a] = _autocast_made(trace.by_id[a])
+            outer[a] = outer[above.get(a)] if outer[above.get(a)] is not None else (a if made[a] else None)
+        top, up = outer[above.get(nid)], above.get(nid)
+        while top is not None and up is not None and up not in found:
+            found.add(up)
+            if up == top:
+                break
+            up = above.get(up)
     return found - through
 
 
 def _autocast_made(node: Node) -> bool:
     """``node``'s floating outputs have a type its floating inputs do not, or those inputs mix types."""
-    given = set(_floating_types(node))
-    made = {r.dtype for r in tensors_of(node.outputs) if r.dtype.startswith(("float", "bfloat"))}
-    return len(given) > 1 or bool(given and made - given)
+    given = _floating_types(node)
+    try:
+        made = {r.dtype for r in tensors_of(node.outputs) if r.dtype.startswith(("float", "bfloat"))}
+    except (TraceError, RecursionError):
+        return False
+    return given is not None and (len(set(given)) > 1 or bool(given and made - set(given)))
 
 
 def select_ops(trace: Trace) -> list[Node]:
@@ -101,8 +120,19 @@ def select_ops(trace: Trace) -> list[Node]:
     opened = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
-    trace.around_casts = sorted(around)
+    looked = through | opened
+    trace.around_casts = sorted(a for a in around if _open_above(a, above, looked))  # (not inside a whole one)
     return list(trace.selected)
+
+
+def _open_above(nid: int, above: dict[int, int | None], looked: set[int]) -> bool:
+    """Every operator above ``nid`` is one that ``looked`` has looked through."""
+    up = above.get(nid)
+    while up is not None:
+        if up not in looked:
+            return False
+        up = above.get(up)
+    return True
 
 
 def _op_parents(trace: Trace) -> dict[int, int | None]:

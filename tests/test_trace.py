@@ -154,6 +154,23 @@ def test_a_node_whose_parent_is_missing_is_read_as_top_level(tmp_path):
     assert replay.report.ops_replayed == replay.report.ops_total == 56
 
 
+def test_a_malformed_operator_inside_a_selected_one_does_not_stop_the_load(tmp_path):
+    """Op selection reads the values of some nested operators (an operator calling itself, to see
+    whether autocast cast its inputs): one whose values are malformed shows nothing there, and the
+    trace loads as before, the operator around it selected. Only what is replayed is validated at
+    load time."""
+    data = read_json(corpus("vit_infer.json.gz"))
+    gelu = next(n for n in data["nodes"] if n["name"] == "aten::gelu")
+    inner = json.loads(json.dumps(gelu))
+    inner["id"], inner["ctrl_deps"] = max(n["id"] for n in data["nodes"]) + 1, gelu["id"]
+    inner["inputs"]["values"][0][3] = -4  # (a negative element count)
+    data["nodes"].append(inner)
+    trace = load_trace(write_json(tmp_path / "t.json", data))
+    assert gelu["id"] in {n.id for n in select_ops(trace)} and inner["id"] not in {n.id for n in select_ops(trace)}
+    with pytest.raises(TraceError, match="numel"):
+        trace.by_id[inner["id"]].inputs  # noqa: B018 - parses
+
+
 @pytest.mark.parametrize("depth", [200, 100_000])
 def test_deep_nesting_is_refused(tmp_path, depth):
     data = read_json(corpus("vit_infer.json.gz"))
