@@ -35,13 +35,15 @@ from .trace import Node, TensorRef, Trace, storages_of, tensors_of
 _FOLDED = {"aten::mm", "aten::mv"}
 
 
-def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
+def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter, list[tuple[int, TensorRef]]]:
     """The allocations (storage id, element type) whose tensors the recorded paths show required
-    grad, and how many ops showed it, by the path (for the report)."""
+    grad, how many ops showed it, by the path (for the report), and the ``matmul``s among them
+    with the operand each showed it of (id, operand: for :func:`kept_casts`)."""
     children = child_op_names(trace)
     by_id = trace.by_id
     found: set[tuple[int, str]] = set()
     why: Counter = Counter()
+    folded: list[tuple[int, TensorRef]] = []
     for node in trace.nodes:
         try:  # (the values of an op inside a selected one are parsed here, first: a malformed one shows nothing)
             if node.name == "aten::_embedding_bag" and node.is_op:
@@ -54,31 +56,23 @@ def required_grad(trace: Trace) -> tuple[set[tuple[int, str]], Counter]:
                 small = _folded_for_flag(node, children.get(node.id, set()))
                 if small is not None:
                     found.add((small.storage_id, small.dtype))
+                    folded.append((node.id, small))
                     why["aten::matmul folded a batch into one mm, as it does here only for a matrix that requires grad"] += 1
         except (TraceError, RecursionError):
             continue
-    return found, why
+    return found, why, folded
 
 
-def kept_casts(trace: Trace, flagged: set[tuple[int, str]], why: Counter) -> set[int]:
+def kept_casts(trace: Trace, folded: list[tuple[int, TensorRef]], flagged: set[tuple[int, str]], why: Counter) -> set[int]:
     """The casts that made an operand the recorded paths show required grad, from another type:
     ``torch.autocast`` keeps its bfloat16 copy of a parameter for the rest of the forward pass,
     and makes it with autograd on (so that a later use under either grad mode may share it), so
     the copy requires grad in an inference step too, and a ``matmul`` by it folds its batch. For
-    each such ``matmul``, the operator that last allocated its operand's memory before it (not a
-    view of it), where that is a cast; its source is added to ``flagged`` and the casts are counted in ``why``. The replay
-    runs them with autograd recording, as the original did. Their ids are returned."""
-    children = child_op_names(trace)
-    targets: list[tuple[int, TensorRef]] = []  # (the matmul's id, its operand that required grad)
-    for node in trace.nodes:
-        if node.name == "aten::matmul" and node.is_op and "out)" not in node.op_schema:
-            try:
-                small = _folded_for_flag(node, children.get(node.id, set()))
-            except (TraceError, RecursionError):
-                continue
-            if small is not None:
-                targets.append((node.id, small))
-    wanted = {small.storage_id for _, small in targets}
+    each such ``matmul`` of ``folded`` (:func:`required_grad`), the operator that last allocated its
+    operand's memory before it (not a view of it), where that is a cast: its source is added to
+    ``flagged``, and the casts are counted in ``why``. The replay runs them with autograd
+    recording, as the original did. Their ids are returned."""
+    wanted = {small.storage_id for _, small in folded}
     makers: dict[int, list[Node]] = {}  # storage id -> the operators that output into it, in order
     for node in trace.nodes if wanted else ():
         if node.is_op:
@@ -90,7 +84,7 @@ def kept_casts(trace: Trace, flagged: set[tuple[int, str]], why: Counter) -> set
             for sid in hit:
                 makers.setdefault(sid, []).append(node)
     found: set[int] = set()
-    for mid, small in targets:
+    for mid, small in folded:
         before = [n for n in makers.get(small.storage_id, ()) if n.id < mid]
         cast = before[-1] if before else None
         while cast is not None and (up := trace.by_id.get(cast.parent)) is not None and up.name in CASTS:

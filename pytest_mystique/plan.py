@@ -256,8 +256,8 @@ class Planner:
             # every row a lookup read would be the kernel's one page of zeros, always in the caches:
             # a TBE inference over two 1M-row tables took 0.44 of its original's time. Filled.
             self.factory.sparse.clear()
-        self.flagged, self.flag_paths = required_grad(self.trace)
-        self.recording |= kept_casts(self.trace, self.flagged, self.flag_paths)
+        self.flagged, self.flag_paths, folded = required_grad(self.trace)
+        self.recording |= kept_casts(self.trace, folded, self.flagged, self.flag_paths)
         if self.max_memory is not None:
             total = sum(external_bytes.values())
             if total > self.max_memory:

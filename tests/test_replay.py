@@ -513,7 +513,7 @@ def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tm
             damaged += 1
     trace = parse_trace(data, "damaged")
     assert damaged and not any(n.name == "aten::matmul" for n in select_ops(trace))
-    assert required_grad(trace) == (set(), {})
+    assert required_grad(trace) == (set(), {}, [])
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0 and replay.report.ops_replayed == replay.report.ops_total
     assert not any("require grad" in n for n in replay.report.notes)
