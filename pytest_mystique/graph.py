@@ -57,11 +57,11 @@ def _redispatching(trace: Trace) -> set[int]:
     return found
 
 
-def _floating_types(node: Node) -> list[str] | None:
-    """The types of ``node``'s floating input tensors, in order (None where its values cannot be
-    read: a malformed nested operator shows nothing, as in :mod:`.grad_flags`)."""
+def _floating_types(node: Node, side: str = "inputs") -> list[str] | None:
+    """The types of ``node``'s floating input (or output) tensors, in order (None where its values
+    cannot be read: a malformed nested operator shows nothing, as in :mod:`.grad_flags`)."""
     try:
-        return [r.dtype for r in tensors_of(node.inputs) if r.dtype.startswith(("float", "bfloat"))]
+        return [r.dtype for r in tensors_of(getattr(node, side)) if r.dtype.startswith(("float", "bfloat"))]
     except (TraceError, RecursionError):
         return None
 
@@ -98,12 +98,10 @@ def _around_casts(trace: Trace, above: dict[int, int | None], through: set[int])
 
 def _autocast_made(node: Node) -> bool:
     """``node``'s floating outputs have a type its floating inputs do not, or those inputs mix types."""
-    given = _floating_types(node)
-    try:
-        made = {r.dtype for r in tensors_of(node.outputs) if r.dtype.startswith(("float", "bfloat"))}
-    except (TraceError, RecursionError):
+    given, made = _floating_types(node), _floating_types(node, "outputs")
+    if given is None or made is None:
         return False
-    return given is not None and (len(set(given)) > 1 or bool(given and made - set(given)))
+    return len(set(given)) > 1 or bool(given and set(made) - set(given))
 
 
 def select_ops(trace: Trace) -> list[Node]:
@@ -120,19 +118,9 @@ def select_ops(trace: Trace) -> list[Node]:
     opened = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
-    looked = through | opened
-    trace.around_casts = sorted(a for a in around if _open_above(a, above, looked))  # (not inside a whole one)
+    open_above = _open_above(above, through | opened)
+    trace.around_casts = sorted(a for a in around if open_above(a))  # (not inside one replayed whole)
     return list(trace.selected)
-
-
-def _open_above(nid: int, above: dict[int, int | None], looked: set[int]) -> bool:
-    """Every operator above ``nid`` is one that ``looked`` has looked through."""
-    up = above.get(nid)
-    while up is not None:
-        if up not in looked:
-            return False
-        up = above.get(up)
-    return True
 
 
 def _op_parents(trace: Trace) -> dict[int, int | None]:
@@ -157,6 +145,13 @@ def _op_parents(trace: Trace) -> dict[int, int | None]:
 
 def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) -> list[Node]:
     """Operators with no operator above them but ones in ``through`` (looked through), nor in it."""
+    open_above = _open_above(above, through)
+    return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
+
+
+def _open_above(above: dict[int, int | None], through: set[int]):
+    """A test of an operator id: every operator above it is one of ``through`` (looked through).
+    Each answer is kept, for the operators on the way up too."""
     clear: dict[int | None, bool] = {None: True}  # every operator above this one is looked through
 
     def open_above(nid: int) -> bool:
@@ -173,7 +168,7 @@ def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) ->
             clear[c] = clear[above.get(c)]
         return clear[nid]
 
-    return [n for n in trace.nodes if n.is_op and n.id not in through and open_above(n.id)]
+    return open_above
 
 
 def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int]) -> set[int]:
