@@ -79,11 +79,7 @@ def _hf(kind: str, train: bool, precision: str = "fp32"):
     model, inputs = _transformers(kind)
     if not train and not model.config.is_encoder_decoder:  # (a decoder needs its input)
         inputs = {k: v for k, v in inputs.items() if k != "labels"}
-    weights, autocast = PRECISIONS[precision]
-    if weights != torch.float32:
-        model.to(weights)
-        inputs = {k: v.to(weights) if v.is_floating_point() else v for k, v in inputs.items()}
-    return hf_step(model, inputs, train, lr=1e-5, autocast=autocast)
+    return hf_step(model, inputs, train, lr=1e-5, precision=precision)
 
 
 DLRM_ROWS = (1_000_000, 500_000, 300_000, 100_000, 50_000)

@@ -264,24 +264,25 @@ def make(name: str, train: bool, precision: str = "fp32"):
     weights and floating inputs in the type ``precision`` names, its forward pass under
     ``torch.autocast`` where it names one."""
     cls, kw, kind = MODELS[name]
-    weights, autocast = PRECISIONS[precision]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
     model = klass.from_config(config) if cls.startswith("AutoModel") else klass(config)
     x = inputs(kind)
     if not train:
         x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank", "mel", "speech_s2s")}  # a decoder needs its input
+    return hf_step(model, x, train, precision=precision)
+
+
+def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32"):
+    """A transformers model's step on inputs ``x``: its inference in eval mode under ``no_grad``,
+    or its training (loss, backward, an AdamW step), in the ``precision`` of :data:`PRECISIONS`:
+    the model and the floating tensors of ``x`` converted to its weights' type, the forward pass
+    under ``torch.autocast`` where it names a type (the backward pass outside it, as the autocast
+    recipes have it)."""
+    weights, autocast = PRECISIONS[precision]
     if weights != torch.float32:
         model.to(weights)
         x = {k: v.to(weights) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in x.items()}
-    return hf_step(model, x, train, autocast=autocast)
-
-
-def hf_step(model, x: dict, train: bool, lr: float = 1e-4, autocast: torch.dtype | None = None):
-    """A transformers model's step on inputs ``x``: its inference in eval mode under ``no_grad``,
-    or its training (loss, backward, an AdamW step); the forward pass under ``torch.autocast`` to
-    the type ``autocast`` where one is given (the backward pass outside it, as the autocast
-    recipes have it)."""
     cast = (lambda: torch.autocast("cpu", dtype=autocast)) if autocast is not None else contextlib.nullcontext
     if not train:
         model.eval()
