@@ -27,7 +27,10 @@ ConvNeXt, Swin, DeiT, LeViT, CvT's convolutional projections; YOLOS and DETR's d
 their matching, GLPN's depth), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
 audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text, Whisper, Moonshine; LayerDrop off, since
 a step that skips a random layer is not the traced one) and time-series forecasters (PatchTST,
-PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts).
+PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts). ``--family diffusers``
+runs diffusers' models instead (benchmarks/diffusion_models.py: UNets in 1, 2 and 3 dimensions,
+ControlNet, image, video and audio autoencoders, DiT-style and MMDiT transformers), trained as
+denoisers: the squared error of the prediction against noise drawn each step.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
@@ -37,7 +40,7 @@ autograd engine's own work): N calls at least, more for a short step, up to 8N, 
 profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 
-    python benchmarks/model_zoo.py [--ops N] [--steps both|train|infer] [MODEL ...]
+    python benchmarks/model_zoo.py [--ops N] [--steps both|train|infer] [--family F] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+try:
+    from diffusion_models import DIFFUSION  # noqa: E402
+except ImportError:  # (diffusers is not installed: only the transformers family)
+    DIFFUSION = {}
 
 TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
            max_position_embeddings=128)
@@ -262,7 +271,11 @@ PRECISIONS = {"fp32": (torch.float32, None), "autocast-bf16": (torch.float32, to
 def make(name: str, train: bool, precision: str = "fp32"):
     """The model's training step (loss, backward, AdamW) or inference step (no grad), with its
     weights and floating inputs in the type ``precision`` names, its forward pass under
-    ``torch.autocast`` where it names one."""
+    ``torch.autocast`` where it names one. A diffusers model (:data:`diffusion_models.DIFFUSION`)
+    trains as a denoiser does: the squared error of its output against noise drawn each step."""
+    if name in DIFFUSION:
+        model, x = DIFFUSION[name]()
+        return hf_step(model, x, train, precision=precision, loss=denoising_loss)
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
@@ -273,9 +286,17 @@ def make(name: str, train: bool, precision: str = "fp32"):
     return hf_step(model, x, train, precision=precision)
 
 
-def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32"):
-    """A transformers model's step on inputs ``x``: its inference in eval mode under ``no_grad``,
-    or its training (loss, backward, an AdamW step), in the ``precision`` of :data:`PRECISIONS`:
+def denoising_loss(out) -> torch.Tensor:
+    """A diffusion model's training loss: its prediction (``.sample``, or the first of a tuple)
+    against Gaussian noise of its shape, as a denoiser learns to predict the noise it was given."""
+    pred = out[0] if isinstance(out, tuple) else out.sample
+    return torch.nn.functional.mse_loss(pred.float(), torch.randn_like(pred, dtype=torch.float32))
+
+
+def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32", loss=lambda out: out.loss):
+    """A transformers (or diffusers) model's step on inputs ``x``: its inference in eval mode under
+    ``no_grad``, or its training (``loss`` of its output, backward, an AdamW step), in the
+    ``precision`` of :data:`PRECISIONS`:
     the model and the floating tensors of ``x`` converted to its weights' type, the forward pass
     under ``torch.autocast`` where it names a type (the backward pass outside it, as the autocast
     recipes have it)."""
@@ -297,8 +318,8 @@ def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp3
     def step():
         opt.zero_grad()
         with cast():
-            loss = model(**x).loss
-        loss.backward()
+            value = loss(model(**x))
+        value.backward()
         opt.step()
 
     return step
@@ -312,6 +333,9 @@ def timed(f, n: int) -> list[float]:
         out.append(time.perf_counter() - t0)
     return out
 
+
+#: --family: which models run when none is named
+FAMILIES = ("transformers", "diffusers", "all")
 
 #: Seconds of steps each side profiles, at least (see --ops).
 PROFILED_S = 0.25
@@ -329,24 +353,33 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", help="some of: " + ", ".join(MODELS))
+    ap.add_argument("models", nargs="*", help="some of: " + ", ".join([*MODELS, *DIFFUSION]))
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
+    ap.add_argument("--family", choices=FAMILIES, default="transformers",
+                    help="the models run when none is named: transformers' (the default), diffusers' "
+                         "(benchmarks/diffusion_models.py; needs diffusers), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
     args = ap.parse_args()
-    unknown = [m for m in args.models if m not in MODELS]
+    if args.family != "transformers" and not DIFFUSION:
+        ap.error("--family diffusers needs the diffusers package (pip install diffusers)")
+    unknown = [m for m in args.models if m not in MODELS and m not in DIFFUSION]
     if unknown:
-        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join([*MODELS, *DIFFUSION])}")
     global tf
     import transformers as tf
 
     tf.logging.set_verbosity_error()
+    if DIFFUSION:
+        import diffusers
+
+        diffusers.utils.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
@@ -355,7 +388,8 @@ def main() -> int:
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = skipped_ratios = unrunnable = 0
     ratios, op_ratios = [], []
-    for name in args.models or list(MODELS):
+    family = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "all": [*MODELS, *DIFFUSION]}[args.family]
+    for name in args.models or family:
         for train in {"both": (True, False), "train": (True,), "infer": (False,)}[args.steps]:
             label = f"{name}_{'train' if train else 'infer'}"
             total += 1
