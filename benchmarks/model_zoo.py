@@ -66,11 +66,12 @@ from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-try:
+try:  # (benchmarks/ is on the path of whatever runs or imports this module)
     from diffusion_models import DIFFUSION  # noqa: E402
-except ImportError:  # (diffusers is not installed: only the transformers family)
-    DIFFUSION = {}
+
+    NO_DIFFUSERS = None
+except ImportError as e:  # diffusers is not installed (or not a version with these models)
+    DIFFUSION, NO_DIFFUSERS = {}, f"{type(e).__name__}: {e}"
 
 TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
            max_position_embeddings=128)
@@ -334,9 +335,6 @@ def timed(f, n: int) -> list[float]:
     return out
 
 
-#: --family: which models run when none is named
-FAMILIES = ("transformers", "diffusers", "all")
-
 #: Seconds of steps each side profiles, at least (see --ops).
 PROFILED_S = 0.25
 
@@ -353,12 +351,13 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "all": [*MODELS, *DIFFUSION]}
     ap.add_argument("models", nargs="*", help="some of: " + ", ".join([*MODELS, *DIFFUSION]))
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
-    ap.add_argument("--family", choices=FAMILIES, default="transformers",
+    ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
@@ -367,8 +366,8 @@ def main() -> int:
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
     args = ap.parse_args()
-    if args.family != "transformers" and not DIFFUSION:
-        ap.error("--family diffusers needs the diffusers package (pip install diffusers)")
+    if args.family != "transformers" and NO_DIFFUSERS:
+        ap.error(f"--family {args.family} needs the diffusers package (pip install diffusers): {NO_DIFFUSERS}")
     unknown = [m for m in args.models if m not in MODELS and m not in DIFFUSION]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join([*MODELS, *DIFFUSION])}")
@@ -376,7 +375,7 @@ def main() -> int:
     import transformers as tf
 
     tf.logging.set_verbosity_error()
-    if DIFFUSION:
+    if not NO_DIFFUSERS:
         import diffusers
 
         diffusers.utils.logging.set_verbosity_error()
@@ -388,8 +387,7 @@ def main() -> int:
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = skipped_ratios = unrunnable = 0
     ratios, op_ratios = [], []
-    family = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "all": [*MODELS, *DIFFUSION]}[args.family]
-    for name in args.models or family:
+    for name in args.models or families[args.family]:
         for train in {"both": (True, False), "train": (True,), "infer": (False,)}[args.steps]:
             label = f"{name}_{'train' if train else 'infer'}"
             total += 1
