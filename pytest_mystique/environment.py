@@ -49,8 +49,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: iteration, as a process that ran only its steps would); 13 = under autocast, an operator whose
 #: parts autocast cast (``einsum``'s ``bmm``) replayed through its parts, a wrapper that read its
 #: kept copy of a weight (no cast among its children) looked through, and the casts that made such
-#: copies run with autograd on, so that a ``matmul`` by one folds its batch as the original's did.
-REPLAY_VERSION = 13
+#: copies run with autograd on, so that a ``matmul`` by one folds its batch as the original's did;
+#: 14 = an index input of a few rows of coordinates (a graph's edge index) drawn row by row with each
+#: row's recorded spread, where the capture recorded the rows'.
+REPLAY_VERSION = 14
 
 
 @lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ import torch
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
-from .tensors import _distinct_draws, _skewed, _zipf_exponent, curve_counts
+from .tensors import _distinct_draws, _skewed, _skewed_rows, _zipf_exponent, curve_counts
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -99,7 +99,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
-        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables)
+        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
+                                            tuple((r.distinct, r.top, r.curve) for r in skew.rows))  # fmt: skip
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in t.detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -109,7 +110,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
 
 #: The factory's own code for an index input's seeded draw (torch alone), copied into the script so
 #: that it draws as the replay does.
-_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed))
+_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _skewed_rows))
 
 
 def export_script(replay, trace_path: str) -> str:
@@ -242,7 +243,8 @@ import torch
 OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
 # written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share, the
-# curve of the hottest values' shares, the tables whose indices it holds one after another); or
+# curve of the hottest values' shares, the tables whose indices it holds one after another, each row's
+# (share of distinct values, hottest share, curve) for a tensor of coordinates); or
 # ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
 STORAGES = {storages}
 VIEWS = {views}
@@ -267,8 +269,8 @@ def fill(t, low, high, gen, spread=None):
     elif spread is not None and spread[0] == "values":
         t.copy_(torch.tensor(spread[1], dtype=t.dtype).view(t.shape))
     elif spread is not None:
-        skew, tables = Skew(*spread[1:4]), spread[4]
-        t.copy_((int(low) + _skewed(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
+        skew, tables = Skew(*spread[1:4], spread[5]), spread[4]
+        t.copy_((int(low) + _skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
 
@@ -276,8 +278,9 @@ def fill(t, low, high, gen, spread=None):
 class Skew:
     """An index input's spread as the replay drew it (its tensors.Skew; the draws below are its code)."""
 
-    def __init__(self, distinct, top, curve):
+    def __init__(self, distinct, top, curve, rows=()):
         self.distinct, self.top, self.curve = distinct, top, curve
+        self.rows = tuple(Skew(*row) for row in rows)
 
 
 {draws}

@@ -650,8 +650,8 @@ class Planner:
                     and (rng.derived or rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high)):  # fmt: skip
                 # (the original's values lie in the op's range: a record outside it is another tensor's,
                 # unless the range is the replay's own guess)
-                curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
-                self.factory.skews[ref] = Skew(record["distinct"] / ref.numel, record["top"], curve)
+                rows = tuple(_skew_of(row, ref.shape[1]) for row in record.get("rows", ()) if len(ref.shape) == 2)
+                self.factory.skews[ref] = _skew_of(record, ref.numel, rows)
                 skewed += 1
         if skewed:
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
@@ -659,6 +659,13 @@ class Planner:
         if bagged:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
+
+
+def _skew_of(record: dict, n: int, rows: tuple[Skew, ...] = ()) -> Skew:
+    """The spread a capture's record gives ``n`` integers (the sidecar's loader checked it), and
+    its rows' where a tensor of coordinates has them."""
+    curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
+    return Skew(record["distinct"] / n, record["top"], curve, rows)
 
 
 def substitute_of(node: Node) -> Substitute | None:

@@ -199,9 +199,10 @@ def _record_inputs(step, result: Captured) -> None:
     - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
       most frequent one's share, the hottest values' shares at ranks two to a doubling
       (:func:`_hot_shares`), lowest and highest, and for a sorted one, bag boundaries, the
-      smallest and largest step): a recommender's ids follow a power law, and a lookup over hot
-      rows is several times faster than one over uniform rows; a GPU's embedding bag waits on
-      its longest bag;
+      smallest and largest step; for one of a few rows of coordinates, each row's spread too):
+      a recommender's ids follow a power law, and a lookup over hot rows is several times faster
+      than one over uniform rows; a GPU's embedding bag waits on its longest bag; a graph's
+      destinations crowd on a few nodes where its sources do not;
     - each floating input's scale (``float_inputs``: shape, type, mean, standard deviation, lowest
       and highest, :func:`_float_scale`);
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
@@ -358,14 +359,29 @@ def _described(t: torch.Tensor) -> dict | None:
         return None
     if t.dtype.is_floating_point:
         return record | _float_scale(t)
-    values, counts = torch.unique(t.detach(), return_counts=True)
-    record.update(distinct=int(values.numel()), top=round(float(counts.max()) / t.numel(), 6),
-                  low=int(values[0]), high=int(values[-1]), hot=_hot_shares(counts, t.numel()))  # fmt: skip
+    record.update(_spread(t.detach()))
+    if t.dim() == 2 and 2 <= t.shape[0] <= COO_ROWS < t.shape[1]:
+        # coordinates, a row each (a graph's edges: sources, then destinations; a sparse tensor's
+        # indices): each row has a spread of its own, which one over the whole tensor mixes
+        record["rows"] = [_spread(row) for row in t.detach()]
     if t.dim() == 1 and t.dtype.is_signed:  # (an unsigned difference wraps round)
         steps = t.detach().diff()
         if bool((steps >= 0).all()):  # bag boundaries (offsets): the smallest and largest bag
             record["steps"] = [int(steps.min()), int(steps.max())]
     return record
+
+
+#: An integer input of this many rows at most, each longer than that, is a tensor of coordinates
+#: (``edge_index``, COO indices), whose rows are recorded one by one too.
+COO_ROWS = 4
+
+
+def _spread(t: torch.Tensor) -> dict:
+    """How an integer tensor's values spread: the number of distinct ones, the most frequent
+    one's share, the lowest and highest, the hottest ones' shares (:func:`_hot_shares`)."""
+    values, counts = torch.unique(t, return_counts=True)
+    return {"distinct": int(values.numel()), "top": round(float(counts.max()) / t.numel(), 6),
+            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(counts, t.numel())}  # fmt: skip
 
 
 def _float_scale(t: torch.Tensor) -> dict:

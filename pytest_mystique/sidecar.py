@@ -48,8 +48,9 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if index is not None and not (isinstance(index, list) and all(_index_record_ok(r) for r in index)):
         raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
-                         f"if any, the smallest and largest of two steps and a curve of [rank, share] pairs "
-                         f"(ranks rising within the distinct values, shares in (0, 1] not falling)")  # fmt: skip
+                         f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
+                         f"(ranks rising within the distinct values, shares in (0, 1] not falling) and, for a "
+                         f"2-dimensional one, each row's spread (rows)")  # fmt: skip
     floats = data.get("float_inputs")
     if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
@@ -110,12 +111,19 @@ def _sparse_record_ok(r) -> bool:
 
 
 def _index_record_ok(r) -> bool:
-    top = r.get("top") if isinstance(r, dict) else None
     steps = r.get("steps", [0, 0]) if isinstance(r, dict) else None  # (bag boundaries: smallest and largest bag)
-    return (_input_record_ok(r) and _count(r.get("distinct")) and 1 <= r["distinct"] <= math.prod(r["shape"])
-            and _number(top) and 0 < top <= 1
-            and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps)
-            and steps[0] <= steps[1] and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
+    rows = r.get("rows", []) if isinstance(r, dict) else None  # (a tensor of coordinates: each row's spread)
+    return (_input_record_ok(r) and _spread_ok(r, math.prod(r["shape"]))
+            and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps) and steps[0] <= steps[1]
+            and isinstance(rows, list) and (not rows or len(r["shape"]) == 2 and len(rows) == r["shape"][0])
+            and all(isinstance(row, dict) and _spread_ok(row, r["shape"][1]) for row in rows))  # fmt: skip
+
+
+def _spread_ok(r: dict, n: int) -> bool:
+    """A spread of ``n`` integers: a distinct count at most ``n``, the hottest value's share, its curve."""
+    top = r.get("top")
+    return (_count(r.get("distinct")) and 1 <= r["distinct"] <= n and _number(top) and 0 < top <= 1
+            and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
 
 
 def _hot_ok(hot, distinct: int) -> bool:

@@ -128,6 +128,23 @@ def tbe_step(train: bool, rows: tuple[int, ...]):
     return step, ids, offsets
 
 
+def graph_step(nodes: int = 1000, edges: int = 12_000, features: int = 16):
+    """A graph layer's step on a graph whose edges leave uniformly spread sources and reach a few
+    crowded destinations (``rand() ** 3``: hub nodes): features gathered at the sources, summed
+    at the destinations (a GIN or GCN layer's message passing). The step and its edge index."""
+    gen = torch.Generator().manual_seed(7)
+    src = torch.randint(0, nodes, (edges,), generator=gen)
+    dst = (torch.rand(edges, generator=gen) ** 3 * nodes).long()
+    edge_index = torch.stack([src, dst])
+    x = torch.randn(nodes, features, generator=gen)
+
+    def step():
+        messages = x.index_select(0, edge_index[0])
+        return torch.zeros(nodes, features).index_add_(0, edge_index[1], messages).sum()
+
+    return step, edge_index
+
+
 def tbe_rows_read(indices, offsets, tables: int) -> int:
     """Distinct (table, row) pairs of a TBE lookup's ids: each table's lie between two of its offsets."""
     cuts = offsets[:: len(offsets) // tables].tolist()

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_mystique.cli import main
 
-from conftest import ROOT, bundled, capture_attention_inference, corpus, tbe_rows_read, tbe_step
+from conftest import ROOT, bundled, capture_attention_inference, corpus, graph_step, tbe_rows_read, tbe_step
 
 
 def _exported(trace, tmp_path, name: str):
@@ -170,6 +170,25 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)
     top10 = torch.sort(counts, descending=True).values[:10].sum().item()
     assert view[9][3] and top10 == pytest.approx(torch.sort(original, descending=True).values[:10].sum().item(), rel=0.05)
+
+
+def test_exported_script_draws_a_graph_s_edge_index_row_by_row(tmp_path):
+    """A graph's edge index, whose sources are spread and whose destinations crowd on hubs: the
+    exported script draws each row with the spread the capture recorded for it, as the replay does."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    step, edge_index = graph_step()
+    capture_step(step, tmp_path / "g.json", warmup=1, runs=1, min_warmup_s=0)
+    bench = _exported(tmp_path / "g.json", tmp_path, "bench_graph")
+    [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew" and v[4] == tuple(edge_index.shape)]
+    assert len(view[9][5]) == 2
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
+    for got, want in zip(made, edge_index):
+        counts, original = got.unique(return_counts=True)[1], want.unique(return_counts=True)[1]
+        assert counts.numel() == original.numel()
+        assert counts.max().item() == pytest.approx(original.max().item(), rel=0.1)
 
 
 def test_exported_script_keeps_each_table_batched_id_in_one_table(tmp_path):

@@ -29,6 +29,7 @@ from conftest import (
     capture_attention_inference,
     corpus,
     extract_ops,
+    graph_step,
     read_json,
     tbe_rows_read,
     tbe_step,
@@ -1353,6 +1354,48 @@ def test_index_inputs_follow_the_recorded_curve_of_their_hottest_values(tmp_path
     bad["hot"][3][1] = bad["hot"][2][1] / 2  # a share that falls
     sidecar_path(path).write_text(json.dumps(side))
     with pytest.raises(ReplayError, match=r"square\.meta\.json: malformed timing sidecar: index_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
+
+def _row_spreads(t: torch.Tensor) -> list[tuple[int, float]]:
+    """Each row's distinct values and its hottest value's share."""
+    return [(row.unique().numel(), row.unique(return_counts=True)[1].max().item() / row.numel()) for row in t]
+
+
+def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
+    """An index input of a few rows of coordinates (a graph's ``edge_index``: sources, then
+    destinations) gets each row's spread recorded (``rows``) and drawn: the replay's destinations
+    crowd on as few nodes, as hot, as the original's, and its sources stay spread. One spread for
+    the whole tensor mixed the two rows (a GIN layer's inference then took 1.31 times its time on
+    the original's edges); a record without rows still draws that way, and a malformed row is an
+    error naming the sidecar."""
+    step, edge_index = graph_step()
+    path = tmp_path / "graph.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    [record] = [r for r in side["index_inputs"] if r["shape"] == list(edge_index.shape)]
+    original = _row_spreads(edge_index)
+    assert [(r["distinct"], r["top"]) for r in record["rows"]] == [(d, pytest.approx(t, abs=1e-6)) for d, t in original]
+    assert original[1][1] > 20 * original[0][1]  # (the hubs)
+
+    def drawn(replay):
+        [t] = [t for ref, t in replay.inputs() if ref.shape == tuple(edge_index.shape)]
+        return _row_spreads(t)
+
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0
+    for (d, top), (want_d, want_top) in zip(drawn(replay), original):
+        assert d == want_d and top == pytest.approx(want_top, rel=0.1)
+    replay.run()
+
+    del record["rows"]  # (a sidecar of an earlier capture: one spread for both rows)
+    sidecar_path(path).write_text(json.dumps(side))
+    mixed = drawn(Replay(load_trace(path), "cpu").prepare())
+    assert mixed[1][1] < 0.8 * original[1][1] and mixed[0][1] > 2 * original[0][1]
+
+    record["rows"] = [record["rows"][0]] if "rows" in record else [{"distinct": 1, "top": 1.0}]
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"graph\.meta\.json: malformed timing sidecar: index_inputs"):
         Replay(load_trace(path), "cpu").prepare()
 
 
