@@ -633,7 +633,7 @@ class Planner:
         those of the same shape and type): as many distinct values, the hottest as frequent
         (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = bagged = 0
+        skewed = bagged = by_rows = 0
         for ref in int_inputs:
             record = take_record(records, ref.shape, ref.dtype)
             if record is None:
@@ -650,15 +650,30 @@ class Planner:
                     and (rng.derived or rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high)):  # fmt: skip
                 # (the original's values lie in the op's range: a record outside it is another tensor's,
                 # unless the range is the replay's own guess)
-                rows = tuple(_skew_of(row, ref.shape[1]) for row in record.get("rows", ()) if len(ref.shape) == 2)
+                rows = ()
+                if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1]):
+                    rows = tuple(_skew_of(row, ref.shape[1]) for row in record["rows"])
                 self.factory.skews[ref] = _skew_of(record, ref.numel, rows)
                 skewed += 1
+                by_rows += bool(rows)
         if skewed:
+            rows_said = f"; {by_rows} row by row, rows of coordinates that spread unlike each other" if by_rows else ""
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
-                              f"distinct values, the most frequent as frequent)"] += 1  # fmt: skip
+                              f"distinct values, the most frequent as frequent{rows_said})"] += 1  # fmt: skip
         if bagged:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
+
+
+def _rows_differ(record: dict, n: int) -> bool:
+    """Whether the rows (of ``n`` elements each) of a tensor of coordinates the capture recorded
+    spread unlike each other, so that each is drawn with its own spread: where the whole tensor's
+    hottest share promises a row 8 repeats or more of its hottest value, some row's hottest value
+    repeats under half or over twice that often (a graph's sources spread evenly, its destinations
+    crowding on hubs). Rows of one law (a batch of token ids, of a recommender's ids) are drawn as
+    one tensor, which keeps the hot values they share."""
+    expected = record["top"] * n
+    return expected >= 8 and any(not expected / 2 <= row["top"] * n <= 2 * expected for row in record.get("rows", ()))
 
 
 def _skew_of(record: dict, n: int, rows: tuple[Skew, ...] = ()) -> Skew:

@@ -1384,6 +1384,7 @@ def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
 
     replay = Replay(load_trace(path), "cpu").prepare()
     assert replay.report.ops_skipped == 0
+    assert any("1 row by row" in note for note in replay.report.notes)
     for (d, top), (want_d, want_top) in zip(drawn(replay), original):
         assert d == want_d and top == pytest.approx(want_top, rel=0.1)
     replay.run()
@@ -1397,6 +1398,26 @@ def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
     sidecar_path(path).write_text(json.dumps(side))
     with pytest.raises(ReplayError, match=r"graph\.meta\.json: malformed timing sidecar: index_inputs"):
         Replay(load_trace(path), "cpu").prepare()
+
+
+def test_a_batch_of_ids_of_one_law_is_drawn_whole_keeping_its_shared_hot_ids(tmp_path):
+    """A batch of four rows of ids of one power law (an embedding's lookups, sample by sample)
+    looks like coordinates by its shape, and the capture records its rows, but they spread alike:
+    the replay draws the batch as one tensor, so that its rows share their hot ids as the
+    original's did (four rows drawn apart would read more distinct rows of the table)."""
+    rows, n = 5000, 2048
+    ranks = torch.distributions.Categorical(probs=1.0 / torch.arange(1, rows + 1) ** 1.1).sample((4, n))
+    ids = torch.randperm(rows, generator=torch.Generator().manual_seed(2))[ranks]
+    table = torch.nn.Embedding(rows, 8)
+    path = tmp_path / "batch.json.gz"
+    capture_step(lambda: table(ids).sum().backward(), path, warmup=1, runs=1, min_warmup_s=0)
+    [record] = [r for r in load_sidecar(path)["index_inputs"] if r["shape"] == [4, n]]
+    assert len(record["rows"]) == 4
+    replay = Replay(load_trace(path), "cpu").prepare()
+    [got] = [t for ref, t in replay.inputs() if ref.shape == (4, n)]
+    assert got.unique().numel() == ids.unique().numel() == record["distinct"]
+    assert not any("row by row" in note for note in replay.report.notes)
+    assert any("1 index input(s) spread" in note for note in replay.report.notes)
 
 
 def test_bag_offsets_cut_bags_of_the_sizes_the_capture_recorded(tmp_path):
