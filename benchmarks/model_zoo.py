@@ -30,7 +30,9 @@ a step that skips a random layer is not the traced one) and time-series forecast
 PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts). ``--family diffusers``
 runs diffusers' models instead (benchmarks/diffusion_models.py: UNets in 1, 2 and 3 dimensions,
 ControlNet, image, video and audio autoencoders, DiT-style and MMDiT transformers), trained as
-denoisers: the squared error of the prediction against noise drawn each step.
+denoisers: the squared error of the prediction against noise drawn each step; ``--family graphs``
+PyTorch Geometric's graph networks (benchmarks/graph_models.py: GCN, GraphSAGE, GAT, GATv2, GIN,
+PNA, a graph transformer) over a graph whose destinations crowd on hub nodes.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
@@ -66,12 +68,20 @@ from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
-try:  # (benchmarks/ is on the path of whatever runs or imports this module)
+# the other families, each where its library is installed (benchmarks/ is on the path of whatever
+# runs or imports this module)
+try:
     from diffusion_models import DIFFUSION  # noqa: E402
 
     NO_DIFFUSERS = None
 except ImportError as e:  # diffusers is not installed (or not a version with these models)
     DIFFUSION, NO_DIFFUSERS = {}, f"{type(e).__name__}: {e}"
+try:
+    from graph_models import GRAPHS  # noqa: E402
+
+    NO_PYG = None
+except ImportError as e:
+    GRAPHS, NO_PYG = {}, f"{type(e).__name__}: {e}"
 
 TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
            max_position_embeddings=128)
@@ -273,10 +283,14 @@ def make(name: str, train: bool, precision: str = "fp32"):
     """The model's training step (loss, backward, AdamW) or inference step (no grad), with its
     weights and floating inputs in the type ``precision`` names, its forward pass under
     ``torch.autocast`` where it names one. A diffusers model (:data:`diffusion_models.DIFFUSION`)
-    trains as a denoiser does: the squared error of its output against noise drawn each step."""
+    trains as a denoiser does: the squared error of its output against noise drawn each step; a
+    graph network (:data:`graph_models.GRAPHS`) classifies nodes."""
     if name in DIFFUSION:
         model, x = DIFFUSION[name]()
         return hf_step(model, x, train, precision=precision, loss=denoising_loss)
+    if name in GRAPHS:
+        model, x, loss = GRAPHS[name]()
+        return hf_step(model, x, train, precision=precision, loss=loss)
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
@@ -351,26 +365,30 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "all": [*MODELS, *DIFFUSION]}
-    ap.add_argument("models", nargs="*", help="some of: " + ", ".join([*MODELS, *DIFFUSION]))
+    families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
+                "all": [*MODELS, *DIFFUSION, *GRAPHS]}  # fmt: skip
+    missing = {"diffusers": ("diffusers", NO_DIFFUSERS), "graphs": ("torch_geometric", NO_PYG)}
+    ap.add_argument("models", nargs="*", help="some of: " + ", ".join([*MODELS, *DIFFUSION, *GRAPHS]))
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
-                         "(benchmarks/diffusion_models.py; needs diffusers), or all")  # fmt: skip
+                         "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
+                         "(benchmarks/graph_models.py; needs torch_geometric), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
     args = ap.parse_args()
-    if args.family != "transformers" and NO_DIFFUSERS:
-        ap.error(f"--family {args.family} needs the diffusers package (pip install diffusers): {NO_DIFFUSERS}")
-    unknown = [m for m in args.models if m not in MODELS and m not in DIFFUSION]
+    for family, (package, why) in missing.items():
+        if args.family in (family, "all") and why:
+            ap.error(f"--family {args.family} needs the {package} package (pip install {package}): {why}")
+    unknown = [m for m in args.models if m not in families["all"]]
     if unknown:
-        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join([*MODELS, *DIFFUSION])}")
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(families['all'])}")
     global tf
     import transformers as tf
 

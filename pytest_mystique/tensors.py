@@ -508,8 +508,10 @@ class Skew:
     hottest share gives 23%: more hits in the cache, a lookup 25% faster than the original's).
     ``rows``: for a tensor of a few rows of coordinates (a graph's ``edge_index``), each row's own
     spread, which the draw follows row by row: a graph's destinations crowd on a few nodes where
-    its sources do not, and one spread for both rows made a GIN layer's inference take 1.31 times
-    its time on the original's edges (a sum over each node's neighbours then collides less)."""
+    its sources do not. One spread for both rows moves the hubs' share into the sources: on a
+    CPU, a sum at the destinations over 2 million edges of a 200,000-node graph then took 1-4%
+    longer, and the gather at the sources 1-3% (on a GPU the hubs also decide how often atomic
+    additions collide)."""
 
     distinct: float
     top: float

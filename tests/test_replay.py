@@ -1366,9 +1366,8 @@ def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
     """An index input of a few rows of coordinates (a graph's ``edge_index``: sources, then
     destinations) gets each row's spread recorded (``rows``) and drawn: the replay's destinations
     crowd on as few nodes, as hot, as the original's, and its sources stay spread. One spread for
-    the whole tensor mixed the two rows (a GIN layer's inference then took 1.31 times its time on
-    the original's edges); a record without rows still draws that way, and a malformed row is an
-    error naming the sidecar."""
+    the whole tensor mixed the two rows (the hubs' share moved into the sources); a record without
+    rows still draws that way, and a malformed row is an error naming the sidecar."""
     step, edge_index = graph_step()
     path = tmp_path / "graph.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
