@@ -50,8 +50,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: parts autocast cast (``einsum``'s ``bmm``) replayed through its parts, a wrapper that read its
 #: kept copy of a weight (no cast among its children) looked through, and the casts that made such
 #: copies run with autograd on, so that a ``matmul`` by one folds its batch as the original's did;
-#: 14 = an index input of a few rows of coordinates (a graph's edge index) drawn row by row with each
-#: row's recorded spread, where the capture recorded the rows'.
+#: 14 = an index input of a few rows of coordinates (a graph's edge index) whose recorded rows spread
+#: unlike each other drawn row by row, each with its own spread.
 REPLAY_VERSION = 14
 
 
