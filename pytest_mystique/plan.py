@@ -651,7 +651,7 @@ class Planner:
                 # (the original's values lie in the op's range: a record outside it is another tensor's,
                 # unless the range is the replay's own guess)
                 rows = ()
-                if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1]):
+                if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1], rng.high - rng.low):
                     rows = tuple(_skew_of(row, ref.shape[1]) for row in record["rows"])
                 self.factory.skews[ref] = _skew_of(record, ref.numel, rows)
                 skewed += 1
@@ -665,15 +665,24 @@ class Planner:
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
 
 
-def _rows_differ(record: dict, n: int) -> bool:
-    """Whether the rows (of ``n`` elements each) of a tensor of coordinates the capture recorded
-    spread unlike each other, so that each is drawn with its own spread: where the whole tensor's
-    hottest share promises a row 8 repeats or more of its hottest value, some row's hottest value
-    repeats under half or over twice that often (a graph's sources spread evenly, its destinations
-    crowding on hubs). Rows of one law (a batch of token ids, of a recommender's ids) are drawn as
-    one tensor, which keeps the hot values they share."""
+def _rows_differ(record: dict, n: int, span: int) -> bool:
+    """Whether the rows (of ``n`` elements each, of values in a range of ``span``) of a tensor of
+    coordinates the capture recorded are drawn each with its own spread: they spread unlike each
+    other (where the whole tensor's hottest share promises a row 8 repeats or more of its hottest
+    value, some row's hottest value repeats under half or over twice that often: a graph's
+    sources spread evenly, its destinations crowd on hubs), and rows drawn apart would hold about
+    as many distinct values together as the original's did (within a tenth: values drawn apart
+    overlap only by chance). Rows of one law that share their values (a batch of token or
+    recommender ids, a padded one whose rows share the pad id too) are drawn as one tensor, which
+    keeps the hot values they share: drawn apart, each row's hot ids were others."""
+    rows = record.get("rows", ())
     expected = record["top"] * n
-    return expected >= 8 and any(not expected / 2 <= row["top"] * n <= 2 * expected for row in record.get("rows", ()))
+    if expected < 8 or all(expected / 2 <= row["top"] * n <= 2 * expected for row in rows):
+        return False
+    missed = 1.0  # (the chance that a value of the range is in none of the rows, drawn apart)
+    for row in rows:
+        missed *= 1 - min(row["distinct"], span) / span
+    return abs(span * (1 - missed) - record["distinct"]) <= 0.1 * record["distinct"]
 
 
 def _skew_of(record: dict, n: int, rows: tuple[Skew, ...] = ()) -> Skew:

@@ -49,8 +49,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
                          f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
-                         f"(ranks rising within the distinct values, shares in (0, 1] not falling) and, for a "
-                         f"2-dimensional one, each row's spread (rows)")  # fmt: skip
+                         f"(ranks rising within the distinct values, shares in (0, 1] not falling), the lowest and highest "
+                         f"values (numbers, the lowest first) and, for a 2-dimensional one, each row's spread (rows)")  # fmt: skip
     floats = data.get("float_inputs")
     if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
@@ -120,10 +120,11 @@ def _index_record_ok(r) -> bool:
 
 
 def _spread_ok(r: dict, n: int) -> bool:
-    """A spread of ``n`` integers: a distinct count at most ``n``, the hottest value's share, its curve."""
-    top = r.get("top")
+    """A spread of ``n`` integers: a distinct count at most ``n``, the hottest value's share, its
+    curve, the lowest and highest value (numbers, the lowest first) where it has them."""
+    top, low, high = r.get("top"), r.get("low", 0), r.get("high", r.get("low", 0))
     return (_count(r.get("distinct")) and 1 <= r["distinct"] <= n and _number(top) and 0 < top <= 1
-            and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
+            and _number(low) and _number(high) and low <= high and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
 
 
 def _hot_ok(hot, distinct: int) -> bool:

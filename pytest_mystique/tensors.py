@@ -681,7 +681,9 @@ class TensorFactory:
             for s, e, other in self._index_spans[key]:
                 if s < stop and start < e:
                     want = want.narrow(other)
-            if not made and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
+            # (a view drawn row by row is drawn in its own order, whatever its place in the allocation)
+            by_rows = ref in self.skews and bool(self.skews[ref].rows)
+            if (not made or by_rows) and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
                 self.fill(t, ref, want)
             self._index_spans[key].append((start, stop, want))
             self._constrained[key] = True

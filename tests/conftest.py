@@ -128,14 +128,15 @@ def tbe_step(train: bool, rows: tuple[int, ...]):
     return step, ids, offsets
 
 
-def graph_step(nodes: int = 1000, edges: int = 12_000, features: int = 16):
+def graph_step(nodes: int = 1000, edges: int = 12_000, features: int = 16, *, transposed: bool = False):
     """A graph layer's step on a graph whose edges leave uniformly spread sources and reach a few
     crowded destinations (``rand() ** 3``: hub nodes): features gathered at the sources, summed
-    at the destinations (a GIN or GCN layer's message passing). The step and its edge index."""
+    at the destinations (a GIN or GCN layer's message passing). The step and its edge index
+    (``transposed``: a view of a tensor of (source, destination) pairs, its rows strided)."""
     gen = torch.Generator().manual_seed(7)
     src = torch.randint(0, nodes, (edges,), generator=gen)
     dst = (torch.rand(edges, generator=gen) ** 3 * nodes).long()
-    edge_index = torch.stack([src, dst])
+    edge_index = torch.stack([src, dst], 1).t() if transposed else torch.stack([src, dst])
     x = torch.randn(nodes, features, generator=gen)
 
     def step():

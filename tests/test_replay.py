@@ -1362,13 +1362,16 @@ def _row_spreads(t: torch.Tensor) -> list[tuple[int, float]]:
     return [(row.unique().numel(), row.unique(return_counts=True)[1].max().item() / row.numel()) for row in t]
 
 
-def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path, transposed):
     """An index input of a few rows of coordinates (a graph's ``edge_index``: sources, then
     destinations) gets each row's spread recorded (``rows``) and drawn: the replay's destinations
-    crowd on as few nodes, as hot, as the original's, and its sources stay spread. One spread for
-    the whole tensor mixed the two rows (the hubs' share moved into the sources); a record without
-    rows still draws that way, and a malformed row is an error naming the sidecar."""
-    step, edge_index = graph_step()
+    crowd on as few nodes, as hot, as the original's, and its sources stay spread, also where the
+    rows are strided views of (source, destination) pairs (drawn in the allocation's order, the
+    hubs were spread over both rows). One spread for the whole tensor mixed the two rows (the hubs'
+    share moved into the sources); a record without rows still draws that way, and a malformed row
+    is an error naming the sidecar."""
+    step, edge_index = graph_step(transposed=transposed)
     path = tmp_path / "graph.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     side = load_sidecar(path)
@@ -1393,20 +1396,25 @@ def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path):
     mixed = drawn(Replay(load_trace(path), "cpu").prepare())
     assert mixed[1][1] < 0.8 * original[1][1] and mixed[0][1] > 2 * original[0][1]
 
-    record["rows"] = [record["rows"][0]] if "rows" in record else [{"distinct": 1, "top": 1.0}]
-    sidecar_path(path).write_text(json.dumps(side))
-    with pytest.raises(ReplayError, match=r"graph\.meta\.json: malformed timing sidecar: index_inputs"):
-        Replay(load_trace(path), "cpu").prepare()
+    for bad in ({"rows": [{"distinct": 1, "top": 1.0}]}, {"low": "x"}, {"low": 5, "high": 2}):
+        sidecar_path(path).write_text(json.dumps({**side, "index_inputs": [{**record, **bad}]}))
+        with pytest.raises(ReplayError, match=r"graph\.meta\.json: malformed timing sidecar: index_inputs"):
+            Replay(load_trace(path), "cpu").prepare()
 
 
-def test_a_batch_of_ids_of_one_law_is_drawn_whole_keeping_its_shared_hot_ids(tmp_path):
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_batch_of_ids_of_one_law_is_drawn_whole_keeping_its_shared_hot_ids(tmp_path, padded):
     """A batch of four rows of ids of one power law (an embedding's lookups, sample by sample)
-    looks like coordinates by its shape, and the capture records its rows, but they spread alike:
-    the replay draws the batch as one tensor, so that its rows share their hot ids as the
-    original's did (four rows drawn apart would read more distinct rows of the table)."""
+    looks like coordinates by its shape, and the capture records its rows, but they spread alike,
+    or, right-padded to one length, share their hottest id (the pad's): the replay draws the batch
+    as one tensor, so that its rows share their hot ids as the original's did (four rows drawn
+    apart would read more distinct rows of the table)."""
     rows, n = 5000, 2048
     ranks = torch.distributions.Categorical(probs=1.0 / torch.arange(1, rows + 1) ** 1.1).sample((4, n))
     ids = torch.randperm(rows, generator=torch.Generator().manual_seed(2))[ranks]
+    if padded:  # (sequences of 2048, 1024, 512 and 256 ids, padded with id 0)
+        for i, length in enumerate((n, n // 2, n // 4, n // 8)):
+            ids[i, length:] = 0
     table = torch.nn.Embedding(rows, 8)
     path = tmp_path / "batch.json.gz"
     capture_step(lambda: table(ids).sum().backward(), path, warmup=1, runs=1, min_warmup_s=0)
