@@ -146,6 +146,11 @@ def graph_step(nodes: int = 1000, edges: int = 12_000, features: int = 16, *, tr
     return step, edge_index
 
 
+def row_spreads(t: torch.Tensor) -> list[tuple[int, float]]:
+    """Each row's distinct values and its hottest value's share."""
+    return [(row.unique().numel(), row.unique(return_counts=True)[1].max().item() / row.numel()) for row in t]
+
+
 def tbe_rows_read(indices, offsets, tables: int) -> int:
     """Distinct (table, row) pairs of a TBE lookup's ids: each table's lie between two of its offsets."""
     cuts = offsets[:: len(offsets) // tables].tolist()

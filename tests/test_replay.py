@@ -31,6 +31,7 @@ from conftest import (
     extract_ops,
     graph_step,
     read_json,
+    row_spreads,
     tbe_rows_read,
     tbe_step,
     write_json,
@@ -1357,11 +1358,6 @@ def test_index_inputs_follow_the_recorded_curve_of_their_hottest_values(tmp_path
         Replay(load_trace(path), "cpu").prepare()
 
 
-def _row_spreads(t: torch.Tensor) -> list[tuple[int, float]]:
-    """Each row's distinct values and its hottest value's share."""
-    return [(row.unique().numel(), row.unique(return_counts=True)[1].max().item() / row.numel()) for row in t]
-
-
 @pytest.mark.parametrize("transposed", [False, True])
 def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path, transposed):
     """An index input of a few rows of coordinates (a graph's ``edge_index``: sources, then
@@ -1376,13 +1372,13 @@ def test_a_graph_s_edge_index_is_spread_row_by_row(tmp_path, transposed):
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     side = load_sidecar(path)
     [record] = [r for r in side["index_inputs"] if r["shape"] == list(edge_index.shape)]
-    original = _row_spreads(edge_index)
+    original = row_spreads(edge_index)
     assert [(r["distinct"], r["top"]) for r in record["rows"]] == [(d, pytest.approx(t, abs=1e-6)) for d, t in original]
     assert original[1][1] > 20 * original[0][1]  # (the hubs)
 
     def drawn(replay):
         [t] = [t for ref, t in replay.inputs() if ref.shape == tuple(edge_index.shape)]
-        return _row_spreads(t)
+        return row_spreads(t)
 
     replay = Replay(load_trace(path), "cpu").prepare()
     assert replay.report.ops_skipped == 0
