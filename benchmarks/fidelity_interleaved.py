@@ -21,6 +21,9 @@ time spent inside operators (``measure.inside_operators``: the profiler's self t
 operator event): the part of a step that a trace holds. The original's remaining time (its Python
 module code, the autograd engine's and the optimizer's own work) is not in a trace, and no
 operator replay takes it; the ``host`` columns give its share of each side's profiled step.
+``--op-timer dispatch`` takes the time inside operators with a clock around each call at the
+dispatcher instead (``measure.inside_operators_dispatch``), a second instrument that disturbs the
+steps otherwise.
 
 With ``--device cuda`` every model is built, captured, run and replayed on the GPU (a trace of
 CUDA ops replayed on cuda:0), each original step and replay iteration ending with a device
@@ -382,6 +385,9 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="then compare the time inside operators over N profiled iterations of each side")
+    ap.add_argument("--op-timer", choices=("profiler", "dispatch"), default="profiler",
+                    help="the instrument for --ops on the CPU: the profiler (the default) or a clock around "
+                         "every call at the dispatcher (measure.inside_operators_dispatch)")  # fmt: skip
     ap.add_argument("--uniform-ids", action="store_true",
                     help="leave out the capture's record of the index inputs' spread (ids drawn uniformly)")
     ap.add_argument("--device", default="cpu", help="cuda[:N]: build, capture, run and replay on that GPU")
@@ -431,7 +437,8 @@ def main() -> int:
         extra = ""
         if args.ops:
             measure = functools.partial(inside_kernels, device=device) if cuda else None
-            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure)
+            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure,
+                                              timer=args.op_timer)  # fmt: skip
             if got is not None:
                 o, r = got
                 op_errors.append(abs(r.ops_s / o.ops_s - 1))

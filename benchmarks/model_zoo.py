@@ -41,8 +41,12 @@ part of a step that a trace holds) and give the original's share outside them (i
 autograd engine's own work): N calls at least, more for a short step, up to 8N, so that each side
 profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
+``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
+instead of the profiler, ``both`` with each: the two instruments disturb the steps differently,
+and where their ratios differ the difference is theirs (memory-bound gathers and scatters of graph
+networks moved up to 14 points with the instrument; transformers' steps 2-4).
 
-    python benchmarks/model_zoo.py [--ops N] [--steps both|train|infer] [--family F] [MODEL ...]
+    python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -373,6 +377,10 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
+    ap.add_argument("--op-timer", choices=("profiler", "dispatch", "both"), default="profiler",
+                    help="the instrument that times operators for --ops: the CPU profiler (the default), a "
+                         "clock around every call at the dispatcher (measure.inside_operators_dispatch), or "
+                         "both, alternated, each in a column of its own")  # fmt: skip
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
@@ -401,10 +409,11 @@ def main() -> int:
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
-    extra = f" {'op ratio':>8} {'host':>5}" if args.ops else ""
+    timers = ("profiler", "dispatch") if args.op_timer == "both" else (args.op_timer,)
+    extra = "".join(f" {'op ratio' if t == 'profiler' else 'dispatch':>8}" for t in timers) + f" {'host':>5}" if args.ops else ""
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = skipped_ratios = unrunnable = 0
-    ratios, op_ratios = [], []
+    ratios, op_ratios = [], {t: [] for t in timers}
     for name in args.models or families[args.family]:
         for train in {"both": (True, False), "train": (True,), "infer": (False,)}[args.steps]:
             label = f"{name}_{'train' if train else 'infer'}"
@@ -433,7 +442,7 @@ def main() -> int:
                 with torch.no_grad():
                     replay.run()
 
-            runs, ratio, extra = "ok", None, " " * 15 if args.ops else ""
+            runs, ratio, extra = "ok", None, " " * (6 + 9 * len(timers)) if args.ops else ""
             try:
                 orig, rep_t = [], []
                 for _ in range(6):
@@ -445,10 +454,16 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    o, r = inside_operators_alternated((step, run), calls, (None, replay.between_iterations))
-                    if not varies:
-                        op_ratios.append(r.ops_s / o.ops_s)
-                    extra = f" {r.ops_s / o.ops_s:8.3f} {1 - o.share:5.0%}"
+                    extra = ""
+                    for t in timers:
+                        o, r = inside_operators_alternated((step, run), calls, (None, replay.between_iterations),
+                                                           timer=t)  # fmt: skip
+                        if not varies:
+                            op_ratios[t].append(r.ops_s / o.ops_s)
+                        extra += f" {r.ops_s / o.ops_s:8.3f}"
+                        if t == timers[0]:  # (the original's share outside operators, by the first)
+                            host = 1 - o.share
+                    extra += f" {host:5.0%}"
             except Exception as e:  # noqa: BLE001 - reported in the table
                 runs = "failed"
                 print(f"   run failed: {str(e)[:160]}")
@@ -468,9 +483,12 @@ def main() -> int:
         left += f"; {unrunnable} original step(s) fail in {args.precision} (nothing to capture)"
     print(f"model zoo: {full}/{total - unrunnable} traces replay every op and run; replay/original "
           f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2){left}")
-    if op_ratios:
-        errors = [abs(r - 1) for r in op_ratios]
-        print(f"time inside operators, replay/original: {min(op_ratios):.3f}-{max(op_ratios):.3f}, geomean "
+    for t, got in op_ratios.items():
+        if not got:
+            continue
+        errors = [abs(r - 1) for r in got]
+        by = "" if t == "profiler" else f" ({t} timer)"
+        print(f"time inside operators{by}, replay/original: {min(got):.3f}-{max(got):.3f}, geomean "
               f"|ratio-1| {100 * math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors)):.1f}%, within 5%: "
               f"{sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
     return 0

@@ -190,10 +190,12 @@ _OPERATOR_EVENT = re.compile(r"(?!autograd::|torch::autograd::)[a-z][a-z0-9_]*::
 @dataclass
 class InsideOperators:
     """How long a step spends inside its operators: ``ops_s`` seconds per call (median), which is
-    ``share`` of the call's time (median of the calls' shares), both taken under the profiler."""
+    ``share`` of the call's time (median of the calls' shares), both taken under the profiler (or
+    the instrument that says so)."""
 
     ops_s: float
     share: float
+    ops: dict[str, int] | None = None  # calls by operator, where the instrument counts them
 
 
 def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | None:
@@ -228,14 +230,65 @@ def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | N
     return InsideOperators(statistics.median(ops), statistics.median(shares))
 
 
-def inside_operators_alternated(fns, n: int, befores=(None, None), measure=None) -> list[InsideOperators] | None:
+def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOperators | None:
+    """:func:`inside_operators` taken by another instrument: a clock read around every operator
+    call where the dispatcher hands it to Python (a ``TorchDispatchMode``: below autograd, so the
+    backward pass's operators are in it and the autograd layer's bookkeeping is not, each call
+    counted once however its kernel calls other operators), summed. The two instruments disturb a
+    step differently: the profiler records every event in its own buffers, this one runs a little
+    Python around every call, in an original step and its replay alike. Where their ratios of a
+    replay to its original differ, the difference is the instruments', not the replay's (the
+    profiler put a graph network's training at 1.08-1.14 of its original where this one put it at
+    0.98, and transformers' steps agreed within 2-4 points: benchmarks/RESULTS.md). ``share`` is
+    of the call's time under the mode, whose own Python lengthens it. ``ops`` counts the calls by
+    operator. ``record_function`` labels are not operators. CPU time only."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    clock = time.perf_counter_ns
+
+    class Clock(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ns = 0
+            self.calls: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "profiler":  # a record_function label's enter and exit
+                return func(*args, **(kwargs or {}))
+            t0 = clock()
+            out = func(*args, **(kwargs or {}))
+            self.ns += clock() - t0
+            name = func.name()
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return out
+
+    ops, shares, counted = [], [], {}
+    for _ in range(calls):
+        if between is not None:
+            between()
+        with Clock() as c:
+            t0 = time.perf_counter()
+            fn()
+            wall = time.perf_counter() - t0
+        ops.append(c.ns / 1e9)
+        shares.append(min(1.0, c.ns / 1e9 / wall) if wall > 0 else 1.0)
+        counted = c.calls
+    return InsideOperators(statistics.median(ops), statistics.median(shares), counted)
+
+
+#: The instruments that time a step's operators (:func:`inside_operators_alternated`'s ``timer``).
+OP_TIMERS = {"profiler": inside_operators, "dispatch": inside_operators_dispatch}
+
+
+def inside_operators_alternated(fns, n: int, befores=(None, None), measure=None,
+                                timer: str = "profiler") -> list[InsideOperators] | None:  # fmt: skip
     """:func:`inside_operators` of each of ``fns`` (an original step and its replay), one profiled
     call of each in turn, ``n`` times: the machine's drift then hits both alike. Medians.
-    ``measure(fn, before)`` measures one call otherwise (a GPU's time inside kernels), None where
-    it cannot."""
+    ``timer`` names the instrument (:data:`OP_TIMERS`); ``measure(fn, before)`` measures one call
+    otherwise (a GPU's time inside kernels), None where it cannot."""
     if measure is None:
         def measure(fn, before):
-            return inside_operators(fn, calls=1, between=before)
+            return OP_TIMERS[timer](fn, calls=1, between=before)
 
     got: list[list[InsideOperators]] = [[] for _ in fns]
     for _ in range(n):

@@ -12,7 +12,8 @@ import torch
 from pytest_mystique import capture, capture_step
 from pytest_mystique.cli import main
 from pytest_mystique.environment import cpu_model
-from pytest_mystique.measure import allocator_regime, torch_threads
+from pytest_mystique.measure import allocator_regime, inside_operators_dispatch, torch_threads
+from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path, unlike
 from pytest_mystique.trace import load_trace
 
@@ -163,6 +164,38 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
     assert out["ops_fidelity_ratio"] > 0 and 0.6 < out["ops_s"] / out["median_s"] < 1.8, ratios(out)
     assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
+
+
+def test_the_dispatch_timer_times_every_operator_call_of_a_step_and_of_its_replay_and_no_python(tmp_path):
+    """The second instrument for the time inside operators (a clock around each call at the
+    dispatcher) sees the backward pass's operators, which the autograd engine calls, and leaves
+    out record_function labels and the Python between operators; a replay of the step, timed by
+    it, makes the same operator calls."""
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64)
+
+    def step():
+        with torch.autograd.profiler.record_function("a label"):
+            y = (x @ w).relu()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.01:  # 10 ms of Python between operators
+            pass
+        y.sum().backward()
+        w.grad = None
+
+    with torch_threads(1):
+        got = inside_operators_dispatch(step, calls=2)
+        assert got.ops["aten::mm"] == 2, got.ops  # the forward's and the weight's gradient (x needs none)
+        assert got.ops["aten::threshold_backward"] == 1 and got.ops["aten::relu"] == 1, got.ops
+        assert not [k for k in got.ops if k.startswith("profiler::")], got.ops
+        assert 0 < got.ops_s < 0.005 and got.share < 0.5, got
+
+        res = capture_step(step, tmp_path / "s.json.gz", warmup=1, runs=1, min_warmup_s=0)
+        replay = Replay(load_trace(res.path), "cpu").prepare()
+        again = inside_operators_dispatch(replay.run, calls=2, between=replay.between_iterations)
+    for op in ("aten::mm", "aten::relu", "aten::threshold_backward", "aten::sum"):
+        assert again.ops.get(op) == got.ops[op], (op, again.ops, got.ops)
+    assert 0 < again.ops_s < 0.005 and again.share > got.share, (again, got)
 
 
 def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path):
