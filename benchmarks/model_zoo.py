@@ -43,8 +43,8 @@ profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step'
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 ``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
 instead of the profiler, ``both`` with each: the two instruments disturb the steps differently,
-and where their ratios differ the difference is theirs (memory-bound gathers and scatters of graph
-networks moved up to 14 points with the instrument; transformers' steps 2-4).
+and where their ratios differ the difference is theirs (a step's ratio moved by up to 13 points
+with the instrument, training steps' by 3 at the median: benchmarks/RESULTS.md).
 
     python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
 """

@@ -238,8 +238,9 @@ def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOper
     step differently: the profiler records every event in its own buffers, this one runs a little
     Python around every call, in an original step and its replay alike. Where their ratios of a
     replay to its original differ, the difference is the instruments', not the replay's (the
-    profiler put a graph network's training at 1.08-1.14 of its original where this one put it at
-    0.98, and transformers' steps agreed within 2-4 points: benchmarks/RESULTS.md). ``share`` is
+    profiler put GIN's training at 1.09 of its original, this clock at 0.98; over twelve
+    transformers models it read training replays 3 points lower at the median, Mamba's 13:
+    benchmarks/RESULTS.md). ``share`` is
     of the call's time under the mode, whose own Python lengthens it. ``ops`` counts the calls by
     operator. ``record_function`` labels are not operators. CPU time only."""
     from torch.utils._python_dispatch import TorchDispatchMode
