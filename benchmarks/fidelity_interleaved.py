@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
-from pytest_mystique.measure import InsideOperators, inside_operators_alternated, steady_allocator  # noqa: E402
+from pytest_mystique.measure import OP_TIMERS, InsideOperators, inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
@@ -378,6 +378,20 @@ def summary(label: str, errors: list[float]) -> None:
               f"within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
 
 
+def op_timer_option(ap: argparse.ArgumentParser, both: bool = False) -> None:
+    """``--op-timer``: the instrument that times the operators for ``--ops`` on the CPU
+    (:data:`measure.OP_TIMERS`), or with ``both`` each of them."""
+    ap.add_argument("--op-timer", choices=(*OP_TIMERS, *(("both",) if both else ())), default="profiler",
+                    help="the instrument for --ops on the CPU: the profiler (the default) or a clock around every "
+                         "call at the dispatcher (measure.inside_operators_dispatch)"
+                         + (", or both, alternated, each in a column of its own" if both else ""))  # fmt: skip
+
+
+def timer_label(timer: str) -> str:
+    """What a summary line adds after "time inside operators" for the instrument ``timer``."""
+    return "" if timer == "profiler" else f" ({timer} timer)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*")
@@ -385,9 +399,7 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="then compare the time inside operators over N profiled iterations of each side")
-    ap.add_argument("--op-timer", choices=("profiler", "dispatch"), default="profiler",
-                    help="the instrument for --ops on the CPU: the profiler (the default) or a clock around "
-                         "every call at the dispatcher (measure.inside_operators_dispatch)")  # fmt: skip
+    op_timer_option(ap)
     ap.add_argument("--uniform-ids", action="store_true",
                     help="leave out the capture's record of the index inputs' spread (ids drawn uniformly)")
     ap.add_argument("--device", default="cpu", help="cuda[:N]: build, capture, run and replay on that GPU")
@@ -446,7 +458,7 @@ def main() -> int:
         print(f"{name:<20} {replay.report.ops_replayed:>5} {statistics.median(orig) * 1e3:>12.2f} "
               f"{statistics.median(rep) * 1e3:>10.2f} {ratio:>7.3f} {q[0]:>7.3f}-{q[2]:<7.3f}{extra}", flush=True)  # fmt: skip
     summary("interleaved fidelity", errors)
-    summary("GPU time inside kernels" if cuda else "time inside operators", op_errors)
+    summary("GPU time inside kernels" if cuda else f"time inside operators{timer_label(args.op_timer)}", op_errors)
     return 0
 
 

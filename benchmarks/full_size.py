@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
-from fidelity_interleaved import alternate, summary  # noqa: E402
+from fidelity_interleaved import alternate, op_timer_option, summary, timer_label  # noqa: E402
 from model_zoo import PRECISIONS, hf_step, profiled_calls  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
@@ -199,6 +199,7 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=3)
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="then compare the time inside operators over N profiled calls of each side")  # fmt: skip
+    op_timer_option(ap)
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the transformers models' weights and inputs in float32 (the default) or bfloat16 (bf16), or "
                          "float32 with the forward pass under torch.autocast (the recommenders: float32 only)")  # fmt: skip
@@ -238,7 +239,8 @@ def main() -> int:
         extra = ""
         if args.ops:
             calls = profiled_calls(args.ops, statistics.median(orig))
-            got = inside_operators_alternated((step, run_replay), calls, (None, replay.between_iterations))
+            got = inside_operators_alternated((step, run_replay), calls, (None, replay.between_iterations),
+                                              timer=args.op_timer)  # fmt: skip
             if got is not None:
                 o, r = got
                 op_errors.append(abs(r.ops_s / o.ops_s - 1))
@@ -250,7 +252,7 @@ def main() -> int:
             print(f"   skipped {s['count']}x {s['op']}: {s['reason'][:120]}")
         del replay, step
     summary("whole steps", errors)
-    summary("time inside operators", op_errors)
+    summary(f"time inside operators{timer_label(args.op_timer)}", op_errors)
     return 0
 
 

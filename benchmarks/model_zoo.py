@@ -66,6 +66,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
+
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
@@ -377,10 +379,7 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
-    ap.add_argument("--op-timer", choices=("profiler", "dispatch", "both"), default="profiler",
-                    help="the instrument that times operators for --ops: the CPU profiler (the default), a "
-                         "clock around every call at the dispatcher (measure.inside_operators_dispatch), or "
-                         "both, alternated, each in a column of its own")  # fmt: skip
+    op_timer_option(ap, both=True)
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
@@ -487,8 +486,7 @@ def main() -> int:
         if not got:
             continue
         errors = [abs(r - 1) for r in got]
-        by = "" if t == "profiler" else f" ({t} timer)"
-        print(f"time inside operators{by}, replay/original: {min(got):.3f}-{max(got):.3f}, geomean "
+        print(f"time inside operators{timer_label(t)}, replay/original: {min(got):.3f}-{max(got):.3f}, geomean "
               f"|ratio-1| {100 * math.exp(statistics.mean(math.log(max(e, 1e-6)) for e in errors)):.1f}%, within 5%: "
               f"{sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
     return 0
