@@ -384,7 +384,8 @@ def op_timer_option(ap: argparse.ArgumentParser, both: bool = False) -> None:
     ap.add_argument("--op-timer", choices=(*OP_TIMERS, *(("both",) if both else ())), default="profiler",
                     help="the instrument for --ops on the CPU: the profiler (the default) or a clock around every "
                          "call at the dispatcher (measure.inside_operators_dispatch)"
-                         + (", or both, alternated, each in a column of its own" if both else ""))  # fmt: skip
+                         + (", or both, one after the other (each alternating original and replay), each in a "
+                            "column of its own" if both else ""))  # fmt: skip
 
 
 def timer_label(timer: str) -> str:

@@ -43,7 +43,7 @@ profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step'
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 ``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
 instead of the profiler, ``both`` with each: the two instruments disturb the steps differently,
-and where their ratios differ the difference is theirs (a step's ratio moved by up to 13 points
+and where their ratios differ the difference is theirs (the ``host`` column is the first's) (a step's ratio moved by up to 13 points
 with the instrument, training steps' by 3 at the median: benchmarks/RESULTS.md).
 
     python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
@@ -453,16 +453,13 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    extra = ""
-                    for t in timers:
-                        o, r = inside_operators_alternated((step, run), calls, (None, replay.between_iterations),
-                                                           timer=t)  # fmt: skip
+                    got = {t: inside_operators_alternated((step, run), calls, (None, replay.between_iterations),
+                                                          timer=t) for t in timers}  # fmt: skip
+                    for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)
                         if not varies:
                             op_ratios[t].append(r.ops_s / o.ops_s)
-                        extra += f" {r.ops_s / o.ops_s:8.3f}"
-                        if t == timers[0]:  # (the original's share outside operators, by the first)
-                            host = 1 - o.share
-                    extra += f" {host:5.0%}"
+                    # the original's share outside operators, by the first instrument
+                    extra = "".join(f" {r.ops_s / o.ops_s:8.3f}" for o, r in got.values()) + f" {1 - got[timers[0]][0].share:5.0%}"
             except Exception as e:  # noqa: BLE001 - reported in the table
                 runs = "failed"
                 print(f"   run failed: {str(e)[:160]}")

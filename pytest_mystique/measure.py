@@ -234,20 +234,26 @@ def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOper
     """:func:`inside_operators` taken by another instrument: a clock read around every operator
     call where the dispatcher hands it to Python (a ``TorchDispatchMode``: below autograd, so the
     backward pass's operators are in it and the autograd layer's bookkeeping is not, each call
-    counted once however its kernel calls other operators), summed. The two instruments disturb a
-    step differently: the profiler records every event in its own buffers, this one runs a little
-    Python around every call, in an original step and its replay alike. Where their ratios of a
+    counted once however its kernel calls other operators; under ``torch.inference_mode`` a
+    composite such as ``matmul`` reaches it whole; a higher-order operator such as ``torch.cond``
+    is one call), summed. The two instruments disturb a step differently: the profiler records
+    every event in its own buffers, this one runs Python around every call, and its window holds
+    the call's own way back into the dispatcher (about a microsecond a call on the 2-core host: it
+    pulls the ratios of steps of tiny operators towards 1), in an original step and its replay
+    alike. Where their ratios of a
     replay to its original differ, the difference is the instruments', not the replay's (the
     profiler put GIN's training at 1.09 of its original, this clock at 0.98; over twelve
     transformers models it read training replays 3 points lower at the median, Mamba's 13:
     benchmarks/RESULTS.md). ``share`` is
-    of the call's time under the mode, whose own Python lengthens it. ``ops`` counts the calls by
-    operator. ``record_function`` labels are not operators. CPU time only."""
+    of the call's time under the mode, whose own Python lengthens it. ``ops`` counts the last
+    call's operator calls by operator. ``record_function`` labels are not operators. CPU time only."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     clock = time.perf_counter_ns
 
     class Clock(TorchDispatchMode):
+        supports_higher_order_operators = True  # (timed as one call; without it torch.cond raises here)
+
         def __init__(self):
             super().__init__()
             self.ns = 0
@@ -283,7 +289,7 @@ OP_TIMERS = {"profiler": inside_operators, "dispatch": inside_operators_dispatch
 
 def inside_operators_alternated(fns, n: int, befores=(None, None), measure=None,
                                 timer: str = "profiler") -> list[InsideOperators] | None:  # fmt: skip
-    """:func:`inside_operators` of each of ``fns`` (an original step and its replay), one profiled
+    """:func:`inside_operators` of each of ``fns`` (an original step and its replay), one measured
     call of each in turn, ``n`` times: the machine's drift then hits both alike. Medians.
     ``timer`` names the instrument (:data:`OP_TIMERS`); ``measure(fn, before)`` measures one call
     otherwise (a GPU's time inside kernels), None where it cannot."""

@@ -12,7 +12,12 @@ import torch
 from pytest_mystique import capture, capture_step
 from pytest_mystique.cli import main
 from pytest_mystique.environment import cpu_model
-from pytest_mystique.measure import allocator_regime, inside_operators_dispatch, torch_threads
+from pytest_mystique.measure import (
+    allocator_regime,
+    inside_operators_alternated,
+    inside_operators_dispatch,
+    torch_threads,
+)
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path, unlike
 from pytest_mystique.trace import load_trace
@@ -193,9 +198,14 @@ def test_the_dispatch_timer_times_every_operator_call_of_a_step_and_of_its_repla
         res = capture_step(step, tmp_path / "s.json.gz", warmup=1, runs=1, min_warmup_s=0)
         replay = Replay(load_trace(res.path), "cpu").prepare()
         again = inside_operators_dispatch(replay.run, calls=2, between=replay.between_iterations)
+        both = inside_operators_alternated((step, replay.run), 2, (None, replay.between_iterations), timer="dispatch")
+        # a higher-order operator is one call (the mode must say it supports them, or torch.cond raises)
+        branchy = inside_operators_dispatch(lambda: torch.cond(x.sum() > 0, torch.sin, torch.cos, (x,)), calls=1)
     for op in ("aten::mm", "aten::relu", "aten::threshold_backward", "aten::sum"):
         assert again.ops.get(op) == got.ops[op], (op, again.ops, got.ops)
     assert 0 < again.ops_s < 0.005 and again.share > got.share, (again, got)
+    assert [0 < m.ops_s < 0.005 for m in both] == [True, True] and both[0].share < both[1].share, both
+    assert branchy.ops.get("cond") == 1, branchy.ops
 
 
 def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path):
