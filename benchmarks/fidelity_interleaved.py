@@ -378,14 +378,14 @@ def summary(label: str, errors: list[float]) -> None:
               f"within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")  # fmt: skip
 
 
-def op_timer_option(ap: argparse.ArgumentParser, both: bool = False) -> None:
+def op_timer_option(ap: argparse.ArgumentParser, more: dict[str, str] | None = None) -> None:
     """``--op-timer``: the instrument that times the operators for ``--ops`` on the CPU
-    (:data:`measure.OP_TIMERS`), or with ``both`` each of them."""
-    ap.add_argument("--op-timer", choices=(*OP_TIMERS, *(("both",) if both else ())), default="profiler",
-                    help="the instrument for --ops on the CPU: the profiler (the default) or a clock around every "
-                         "call at the dispatcher (measure.inside_operators_dispatch)"
-                         + (", or both, one after the other (each alternating original and replay), each in a "
-                            "column of its own" if both else ""))  # fmt: skip
+    (:data:`measure.OP_TIMERS`), and ``more`` choices (name -> what it is, for the help)."""
+    more = more or {}
+    ap.add_argument("--op-timer", choices=(*OP_TIMERS, *more), default="profiler",
+                    help="the instrument for --ops on the CPU: profiler (the default); dispatch, a clock around "
+                         "every call at the dispatcher (measure.inside_operators_dispatch)"
+                         + "".join(f"; {name}, {what}" for name, what in more.items()))  # fmt: skip
 
 
 def timer_label(timer: str) -> str:

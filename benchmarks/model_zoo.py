@@ -42,7 +42,8 @@ autograd engine's own work): N calls at least, more for a short step, up to 8N, 
 profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 ``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
-instead of the profiler, ``both`` with each: the two instruments disturb the steps differently,
+instead of the profiler, ``sampled`` by sampling the stacks with py-spy (benchmarks/op_sampler.py),
+``both`` with the first two, ``all`` with the three: the two instruments disturb the steps differently,
 and where their ratios differ the difference is theirs (the ``host`` column is the first's) (a step's ratio moved by up to 13 points
 with the instrument, training steps' by 3 at the median: benchmarks/RESULTS.md).
 
@@ -67,6 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
+from op_sampler import inside_operators_sampled, py_spy  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -369,6 +371,20 @@ def profiled_calls(at_least: int, step_s: float) -> int:
 ROUTINE = ("optimizer state", "through their parts", "autograd recording their graph")
 
 
+#: Seconds of sampling a step and its replay take with --op-timer sampled (about 2,000 samples a
+#: side: a share within about a point, the ratio within about 2.5%).
+SAMPLED_S = 16.0
+
+
+def sampled(fns, calls: int, replay):
+    """The sampled instrument's two figures (benchmarks/op_sampler.py), or an error saying why
+    there are none (a row's run failed)."""
+    got = inside_operators_sampled(fns, SAMPLED_S, (None, replay.between_iterations), calls=calls)
+    if isinstance(got, str):
+        raise RuntimeError(f"--op-timer sampled: {got}")
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
@@ -379,7 +395,9 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
-    op_timer_option(ap, both=True)
+    op_timer_option(ap, {"sampled": "py-spy's samples of the stacks (benchmarks/op_sampler.py; needs py-spy)",
+                         "both": "the profiler and the clock, one after the other, each in a column",
+                         "all": "all three"})  # fmt: skip
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
@@ -408,8 +426,12 @@ def main() -> int:
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
-    timers = ("profiler", "dispatch") if args.op_timer == "both" else (args.op_timer,)
-    extra = "".join(f" {'op ratio' if t == 'profiler' else 'dispatch':>8}" for t in timers) + f" {'host':>5}" if args.ops else ""
+    timers = {"both": ("profiler", "dispatch"), "all": ("profiler", "dispatch", "sampled")}.get(args.op_timer,
+                                                                                               (args.op_timer,))  # fmt: skip
+    if args.ops and "sampled" in timers and py_spy() is None:
+        ap.error("--op-timer sampled needs py-spy (pip install py-spy)")
+    heads = {"profiler": "op ratio", "dispatch": "dispatch", "sampled": "sampled"}
+    extra = "".join(f" {heads[t]:>8}" for t in timers) + f" {'host':>5}" if args.ops else ""
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = skipped_ratios = unrunnable = 0
     ratios, op_ratios = [], {t: [] for t in timers}
@@ -453,8 +475,9 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    got = {t: inside_operators_alternated((step, run), calls, (None, replay.between_iterations),
-                                                          timer=t) for t in timers}  # fmt: skip
+                    got = {t: sampled((step, run), calls, replay) if t == "sampled" else
+                           inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
+                           for t in timers}  # fmt: skip
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)
                         if not varies:
                             op_ratios[t].append(r.ops_s / o.ops_s)
