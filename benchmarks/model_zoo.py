@@ -43,9 +43,9 @@ profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step'
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 ``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
 instead of the profiler, ``sampled`` by sampling the stacks with py-spy (benchmarks/op_sampler.py),
-``both`` with the first two, ``all`` with the three: the two instruments disturb the steps differently,
-and where their ratios differ the difference is theirs (the ``host`` column is the first's) (a step's ratio moved by up to 15 points
-with the instrument: benchmarks/RESULTS.md).
+``both`` with the first two, ``all`` with the three, each in a column (``host`` is the first's):
+the instruments disturb the steps differently, and where their ratios differ the difference is
+theirs (a step's ratio moved by up to 15 points with the instrument: benchmarks/RESULTS.md).
 
     python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
 """

@@ -236,17 +236,15 @@ def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOper
     backward pass's operators are in it and the autograd layer's bookkeeping is not, each call
     counted once however its kernel calls other operators; under ``torch.inference_mode`` a
     composite such as ``matmul`` reaches it whole; a higher-order operator such as ``torch.cond``
-    is one call), summed. The two instruments disturb a step differently: the profiler records
-    every event in its own buffers, this one runs Python around every call, and its window holds
-    the call's own way back into the dispatcher (about a microsecond a call on the 2-core host: it
+    is one call), summed. The instruments disturb a step differently: the profiler records every
+    event in its own buffers, this one runs Python around every call, and its window holds the
+    call's own way back into the dispatcher (about a microsecond a call on the 2-core host: it
     pulls the ratios of steps of tiny operators towards 1), in an original step and its replay
-    alike. Where their ratios of a
-    replay to its original differ, the difference is the instruments', not the replay's (the
-    profiler put GIN's training at 1.09 of its original, this clock at 0.98; over twelve
-    transformers models it read training replays 3 points lower at the median, Mamba's 13:
-    benchmarks/RESULTS.md). ``share`` is
-    of the call's time under the mode, whose own Python lengthens it. ``ops`` counts the last
-    call's operator calls by operator. ``record_function`` labels are not operators. CPU time only."""
+    alike. Where their ratios of a replay to its original differ, the difference is the
+    instruments' (benchmarks/op_sampler.py adds a third, by sampling; the three put GIN's training
+    at 1.07, 0.99 and 1.08 of its original in one run: benchmarks/RESULTS.md). ``share`` is of the
+    call's time under the mode, whose own Python lengthens it. ``ops`` counts the last call's
+    operator calls by operator. ``record_function`` labels are not operators. CPU time only."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     clock = time.perf_counter_ns
