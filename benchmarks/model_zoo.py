@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
-from op_sampler import inside_operators_sampled, py_spy  # noqa: E402
+from op_sampler import SAMPLER_CHOICE, need_py_spy, sampled_or_fail  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -371,20 +371,6 @@ def profiled_calls(at_least: int, step_s: float) -> int:
 ROUTINE = ("optimizer state", "through their parts", "autograd recording their graph")
 
 
-#: Seconds of sampling a step and its replay take with --op-timer sampled (about 2,000 samples a
-#: side: a share within about a point, the ratio within about 2.5%).
-SAMPLED_S = 16.0
-
-
-def sampled(fns, calls: int, replay):
-    """The sampled instrument's two figures (benchmarks/op_sampler.py), or an error saying why
-    there are none (a row's run failed)."""
-    got = inside_operators_sampled(fns, SAMPLED_S, (None, replay.between_iterations), calls=calls)
-    if isinstance(got, str):
-        raise RuntimeError(f"--op-timer sampled: {got}")
-    return got
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
@@ -395,8 +381,7 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
-    op_timer_option(ap, {"sampled": "py-spy's samples of the stacks (benchmarks/op_sampler.py; needs py-spy)",
-                         "both": "the profiler and the clock, one after the other, each in a column",
+    op_timer_option(ap, {**SAMPLER_CHOICE, "both": "the profiler and the clock, one after the other, each in a column",
                          "all": "all three"})  # fmt: skip
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
@@ -428,8 +413,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
     timers = {"both": ("profiler", "dispatch"), "all": ("profiler", "dispatch", "sampled")}.get(args.op_timer,
                                                                                                (args.op_timer,))  # fmt: skip
-    if args.ops and "sampled" in timers and py_spy() is None:
-        ap.error("--op-timer sampled needs py-spy (pip install py-spy)")
+    need_py_spy(ap, bool(args.ops) and "sampled" in timers)
     heads = {"profiler": "op ratio", "dispatch": "dispatch", "sampled": "sampled"}
     extra = "".join(f" {heads[t]:>8}" for t in timers) + f" {'host':>5}" if args.ops else ""
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
@@ -475,7 +459,7 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    got = {t: sampled((step, run), calls, replay) if t == "sampled" else
+                    got = {t: sampled_or_fail((step, run), calls, (None, replay.between_iterations)) if t == "sampled" else
                            inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
                            for t in timers}  # fmt: skip
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)

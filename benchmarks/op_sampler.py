@@ -48,12 +48,23 @@ _OPERATOR = re.compile(r"at::_ops::")
 _KERNEL = re.compile(r"mkl_|dnnl|libgomp|libiomp|at::native::|at::vec::|at::internal::|Sleef|\(libmkl|\(libdnnl")
 #: Samples a second (py-spy's --rate): each stops the process while py-spy unwinds its stacks.
 RATE = 250
+#: Seconds of sampling a step and its replay take in the benchmarks' --op-timer sampled (about
+#: 2,000 samples a side: a share within about a point, the ratio within about 2.5%).
+SAMPLED_S = 16.0
+#: The benchmarks' --op-timer choice for this instrument (name -> what it is, for the help).
+SAMPLER_CHOICE = {"sampled": "py-spy's samples of the stacks (benchmarks/op_sampler.py; needs py-spy)"}
 
 
 def py_spy() -> str | None:
     """py-spy's path: beside this Python (a virtual environment's bin/), else on PATH."""
     here = Path(sys.executable).parent / "py-spy"
     return str(here) if here.exists() else shutil.which("py-spy")
+
+
+def need_py_spy(ap, wanted: bool) -> None:
+    """An argument error where a benchmark asked for this instrument and py-spy is missing."""
+    if wanted and py_spy() is None:
+        ap.error("--op-timer sampled needs py-spy (pip install py-spy)")
 
 
 def _side0(fn):  # (names the samples of the first function)
@@ -112,3 +123,12 @@ def inside_operators_sampled(fns, seconds: float = 16.0, befores=(None, None), r
     if not all(total):
         return f"too few samples ({total[0]} and {total[1]})"
     return [InsideOperators(statistics.median(w) * k / n, k / n) for w, k, n in zip(timed, inside, total)]
+
+
+def sampled_or_fail(fns, calls: int, befores=(None, None), seconds: float = SAMPLED_S) -> list[InsideOperators]:
+    """:func:`inside_operators_sampled` for a benchmark's row: its two figures, or an error that
+    says why there are none (the row's run fails with it)."""
+    got = inside_operators_sampled(fns, seconds, befores, calls=calls)
+    if isinstance(got, str):
+        raise RuntimeError(f"--op-timer sampled: {got}")
+    return got
