@@ -81,7 +81,7 @@ def classify(stack: str) -> bool:
     return bool(_OPERATOR.search(stack) or _KERNEL.search(stack.rsplit(";", 1)[-1]))
 
 
-def inside_operators_sampled(fns, seconds: float = 16.0, befores=(None, None), rate: int = RATE,
+def inside_operators_sampled(fns, seconds: float = SAMPLED_S, befores=(None, None), rate: int = RATE,
                              calls: int = 20) -> list[InsideOperators] | str:  # fmt: skip
     """Each of ``fns`` (an original step and its replay) called in turn, after its ``before``:
     ``calls`` times timed, then for ``seconds`` under py-spy. Per side: its median timed call times
