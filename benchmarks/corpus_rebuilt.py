@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fidelity_interleaved import alternate, op_timer_option, summary, timer_label  # noqa: E402
-from op_sampler import SAMPLER_CHOICE, need_py_spy, sampled_or_fail  # noqa: E402
+from op_sampler import SAMPLER_CHOICE, inside_operators_by, need_py_spy  # noqa: E402
 
-from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
+from pytest_mystique.measure import steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
@@ -153,11 +153,7 @@ def main() -> int:
                 f"{side['original_median_s'] * 1e3:>9.2f} {o_med * 1e3:>9.2f} {r_med * 1e3:>9.2f} "
                 f"{r_med / o_med:>11.3f} {q[0]:>6.3f}-{q[2]:<6.3f} {o_med / side['original_median_s']:>11.3f}")  # fmt: skip
         if args.ops:
-            if args.op_timer == "sampled":
-                o, r = sampled_or_fail((step, run_replay), args.ops, (None, replay.between_iterations))
-            else:
-                o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations),
-                                                   timer=args.op_timer)  # fmt: skip
+            o, r = inside_operators_by(args.op_timer, (step, run_replay), args.ops, (None, replay.between_iterations))
             op_errors.append(abs(r.ops_s / o.ops_s - 1))
             line += f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(line, flush=True)

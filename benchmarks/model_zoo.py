@@ -68,9 +68,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
-from op_sampler import SAMPLER_CHOICE, need_py_spy, sampled_or_fail  # noqa: E402
+from op_sampler import SAMPLER_CHOICE, inside_operators_by, need_py_spy  # noqa: E402
 
-from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
+from pytest_mystique.measure import steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
@@ -459,9 +459,7 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    got = {t: sampled_or_fail((step, run), calls, (None, replay.between_iterations)) if t == "sampled" else
-                           inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
-                           for t in timers}  # fmt: skip
+                    got = {t: inside_operators_by(t, (step, run), calls, (None, replay.between_iterations)) for t in timers}
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)
                         if not varies:
                             op_ratios[t].append(r.ops_s / o.ops_s)

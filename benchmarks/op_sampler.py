@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_mystique.measure import InsideOperators  # noqa: E402
+from pytest_mystique.measure import InsideOperators, inside_operators_alternated  # noqa: E402
 
 #: The dispatcher's entry to an operator: every sample inside one passes through it.
 _OPERATOR = re.compile(r"at::_ops::")
@@ -125,10 +125,13 @@ def inside_operators_sampled(fns, seconds: float = SAMPLED_S, befores=(None, Non
     return [InsideOperators(statistics.median(w) * k / n, k / n) for w, k, n in zip(timed, inside, total)]
 
 
-def sampled_or_fail(fns, calls: int, befores=(None, None), seconds: float = SAMPLED_S) -> list[InsideOperators]:
-    """:func:`inside_operators_sampled` for a benchmark's row: its two figures, or an error that
-    says why there are none (the row's run fails with it)."""
-    got = inside_operators_sampled(fns, seconds, befores, calls=calls)
+def inside_operators_by(timer: str, fns, calls: int, befores=(None, None)) -> list[InsideOperators] | None:
+    """A benchmark's two figures (an original step's and its replay's) by the instrument its
+    ``--op-timer`` names: ``sampled`` here (an error that says why where there are none: the row's
+    run fails with it), the others through :func:`measure.inside_operators_alternated`."""
+    if timer != "sampled":
+        return inside_operators_alternated(fns, calls, befores, timer=timer)
+    got = inside_operators_sampled(fns, SAMPLED_S, befores, calls=calls)
     if isinstance(got, str):
         raise RuntimeError(f"--op-timer sampled: {got}")
     return got
