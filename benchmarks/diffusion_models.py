@@ -40,6 +40,11 @@ def _t(*vals):  # integer timesteps, one per batch element
     return torch.tensor(vals, dtype=torch.long)
 
 
+def _latents_and_text(**more):  # a 16x16 latent of 4 channels, 8 text tokens of 32, timesteps 10 and 500
+    x = dict(hidden_states=torch.randn(B, 4, 16, 16), encoder_hidden_states=torch.randn(B, 8, 32), timestep=_t(10, 500))
+    return x | {k: make() for k, make in more.items()}  # (drawn after the latents and the text, in that order)
+
+
 # ----------------------------------------------------------------------------------------------- UNets
 def unet2d_condition():  # SD-style latent UNet with cross-attention to text tokens
     torch.manual_seed(0)
@@ -230,8 +235,7 @@ def pixart():  # PixArt-alpha, cross-attention to text, adaLN-single
     m = diffusers.PixArtTransformer2DModel(
         num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=8, num_layers=2,
         cross_attention_dim=32, caption_channels=32, sample_size=16, patch_size=2, use_additional_conditions=False)
-    return m, dict(hidden_states=torch.randn(B, 4, 16, 16), encoder_hidden_states=torch.randn(B, 8, 32),
-                   timestep=_t(10, 500))
+    return m, _latents_and_text()
 
 
 def sd3():  # Stable Diffusion 3 MMDiT (joint attention over image + text tokens)
@@ -240,8 +244,7 @@ def sd3():  # Stable Diffusion 3 MMDiT (joint attention over image + text tokens
         sample_size=16, patch_size=2, in_channels=4, out_channels=4, num_layers=2, attention_head_dim=16,
         num_attention_heads=2, joint_attention_dim=32, caption_projection_dim=32, pooled_projection_dim=32,
         pos_embed_max_size=16)
-    return m, dict(hidden_states=torch.randn(B, 4, 16, 16), encoder_hidden_states=torch.randn(B, 8, 32),
-                   pooled_projections=torch.randn(B, 32), timestep=_t(10, 500))
+    return m, _latents_and_text(pooled_projections=lambda: torch.randn(B, 32))
 
 
 def flux():  # FLUX.1 (double-stream + single-stream blocks, 3-axis RoPE, packed 2x2 latents)
@@ -263,8 +266,7 @@ def sana():  # Sana linear-attention DiT (Mix-FFN, cross-attention to text)
         in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2,
         num_cross_attention_heads=2, cross_attention_head_dim=16, cross_attention_dim=32, caption_channels=32,
         sample_size=16, patch_size=1)
-    return m, dict(hidden_states=torch.randn(B, 4, 16, 16), encoder_hidden_states=torch.randn(B, 8, 32),
-                   timestep=_t(10, 500))
+    return m, _latents_and_text()
 
 
 def hunyuan_dit():  # Hunyuan-DiT (two text encoders, 2D RoPE, long skip connections)
@@ -287,8 +289,7 @@ def auraflow():  # AuraFlow (MMDiT layers followed by single-stream DiT layers)
         sample_size=16, patch_size=2, in_channels=4, out_channels=4, num_mmdit_layers=1, num_single_dit_layers=1,
         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32, caption_projection_dim=32,
         pos_embed_max_size=64)
-    return m, dict(hidden_states=torch.randn(B, 4, 16, 16), encoder_hidden_states=torch.randn(B, 8, 32),
-                   timestep=_t(10, 500))
+    return m, _latents_and_text()
 
 
 def wan():  # Wan 2.1 video DiT (3D RoPE, cross-attention to text)
