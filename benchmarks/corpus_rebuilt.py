@@ -41,9 +41,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fidelity_interleaved import alternate, op_timer_option, summary, timer_label  # noqa: E402
-from op_sampler import SAMPLER_CHOICE, inside_operators_by, need_py_spy  # noqa: E402
 
-from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
@@ -109,9 +108,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--ops", type=int, default=0, metavar="N", help="then N profiled calls of each side")
-    op_timer_option(ap, SAMPLER_CHOICE)
+    op_timer_option(ap)
     args = ap.parse_args()
-    need_py_spy(ap, bool(args.ops) and args.op_timer == "sampled")
     try:
         import transformers as tf
     except ImportError:
@@ -153,7 +151,8 @@ def main() -> int:
                 f"{side['original_median_s'] * 1e3:>9.2f} {o_med * 1e3:>9.2f} {r_med * 1e3:>9.2f} "
                 f"{r_med / o_med:>11.3f} {q[0]:>6.3f}-{q[2]:<6.3f} {o_med / side['original_median_s']:>11.3f}")  # fmt: skip
         if args.ops:
-            o, r = inside_operators_by(args.op_timer, (step, run_replay), args.ops, (None, replay.between_iterations))
+            o, r = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations),
+                                               timer=args.op_timer)  # fmt: skip
             op_errors.append(abs(r.ops_s / o.ops_s - 1))
             line += f" {r.ops_s / o.ops_s:>9.3f} {1 - o.share:>9.1%} {1 - r.share:>9.1%}"
         print(line, flush=True)

@@ -42,10 +42,9 @@ autograd engine's own work): N calls at least, more for a short step, up to 8N, 
 profiles a quarter of a second of steps (at five calls, a 1.3 ms inference step's ratio moved from
 0.87 to 1.01 between runs; at forty, rounds in four processes gave 0.905-1.016, about 0.95).
 ``--op-timer dispatch`` times the operators with a clock around each call at the dispatcher
-instead of the profiler, ``sampled`` by sampling the stacks with py-spy (benchmarks/op_sampler.py),
-``both`` with the first two, ``all`` with the three, each in a column (``host`` is the first's):
-the instruments disturb the steps differently, and where their ratios differ the difference is
-theirs (a step's ratio moved by up to 15 points with the instrument: benchmarks/RESULTS.md).
+instead of the profiler, ``both`` with each, each in a column (``host`` is the profiler's): the
+two instruments disturb the steps differently, and where their ratios differ the difference is
+theirs (a step's ratio moved by up to 14 points with the instrument: benchmarks/RESULTS.md).
 
     python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
 """
@@ -68,9 +67,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
-from op_sampler import SAMPLER_CHOICE, inside_operators_by, need_py_spy  # noqa: E402
 
-from pytest_mystique.measure import steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
@@ -381,8 +379,7 @@ def main() -> int:
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
-    op_timer_option(ap, {**SAMPLER_CHOICE, "both": "the profiler and the clock, one after the other, each in a column",
-                         "all": "all three"})  # fmt: skip
+    op_timer_option(ap, {"both": "the profiler and the clock, one after the other, each in a column"})
     ap.add_argument("--family", choices=tuple(families), default="transformers",
                     help="the models run when none is named: transformers' (the default), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
@@ -411,10 +408,8 @@ def main() -> int:
     torch.set_num_threads(1)
     steady_allocator()  # as the plugin does before timing
     tmp = Path(tempfile.mkdtemp(prefix="zoo."))
-    timers = {"both": ("profiler", "dispatch"), "all": ("profiler", "dispatch", "sampled")}.get(args.op_timer,
-                                                                                               (args.op_timer,))  # fmt: skip
-    need_py_spy(ap, bool(args.ops) and "sampled" in timers)
-    heads = {"profiler": "op ratio", "dispatch": "dispatch", "sampled": "sampled"}
+    timers = ("profiler", "dispatch") if args.op_timer == "both" else (args.op_timer,)
+    heads = {"profiler": "op ratio", "dispatch": "dispatch"}
     extra = "".join(f" {heads[t]:>8}" for t in timers) + f" {'host':>5}" if args.ops else ""
     print(f"{'trace':<28} {'ops':>11} {'skip':>4} {'subst':>5} {'notes':>5} {'runs':>4} {'orig ms':>8} {'ratio':>6}{extra}  notes")
     full = total = skipped_ratios = unrunnable = 0
@@ -459,7 +454,8 @@ def main() -> int:
                     ratios.append(ratio)
                 if args.ops:
                     calls = profiled_calls(args.ops, statistics.median(orig))
-                    got = {t: inside_operators_by(t, (step, run), calls, (None, replay.between_iterations)) for t in timers}
+                    got = {t: inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
+                           for t in timers}  # fmt: skip
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)
                         if not varies:
                             op_ratios[t].append(r.ops_s / o.ops_s)

@@ -241,8 +241,8 @@ def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOper
     call's own way back into the dispatcher (about a microsecond a call on the 2-core host: it
     pulls the ratios of steps of tiny operators towards 1), in an original step and its replay
     alike. Where their ratios of a replay to its original differ, the difference is the
-    instruments' (benchmarks/op_sampler.py adds a third, by sampling; the three put GIN's training
-    at 1.07, 0.99 and 1.08 of its original in one run: benchmarks/RESULTS.md). ``share`` is of the
+    instruments' (the two put GIN's training at 1.07 and 0.99 of its original in one run:
+    benchmarks/RESULTS.md). ``share`` is of the
     call's time under the mode, whose own Python lengthens it. ``ops`` counts the last call's
     operator calls by operator. ``record_function`` labels are not operators. CPU time only."""
     from torch.utils._python_dispatch import TorchDispatchMode
