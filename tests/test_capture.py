@@ -23,6 +23,14 @@ from pytest_mystique.sidecar import load_sidecar, sidecar_path, unlike
 from pytest_mystique.trace import load_trace
 
 
+def python_for(seconds: float) -> None:
+    """Python work and no operator for ``seconds``: what a step's module code does between its
+    operators, which a trace does not hold."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+
+
 def tiny_step():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
     x = torch.randn(4, 16)
@@ -126,9 +134,7 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
 
     def python_heavy():
         y = a @ a
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.004:  # 4 ms of Python between two operators
-            pass
+        python_for(0.004)  # 4 ms of Python between two operators
         return y.relu()
 
     def product():
@@ -182,9 +188,7 @@ def test_the_dispatch_timer_times_every_operator_call_of_a_step_and_of_its_repla
     def step():
         with torch.autograd.profiler.record_function("a label"):
             y = (x @ w).relu()
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.01:  # 10 ms of Python between operators
-            pass
+        python_for(0.01)  # 10 ms of Python between operators
         y.sum().backward()
         w.grad = None
 
