@@ -12,7 +12,7 @@ installed); for each, a training step (AdamW; SGD with sparse gradients for the 
 step. Each is captured with the capture helper, then blocks of original steps and replay
 iterations alternate (``fidelity_interleaved.alternate``; a block covers at least ``BLOCK_S`` of
 steps: the host's drift hits both sides), and with ``--ops N`` the time inside operators of N or
-more alternated profiled calls of each side (``model_zoo.profiled_calls``) is compared too. The columns:
+more alternated profiled calls of each side (``model_zoo.zoo_calls``) is compared too. The columns:
 
   * ``ratio``: replay median / original median of the whole step (target 1 of issue 3);
   * ``ops ratio``: the same for the time inside operators;
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 from fidelity_interleaved import alternate, op_timer_option, summary, timer_label  # noqa: E402
-from model_zoo import PRECISIONS, hf_step, profiled_calls  # noqa: E402
+from model_zoo import PRECISIONS, hf_step, zoo_calls  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
@@ -238,7 +238,7 @@ def main() -> int:
         q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
         extra = ""
         if args.ops:
-            calls = profiled_calls(args.ops, statistics.median(orig))
+            calls = zoo_calls(args.ops, statistics.median(orig))
             got = inside_operators_alternated((step, run_replay), calls, (None, replay.between_iterations),
                                               timer=args.op_timer)  # fmt: skip
             if got is not None:

@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
 
-from pytest_mystique.measure import inside_operators_alternated, steady_allocator  # noqa: E402
+from pytest_mystique.measure import inside_operators_alternated, profiled_calls, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar  # noqa: E402
@@ -355,14 +355,10 @@ def timed(f, n: int) -> list[float]:
     return out
 
 
-#: Seconds of steps each side profiles, at least (see --ops).
-PROFILED_S = 0.25
-
-
-def profiled_calls(at_least: int, step_s: float) -> int:
-    """How many profiled calls of each side: ``at_least``, more for a short step (up to eight
-    times as many), so that each side's median covers ``PROFILED_S`` of steps."""
-    return max(at_least, min(8 * at_least, math.ceil(PROFILED_S / max(step_s, 1e-6))))
+def zoo_calls(at_least: int, step_s: float) -> int:
+    """How many profiled calls of each side (:func:`measure.profiled_calls`): ``at_least`` (``--ops``),
+    more for a short step, up to eight times as many."""
+    return profiled_calls(step_s, at_least, most=8 * at_least)
 
 
 #: Notes every training step gets, left out of the table's count.
@@ -453,7 +449,7 @@ def main() -> int:
                 if not varies:
                     ratios.append(ratio)
                 if args.ops:
-                    calls = profiled_calls(args.ops, statistics.median(orig))
+                    calls = zoo_calls(args.ops, statistics.median(orig))
                     got = {t: inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
                            for t in timers}  # fmt: skip
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
 from .errors import MystiqueError
-from .measure import inside_operators, per_op_medians, torch_threads
+from .measure import OPS_WARMUP, inside_operators, per_op_medians, profiled_calls, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
 from .report import skipped_lines
 from .runner import Options, host_share_note, release, replay_file, with_original_timing
@@ -34,7 +34,8 @@ def _replay(args: argparse.Namespace) -> int:
                 summary["peak_bytes"] = replay_peak_bytes(run.replay)
                 summary["trace_peak_bytes"] = trace_peak_bytes(run.replay.trace)
             if "original_ops_s" in summary and run.replay.device.type == "cpu":
-                got = inside_operators(run.replay.run, between=run.replay.between_iterations)
+                got = inside_operators(run.replay.run, calls=profiled_calls(summary["median_s"]),
+                                       between=run.replay.between_iterations, warmup=OPS_WARMUP)  # fmt: skip
                 if got is not None:
                     summary["ops_s"], summary["host_share"] = got.ops_s, 1 - got.share
                     summary["ops_fidelity_ratio"] = got.ops_s / summary["original_ops_s"]

@@ -8,6 +8,7 @@ them, and the baseline stores them.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import re
 import statistics
@@ -198,8 +199,27 @@ class InsideOperators:
     ops: dict[str, int] | None = None  # calls by operator, where the instrument counts them
 
 
-def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | None:
-    """Time inside operators per call of ``fn``, over ``calls`` profiled calls: the CPU
+#: Seconds of steps that each side's profiled calls should cover at least (see :func:`profiled_calls`).
+PROFILED_S = 0.25
+#: Profiled calls made and not counted before those that are (the first profiler sessions of a
+#: process ran slower here: a replay's first dozen calls of a 0.45 ms step read 1.0-1.4 ms, later
+#: ones 0.6-0.9).
+OPS_WARMUP = 2
+
+
+def profiled_calls(step_s: float, at_least: int = 3, most: int = 100) -> int:
+    """How many profiled calls time a step of ``step_s`` inside operators: ``at_least``, more for
+    a short step (up to ``most``), so that the calls cover ``PROFILED_S`` of steps. A profiled
+    call of a step under a millisecond reads anywhere from its floor to twice that (a quantized
+    MLP's 0.45 ms step, one call at a time: 0.60 to 1.25 ms, in bursts), and three calls' median
+    set its replay at 1.38-1.70 of its original in three runs where forty alternated calls of each
+    side said 0.96-1.03 (with this count and two uncounted calls first: 0.97-1.03 in three)."""
+    return max(at_least, min(most, math.ceil(PROFILED_S / max(step_s, 1e-6))))
+
+
+def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> InsideOperators | None:
+    """Time inside operators per call of ``fn``, over ``calls`` profiled calls after ``warmup``
+    profiled calls that are not counted (a process's first profiler sessions run slower): the CPU
     profiler's self time of the operator events, summed (None where the profiler cannot run).
     What a step does outside them, its Python (module code, an optimizer's loop) and the
     autograd engine's own scheduling, is not in an execution trace, and no replay of the trace's
@@ -212,7 +232,7 @@ def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | N
         return None
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # Kineto's lines on every start and stop, before its first use
     ops, shares = [], []
-    for _ in range(calls):
+    for i in range(warmup + calls):
         if between is not None:
             between()
         try:
@@ -224,6 +244,8 @@ def inside_operators(fn, *, calls: int = 3, between=None) -> InsideOperators | N
             if "profiler" not in str(e).lower():
                 raise
             return None
+        if i < warmup:
+            continue
         inside = sum(e.self_cpu_time_total for e in prof.key_averages() if _OPERATOR_EVENT.fullmatch(e.key)) / 1e6
         ops.append(inside)
         shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)

@@ -411,16 +411,18 @@ def _hot_shares(counts: torch.Tensor, n: int) -> list[list]:
 
 
 def _time_inside_operators(step, path: Path) -> None:
-    """The original step's time inside operators over three more calls
-    (:func:`.measure.inside_operators`), kept in the sidecar (``original_ops_s``,
+    """The original step's time inside operators over more profiled calls, three at least and more
+    for a short step (:func:`.measure.inside_operators`, :func:`.measure.profiled_calls`), kept in the sidecar (``original_ops_s``,
     ``original_ops_share``): a replay sets its own against it, and its report says how much of
     the original step was its Python and the autograd engine's own work, which a trace does not
     hold. CPU steps only (on CUDA the GPU's time is not in it)."""
-    from .measure import inside_operators
+    from .measure import OPS_WARMUP, inside_operators, profiled_calls
     from .sidecar import load_sidecar
 
-    if (load_sidecar(path) or {}).get("device") != "cpu":
+    side = load_sidecar(path) or {}
+    if side.get("device") != "cpu":
         return
-    got = inside_operators(step, calls=3)
+    calls = profiled_calls(side.get("original_median_s") or 1.0)
+    got = inside_operators(step, calls=calls, warmup=OPS_WARMUP)
     if got is not None and got.ops_s > 0:
         add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share)

@@ -13,9 +13,12 @@ from pytest_mystique import capture, capture_step
 from pytest_mystique.cli import main
 from pytest_mystique.environment import cpu_model
 from pytest_mystique.measure import (
+    OPS_WARMUP,
     allocator_regime,
+    inside_operators,
     inside_operators_alternated,
     inside_operators_dispatch,
+    profiled_calls,
     torch_threads,
 )
 from pytest_mystique.replay import Replay
@@ -175,6 +178,34 @@ def test_the_original_steps_time_outside_operators_is_measured_and_set_against_t
     assert out["ops_fidelity_ratio"] > 0 and 0.6 < out["ops_s"] / out["median_s"] < 1.8, ratios(out)
     assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
     assert "inside operators: replay" in capsys.readouterr().out
+
+
+def test_a_short_step_is_profiled_over_more_calls_after_uncounted_ones(tmp_path):
+    """Three profiled calls of a step under a millisecond read anywhere up to twice its time
+    inside operators (a 0.45 ms step's replay at 1.38-1.70 of its original): a short step is
+    profiled over as many calls as cover a quarter of a second (a hundred at most), and the first
+    profiled calls are not counted, at the capture as at the replay."""
+    assert profiled_calls(2.0) == 3 and profiled_calls(0.05) == 5 and profiled_calls(0.0004) == 100
+    assert profiled_calls(0.0004, at_least=5, most=40) == 40
+    a = torch.randn(128, 128)
+    made = []
+
+    def step():  # its first calls are forty times as long as the later ones
+        made.append(1)
+        for _ in range(40 if len(made) <= 3 else 1):
+            a @ a
+
+    with torch_threads(1):
+        got = inside_operators(step, calls=4, warmup=3)
+        assert len(made) == 7
+        long_call = inside_operators(lambda: [a @ a for _ in range(40)], calls=1)
+    assert got.ops_s < long_call.ops_s / 5, (got, long_call)  # the counted calls are the short ones
+
+    made.clear()
+    with torch_threads(1):
+        res = capture_step(lambda: made.append(a @ a), tmp_path / "short.json.gz", warmup=2, runs=5, min_warmup_s=0)
+    counted = profiled_calls(load_sidecar(res.path)["original_median_s"])
+    assert counted == 100 and len(made) >= 2 + 5 + 1 + OPS_WARMUP + counted, len(made)
 
 
 def test_the_dispatch_timer_times_every_operator_call_of_a_step_and_of_its_replay_and_no_python(tmp_path):
