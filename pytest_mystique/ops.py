@@ -95,7 +95,8 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
 #: Python packages that register the operators of a namespace when imported. Only these fixed
 #: names are ever imported, and only when a trace uses their namespace and the package is installed.
 OP_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision", "torchaudio": "torchaudio",
-                "torchrec": "torchrec", "torch_scatter": "torch_scatter", "torch_sparse": "torch_sparse"}  # fmt: skip
+                "torchrec": "torchrec", "torch_scatter": "torch_scatter", "torch_sparse": "torch_sparse",
+                "torchao": "torchao"}  # fmt: skip
 _loaded: dict[str, bool | str | None] = {}
 
 

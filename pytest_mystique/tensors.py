@@ -218,6 +218,12 @@ def make_definite(t: torch.Tensor) -> None:
         t.diagonal(dim1=-2, dim2=-1).add_((t.shape[-1] + 1) * most if most > 0 else 1.0)
 
 
+#: Floating types that torch has no random kernels for (``uniform_``, ``rand``): the eight-bit
+#: floats (float8 weights and activations, torchao's float8 quantization).
+DRAWN_AS_FLOAT32 = frozenset(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                         "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n))  # fmt: skip
+
+
 def torch_dtype(name: str) -> torch.dtype:
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
@@ -712,8 +718,11 @@ class TensorFactory:
         if ref in self.exact:
             t.fill_(self.exact[ref])
             return
-        if t.device.type != self.device.type:  # a host tensor (see ``host``): drawn as on the device, copied over
-            drawn = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+        if t.device.type != self.device.type or t.dtype in DRAWN_AS_FLOAT32:
+            # a host tensor (see ``host``): drawn as on the device, copied over; a type torch draws no
+            # random numbers of: drawn in float32, converted
+            drawn = torch.empty(t.shape, dtype=torch.float32 if t.dtype in DRAWN_AS_FLOAT32 else t.dtype,
+                                device=self.device)  # fmt: skip
             self.fill(drawn, ref, rng)
             t.copy_(drawn)
             return

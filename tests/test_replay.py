@@ -2,9 +2,12 @@
 
 import collections
 import copy
+import importlib.util
 import json
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -304,6 +307,61 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
     assert tables.numel() == sum(rows) * 64
     if not train:  # every 1009th row holds drawn data (a zero page reads as zeros)
         assert bool((tables[:: 64 * 1009] != 0).all())
+
+
+def test_eight_bit_float_inputs_are_drawn_in_float32_and_converted(tmp_path):
+    """torch has no random kernels for the float8 types (``uniform_`` raises): a step that keeps its
+    weights in float8_e4m3fn and widens them for a product (float8 weight-only quantization) had
+    its weights' op skipped, and the product read seeded floats instead. They are drawn in float32
+    at their range and converted."""
+    w8 = (torch.randn(256, 128) * 0.05).to(torch.float8_e4m3fn)
+    scale = torch.tensor(0.5)
+    x = torch.randn(32, 128)
+
+    def step():
+        with torch.no_grad():
+            return torch.nn.functional.linear(x, w8.to(torch.float32) * scale)
+
+    path = tmp_path / "f8.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    (weight,) = [t for _, t in replay.inputs() if t.dtype == torch.float8_e4m3fn]
+    wide = weight.to(torch.float32)
+    assert wide.shape == (256, 128) and wide.isfinite().all() and len(wide.unique()) > 16  # not a constant
+    replay.run()
+
+
+def test_torchao_quantized_steps_replay_with_torchao_loaded_for_their_operators(tmp_path):
+    """torchao's quantized layers call operators of its own namespace (dynamic int8 activations:
+    ``torchao::choose_qparams_affine``, ``quantize_affine``) between aten's (``_int_mm``): a replay
+    in a process that has not imported torchao loads it for them (as FBGEMM's), and every op
+    replays. Before, they were skipped as not registered in this torch."""
+    if importlib.util.find_spec("torchao") is None:
+        pytest.skip("torchao is not installed")
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    x = torch.randn(16, 128)
+
+    def step():
+        with torch.no_grad():
+            return model(x)
+
+    path = tmp_path / "da8w8.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    code = ("import json, sys; from pytest_mystique.replay import Replay; from pytest_mystique.trace import load_trace; "
+            "r = Replay(load_trace(sys.argv[1]), 'cpu').prepare(); r.run(); "
+            "print(json.dumps({'loaded': 'torchao' in sys.modules, 'skipped': r.report.skipped_list(), "
+            "'names': [s.name for s in r.steps], 'total': r.report.ops_total, 'replayed': r.report.ops_replayed}))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["loaded"] and not got["skipped"] and got["replayed"] == got["total"], got
+    assert "torchao::choose_qparams_affine" in got["names"] and "aten::_int_mm" in got["names"], got["names"]
 
 
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
