@@ -27,7 +27,7 @@ from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
-from .packed import is_packed_linear, packed_linear
+from .packed import is_packed, packed_weights
 from .sidecar import take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
@@ -74,6 +74,7 @@ class Planner:
         self.flagged: set[tuple[int, str]] = set()
         self.flag_paths: Counter = Counter()
         self._parts: dict[int, list[Node]] | None = None  # see _ranges_inside
+        self._packed: dict[int, dict] | None = None  # see _packed_record
 
     def plan(self) -> list[PlannedOp]:
         """The selected ops that can be called, in order, each with its overload and arguments;
@@ -268,6 +269,16 @@ class Planner:
                 )
         return planned
 
+    def _packed_record(self, node: Node) -> dict | None:
+        """The capture's record of the packed weights ``node`` takes (the sidecar's
+        ``packed_weights``): the records are of the step's calls that passed packed weights, in
+        order, and the trace's selected ops whose schema takes them are those calls."""
+        if self._packed is None:
+            records = list(self.sidecar().get("packed_weights", []))
+            takers = [n.id for n in select_ops(self.trace) if "PackedParamsBase" in (n.op_schema or "")]
+            self._packed = dict(zip(takers, records)) if len(takers) == len(records) else {}
+        return self._packed.get(node.id)
+
     def _zero_state(self, refs: set[TensorRef]) -> None:
         """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
         writes) starts at zero, as the optimizer makes it, and is reset to zero between
@@ -341,10 +352,12 @@ class Planner:
         values, kwnames = [], []
         names = [a.name for a in schema_args]
         for arg, val in zip(schema_args, node.inputs):
-            if is_packed_linear(arg.type):
-                values.append(packed_linear(node, self.device, self.factory.seed))
-                self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from the op's "
-                                  f"shapes, seeded, with a bias"] += 1  # fmt: skip
+            if is_packed(arg.type):
+                record = self._packed_record(node)
+                values.append(packed_weights(node, arg.type, record, self.device, self.factory.seed))
+                how = "the capture's record of them" if record else "the op's shapes, with a bias"
+                self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from {how}, "
+                                  f"seeded"] += 1  # fmt: skip
             else:
                 values.append(self._convert(arg, val))
             if arg.kwarg_only:

@@ -209,13 +209,17 @@ def _record_inputs(step, result: Captured) -> None:
       matrix, which a trace records with its id, type and shape only): its layout and, for sparse
       COO, its element count, sparse dimensions and coalescing;
     - each 0-dim input's value (``scalar_inputs``, :func:`_scalar_records`): a number the program
-      passed, a 0-dim parameter or buffer.
+      passed, a 0-dim parameter or buffer;
+    - the packed weights each quantized linear or convolution op call received (``packed_weights``,
+      :func:`.packed.packed_record`, a record per call): a trace records them as an opaque object,
+      and a convolution's kernel size, stride, padding and groups are nowhere else.
 
     Only where the trace's operators read such inputs; a step that fails under the mode (or a
     compiler that refuses it) leaves the sidecar as it was, with a warning."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
+    from .packed import is_packed, packed_record
     from .trace import Unstrided, tensors_of
 
     path, ops = result.path, result.ops
@@ -226,12 +230,13 @@ def _record_inputs(step, result: Captured) -> None:
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
         ins += [ref.key for ref in tensors_of(node.inputs) if (ref.numel > 1 or ref.shape == ()) and ref.dtype != "bool"]
-        wanted = wanted or any(i not in made for i in ins)
+        wanted = wanted or any(i not in made for i in ins) or "PackedParamsBase" in (node.op_schema or "")
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "scalar_inputs": []}
+    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "scalar_inputs": [],
+                                    "packed_weights": []}  # fmt: skip
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -261,6 +266,8 @@ def _record_inputs(step, result: Captured) -> None:
                         found[kind].append(record)
             if func not in fresh:
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
+            found["packed_weights"].extend(packed_record(func, x) for x in leaves
+                                           if isinstance(x, torch.ScriptObject) and is_packed(x._type().qualified_name()))  # fmt: skip
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out) + (leaves if func in fresh else []):
                 if isinstance(t, torch.Tensor):

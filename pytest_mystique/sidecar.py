@@ -61,7 +61,34 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
                          f"operator, an argument's name, a place in a list or null, the operator's tensor shapes, "
                          f"a dtype and a finite value or null")  # fmt: skip
+    packed = data.get("packed_weights")
+    if packed is not None and not (isinstance(packed, list) and all(_packed_record_ok(r) for r in packed)):
+        raise ValueError(f"{path}: malformed timing sidecar: packed_weights must be a list of records with an "
+                         f"operator, a type and, if any, the weights' shape and type, per_channel and bias, and for a "
+                         f"convolution its stride, padding, dilation and output padding (one number per dimension), "
+                         f"groups and transpose")  # fmt: skip
     return data
+
+
+def _packed_record_ok(r) -> bool:
+    """Packed weights' record (see :func:`.packed.packed_record`)."""
+    if not (isinstance(r, dict) and isinstance(r.get("op"), str) and isinstance(r.get("kind"), str)):
+        return False
+    if "weight" not in r:
+        return True  # (weights that did not unpack: the op and the type only)
+    shape = r["weight"]
+    if not (isinstance(shape, list) and len(shape) >= 2 and all(_count(d) and d > 0 for d in shape)
+            and isinstance(r.get("dtype"), str) and isinstance(r.get("per_channel"), bool)
+            and isinstance(r.get("bias"), bool)):  # fmt: skip
+        return False
+    if not r["kind"].startswith("Conv"):
+        return True
+    dims = r.get("stride")
+    return (isinstance(dims, list) and 1 <= len(dims) <= 3
+            and all(isinstance(r.get(k), list) and len(r[k]) == len(dims) and all(_count(x) for x in r[k])
+                    for k in ("stride", "padding", "dilation", "output_padding"))
+            and all(x > 0 for x in (*r["stride"], *r["dilation"])) and len(shape) == len(dims) + 2
+            and _count(r.get("groups")) and r["groups"] > 0 and isinstance(r.get("transpose"), bool))  # fmt: skip
 
 
 def _scalar_record_ok(r) -> bool:

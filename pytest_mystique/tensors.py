@@ -39,6 +39,7 @@ import heapq
 import itertools
 import json
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,6 +223,12 @@ def make_definite(t: torch.Tensor) -> None:
 #: floats (float8 weights and activations, torchao's float8 quantization).
 DRAWN_AS_FLOAT32 = frozenset(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
                                                          "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n))  # fmt: skip
+
+
+#: Quantized types (statically quantized models' activations) -> the integers they hold and the
+#: zero point their seeded values are drawn around; and their scale.
+QUANTIZED = {torch.quint8: (torch.uint8, 128), torch.qint8: (torch.int8, 0), torch.qint32: (torch.int32, 0)}
+QUANTIZED_SCALE = 0.05
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -548,6 +555,7 @@ class TensorFactory:
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
+    _quantized: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype) -> a flat quantized tensor
     _constrained: dict[tuple, bool] = field(default_factory=dict)  # keyed as _storages
     # per allocation: the element spans that views with an index range were filled for, and the range
     _index_spans: dict[tuple, list[tuple[int, int, IntRange]]] = field(default_factory=dict)
@@ -650,6 +658,8 @@ class TensorFactory:
         has a requirement (an index range, a weight's range) and the first one had none, so a
         view never re-randomises the parameter it looks at."""
         dtype = torch_dtype(ref.dtype)
+        if dtype in QUANTIZED:
+            return self._make_quantized(ref, dtype)
         if ref in self.exact:
             device = torch.device("cpu") if ref in self.host else self.device
             return torch.full((), self.exact[ref], dtype=dtype, device=device)
@@ -699,6 +709,25 @@ class TensorFactory:
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)
         return t
+
+    def _make_quantized(self, ref: TensorRef, dtype: torch.dtype) -> torch.Tensor:
+        """A view of ``ref``'s storage as a quantized tensor (a statically quantized model's
+        activations: quint8...), whose integers are drawn over their type's whole range around a
+        zero point in its middle, at a fixed scale (the trace records neither; the kernels' time
+        does not follow them). Views of one allocation share it, as other inputs'."""
+        ints, zero_point = QUANTIZED[dtype]
+        key = (ref.storage_id, ref.dtype)
+        n = max(self.storage_bytes.get(key, 0) // ref.itemsize, ref.offset + ref.extent())
+        whole = self._quantized.get(key)
+        if whole is None or whole.numel() < n:
+            info = torch.iinfo(ints)
+            low, high = max(info.min, -(2**15)), min(info.max, 2**15 - 1)  # (qint32 holds sums of int8 products)
+            drawn = torch.randint(low, high + 1, (n,), dtype=ints, generator=self._seeded_generator(), device=self.device)
+            with warnings.catch_warnings():  # (quantized tensors' constructors are deprecated in favour of torchao's)
+                warnings.simplefilter("ignore")
+                whole = torch._make_per_tensor_quantized_tensor(drawn, QUANTIZED_SCALE, zero_point)
+            self._quantized[key] = whole
+        return whole.as_strided(ref.shape, ref.layout_strides(), ref.offset)
 
     def _has_requirement(self, ref: TensorRef) -> bool:
         return ref in self.ranges or ref in self.float_bounds

@@ -68,6 +68,11 @@ DTYPE_NAMES = {
     "unsigned short": "uint16",
     "unsigned int": "uint32",
     "unsigned long": "uint64",
+    "c10::quint8": "quint8",
+    "c10::qint8": "qint8",
+    "c10::qint32": "qint32",
+    "c10::quint4x2": "quint4x2",
+    "c10::quint2x4": "quint2x4",
 }
 UNINITIALIZED = "nullptr (uninitialized)"
 

@@ -249,6 +249,19 @@ def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path)
         load_sidecar(tmp_path / "t.json.gz")
 
 
+@pytest.mark.parametrize("change", [{"groups": 0}, {"stride": [1]}, {"padding": [1, -1]}, {"transpose": "no"},
+                                    {"weight": [16, 3]}, {"kind": None}])  # fmt: skip
+def test_a_sidecar_with_malformed_packed_weights_names_the_file(tmp_path, change):
+    record = {"op": "quantized::conv2d", "kind": "Conv2dPackedParamsBase", "weight": [16, 3, 3, 3], "dtype": "qint8",
+              "bias": True, "per_channel": True, "stride": [1, 1], "padding": [1, 1], "dilation": [1, 1],
+              "output_padding": [0, 0], "groups": 1, "transpose": False}  # fmt: skip
+    (tmp_path / "t.meta.json").write_text(json.dumps({"original_median_s": 0.01, "packed_weights": [record]}))
+    assert load_sidecar(tmp_path / "t.json.gz")["packed_weights"] == [record]
+    (tmp_path / "t.meta.json").write_text(json.dumps({"original_median_s": 0.01, "packed_weights": [record | change]}))
+    with pytest.raises(ValueError, match=r"t\.meta\.json.*packed_weights"):
+        load_sidecar(tmp_path / "t.json.gz")
+
+
 def test_recorded_operator_counts_are_checked_and_equal_counts_still_named(tmp_path):
     """Two recorded calls can run as many operators and still differ (other kinds, another
     order): the sidecar says they differ, and the note says how. Counts that are not two numbers

@@ -364,6 +364,87 @@ def test_torchao_quantized_steps_replay_with_torchao_loaded_for_their_operators(
     assert "torchao::choose_qparams_affine" in got["names"] and "aten::_int_mm" in got["names"], got["names"]
 
 
+def _quantized_cnn():
+    """A statically quantized CNN (eager mode, the x86 backend): convolutions fused with their
+    batch norms and ReLUs (one of stride 2), a residual add of quantized tensors, a pooled linear
+    head, a quantize at the start and a dequantize at the end."""
+    import warnings
+
+    from torch.ao.quantization import DeQuantStub, QuantStub, convert, fuse_modules, get_default_qconfig, prepare
+
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.dq = QuantStub(), DeQuantStub()
+            self.c1, self.b1, self.r1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()
+            self.c2, self.b2, self.r2 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU()
+            self.c3, self.r3 = nn.Conv2d(32, 32, 1), nn.ReLU()
+            self.skip = torch.ao.nn.quantized.FloatFunctional()
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = self.r2(self.b2(self.c2(self.r1(self.b1(self.c1(self.q(x)))))))
+            x = self.skip.add(x, self.r3(self.c3(x)))
+            return self.dq(self.fc(self.pool(x).flatten(1)))
+
+    torch.manual_seed(0)
+    torch.backends.quantized.engine = "x86"
+    with warnings.catch_warnings():  # (eager-mode quantization is deprecated in favour of torchao)
+        warnings.simplefilter("ignore")
+        model = fuse_modules(Net().eval(), [["c1", "b1", "r1"], ["c2", "b2", "r2"], ["c3", "r3"]])
+        model.qconfig = get_default_qconfig("x86")
+        prepare(model, inplace=True)
+        x = torch.randn(8, 3, 32, 32)
+        with torch.no_grad():
+            model(x)
+        convert(model, inplace=True)
+    return model, x
+
+
+def test_statically_quantized_cnn_replays_with_packed_weights_as_the_capture_recorded(tmp_path):
+    """A statically quantized model's activations are quantized tensors (quint8: the trace failed to
+    load, its element type unknown), and its convolutions and linear layer take packed weights, an
+    opaque object in the trace. A convolution's hold its kernel size, stride, padding and groups,
+    which the trace does not record: the capture helper records them (the sidecar's
+    packed_weights), and the replay packs seeded weights of that geometry. Without the record the
+    convolutions are skipped with that reason, and the ops after them read seeded quantized
+    tensors."""
+    model, x = _quantized_cnn()
+
+    def step():
+        with torch.no_grad():
+            return model(x)
+
+    path = tmp_path / "qcnn.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    records = load_sidecar(path)["packed_weights"]
+    assert [r["op"] for r in records] == ["quantized::conv2d_relu"] * 3 + ["quantized::linear"], records
+    assert records[1]["stride"] == [2, 2] and records[1]["weight"] == [32, 16, 3, 3] and records[2]["weight"][2:] == [1, 1]
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    convs = [s for s in replay.steps if s.name == "quantized::conv2d_relu"]
+    packed = [s.args[1] for s in convs]
+    assert [list(p.unpack()[0].shape) for p in packed] == [r["weight"] for r in records[:3]]
+    assert [p.stride() for p in packed] == [[1, 1], [2, 2], [1, 1]] and [p.padding() for p in packed][1] == [1, 1]
+    assert {s.name for s in replay.steps} >= {"quantized::add", "quantized::linear", "aten::quantize_per_tensor"}
+    replay.run()
+
+    side = json.loads(sidecar_path(path).read_text())
+    del side["packed_weights"]
+    sidecar_path(path).write_text(json.dumps(side))
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    (why,) = {w for (op, w) in rep.skipped if op == "quantized::conv2d_relu"}
+    assert rep.skipped[("quantized::conv2d_relu", why)] == 3 and "kernel size, stride, padding" in why, why
+    assert rep.ops_replayed == rep.ops_total - 3, rep.skipped_list()
+    seeded = next(t for _, t in replay.inputs() if t.dtype == torch.quint8 and t.dim() == 4)
+    assert seeded.is_quantized and len(seeded.int_repr().unique()) > 100  # drawn over the type's range
+    replay.run()
+
+
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
     """TorchRec's sparse features reach FBGEMM's bounds check and lookup through a view, a
     permutation and a widening to int64: the lengths a permutation reads sum to its number of
@@ -810,6 +891,10 @@ def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
         torch.log_softmax(logits, -1).mean().backward()
         opt.step()
 
+    # (the logits' spread before the capture, whose calls train the model: its profiled calls of
+    # the time inside operators run after the record of the numbers, and a short step's are many)
+    with torch.no_grad():
+        original = float(torch.log_softmax((h * d**-0.5) @ emb.t() * temperature, -1).std())
     path = tmp_path / "head.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     side = load_sidecar(path)
@@ -822,8 +907,6 @@ def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
         replay.run(lambda s, r: out.append(float(r.detach().std())) if "log_softmax" in s.name else None)
         return out[0]
 
-    with torch.no_grad():
-        original = float(torch.log_softmax((h * d**-0.5) @ emb.t() * temperature, -1).std())
     replay = Replay(load_trace(path), "cpu").prepare()
     assert any("0-dim input(s) (numbers the program passed, 0-dim parameters) hold the original's values" in n
                for n in replay.report.notes), replay.report.notes  # fmt: skip
