@@ -1,7 +1,7 @@
 """Coverage of the replay over features of PyTorch programs that traces carry.
 
-Each case is a small step using one feature (sparse gradients, torch.compile, dynamic
-quantization, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
+Each case is a small step using one feature (sparse gradients, torch.compile, dynamic and static
+quantization, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
 sampling, data-dependent shapes, linear algebra, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
@@ -21,6 +21,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from fidelity_interleaved import _quantized_resnet_infer, _torchao_infer  # noqa: E402
 
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
@@ -78,6 +80,18 @@ def quantized_dynamic():
     q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
     x = torch.randn(16, 128)
     return lambda: q(x)
+
+
+def quantized_static():
+    return _quantized_resnet_infer()[0]  # (its convolutions' packed weights: the capture records their geometry)
+
+
+def torchao_int8():
+    return _torchao_infer("int8")[0]
+
+
+def torchao_float8():
+    return _torchao_infer("float8")[0]
 
 
 def fft_complex():
@@ -242,7 +256,8 @@ def causal_attention_rmsnorm():
 
 
 CASES = {f.__name__: f for f in (
-    sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, fft_complex, autocast_bf16, grad_scaler_fp16,
+    sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, torchao_int8,
+    torchao_float8, fft_complex, autocast_bf16, grad_scaler_fp16,
     channels_last, multihead_attention, fused_adam, foreach_adamw_clipping, data_dependent_shapes,
     upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,
     linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm)}  # fmt: skip

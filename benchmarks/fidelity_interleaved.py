@@ -12,7 +12,9 @@ training and inference; and,
 beside the bundled CNN inference and recommender training, a residual CNN's training, a
 recommender's inference of other shapes, an LSTM language model's training, and the inference of
 a batch-first transformer decoder and of a GRU encoder (whose parameters' requires_grad flag
-decides their matmuls' path). Each is captured with the capture helper, then
+decides their matmuls' path), a statically quantized residual CNN's inference (int8 kernels) and,
+with torchao installed, the inference of feed-forward blocks whose linear layers torchao quantized
+(int8 weights and activations; float8 weights). Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
 compares the medians of all blocks: drift hits both sides alike.
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import math
 import statistics
@@ -301,14 +304,93 @@ def _gru_infer():
     return infer, None
 
 
+def _quantized_resnet_infer():
+    """Inference of a statically quantized residual CNN (eager-mode quantization, the x86 backend:
+    int8 kernels of FBGEMM and oneDNN): a stem of stride 2, three stages of two residual blocks
+    (convolutions fused with their batch norms and ReLUs, 1x1 projections where a stage narrows, a
+    quantized add), a pooled linear head; activations quint8, weights qint8 per channel. A trace
+    records the packed weights as an opaque object; the capture helper records each one's geometry."""
+    import warnings
+
+    from torch.ao.quantization import DeQuantStub, QuantStub, convert, fuse_modules, get_default_qconfig, prepare
+
+    nn = torch.nn
+
+    def conv_bn(cin: int, cout: int, k: int, stride: int) -> list:
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(), *conv_bn(cout, cout, 3, 1))
+            self.short = nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride > 1 or cin != cout else nn.Identity()
+            self.add = torch.ao.nn.quantized.FloatFunctional()
+
+        def forward(self, x):
+            return self.add.add_relu(self.body(x), self.short(x))
+
+        def fuse(self) -> None:
+            fuse_modules(self.body, [["0", "1", "2"], ["3", "4"]], inplace=True)
+            if isinstance(self.short, nn.Sequential):
+                fuse_modules(self.short, [["0", "1"]], inplace=True)
+
+    widths = [(32, 32, 1), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1)]
+    blocks = [Block(*w) for w in widths]
+    model = nn.Sequential(QuantStub(), *conv_bn(3, 32, 3, 2), nn.ReLU(), *blocks, nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(128, 100), DeQuantStub()).eval()  # fmt: skip
+    x = torch.randn(8, 3, 96, 96)
+    with warnings.catch_warnings():  # (eager-mode quantization is deprecated in favour of torchao)
+        warnings.simplefilter("ignore")
+        torch.backends.quantized.engine = "x86"
+        fuse_modules(model, [["1", "2", "3"]], inplace=True)
+        for b in blocks:
+            b.fuse()
+        model.qconfig = get_default_qconfig("x86")
+        prepare(model, inplace=True)
+        with torch.no_grad():
+            model(x)  # (calibration)
+        convert(model, inplace=True)
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    return infer, None
+
+
+def _torchao_infer(config: str):
+    """Inference of two transformer feed-forward blocks (layer norm, 512 -> 2048 -> 512, GELU,
+    64 tokens) whose linear layers torchao quantized: ``int8`` int8 weights and int8 activations
+    quantized on the fly (its own operators choose the scales), ``float8`` float8 weights widened
+    for each product."""
+    from torchao.quantization import Float8WeightOnlyConfig, Int8DynamicActivationInt8WeightConfig, quantize_
+
+    nn = torch.nn
+    model = nn.Sequential(*[nn.Sequential(nn.LayerNorm(512), nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+                            for _ in range(2)]).eval()  # fmt: skip
+    quantize_(model, Int8DynamicActivationInt8WeightConfig() if config == "int8" else Float8WeightOnlyConfig())
+    x = torch.randn(64, 512)
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    return infer, None
+
+
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
 TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
                 "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "encoder_infer": _encoder_infer,
-                "gru_infer": _gru_infer}  # fmt: skip
+                "gru_infer": _gru_infer, "qresnet_infer": _quantized_resnet_infer}  # fmt: skip
+#: With torchao installed, models whose layers it quantized.
+TORCHAO_MODELS = {"ao_int8_infer": functools.partial(_torchao_infer, "int8"),
+                  "ao_float8_infer": functools.partial(_torchao_infer, "float8")}  # fmt: skip
 
 
 def models() -> dict:
     out = dict(make_traces.MODELS) | TORCH_MODELS
+    if importlib.util.find_spec("torchao") is not None:
+        out |= TORCHAO_MODELS
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -428,7 +510,7 @@ def main() -> int:
                 torch.cuda.synchronize(device)
 
         path = ROOT / "traces" / f"{name}.json.gz"
-        if cuda or name in HF_MODELS or name in TORCH_MODELS:  # the bundled traces are of CPU steps
+        if cuda or name not in make_traces.MODELS:  # the bundled traces are of CPU steps
             path = tmp / f"{name}.json.gz"
             capture_step(step, path, warmup=3, runs=3)
             if args.uniform_ids:
