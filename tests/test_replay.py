@@ -309,6 +309,16 @@ def test_fbgemm_pt2_lookup_replays_over_real_table_memory(tmp_path, train, rows)
         assert bool((tables[:: 64 * 1009] != 0).all())
 
 
+def inference(model, *inputs):
+    """A step that calls ``model`` on ``inputs`` without autograd (an inference step)."""
+
+    def step():
+        with torch.no_grad():
+            return model(*inputs)
+
+    return step
+
+
 def test_eight_bit_float_inputs_are_drawn_in_float32_and_converted(tmp_path):
     """torch has no random kernels for the float8 types (``uniform_`` raises): a step that keeps its
     weights in float8_e4m3fn and widens them for a product (float8 weight-only quantization) had
@@ -347,12 +357,8 @@ def test_torchao_quantized_steps_replay_with_torchao_loaded_for_their_operators(
     quantize_(model, Int8DynamicActivationInt8WeightConfig())
     x = torch.randn(16, 128)
 
-    def step():
-        with torch.no_grad():
-            return model(x)
-
     path = tmp_path / "da8w8.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    capture_step(inference(model, x), path, warmup=1, runs=1, min_warmup_s=0)
     code = ("import json, sys; from pytest_mystique.replay import Replay; from pytest_mystique.trace import load_trace; "
             "r = Replay(load_trace(sys.argv[1]), 'cpu').prepare(); r.run(); "
             "print(json.dumps({'loaded': 'torchao' in sys.modules, 'skipped': r.report.skipped_list(), "
@@ -413,12 +419,8 @@ def test_statically_quantized_cnn_replays_with_packed_weights_as_the_capture_rec
     tensors."""
     model, x = _quantized_cnn()
 
-    def step():
-        with torch.no_grad():
-            return model(x)
-
     path = tmp_path / "qcnn.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    capture_step(inference(model, x), path, warmup=1, runs=1, min_warmup_s=0)
     records = load_sidecar(path)["packed_weights"]
     assert [r["op"] for r in records] == ["quantized::conv2d_relu"] * 3 + ["quantized::linear"], records
     assert records[1]["stride"] == [2, 2] and records[1]["weight"] == [32, 16, 3, 3] and records[2]["weight"][2:] == [1, 1]
@@ -843,12 +845,8 @@ def test_floating_inputs_are_drawn_at_the_scale_the_capture_recorded(tmp_path):
         torch.nn.init.normal_(layer.weight, std=0.001)
     x = torch.randn(8, 64)
 
-    def step():
-        with torch.no_grad():
-            return layers(x)
-
     path = tmp_path / "deep.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    capture_step(inference(layers, x), path, warmup=1, runs=1, min_warmup_s=0)
     side = load_sidecar(path)
     weights = [r for r in side["float_inputs"] if r["shape"] == [64, 64]]
     assert len(weights) == 16 and all(r["std"] == pytest.approx(0.001, rel=0.1) for r in weights)
