@@ -46,12 +46,15 @@ def is_packed(arg_type: str) -> bool:
 
 def packed_record(func, obj) -> dict:
     """What the capture helper keeps of packed weights that an op call received (the sidecar's
-    ``packed_weights``): the op, the packed type, the weights' shape and type, whether they are
-    quantized per channel, whether there is a bias, and a convolution's stride, padding, dilation,
-    groups, output padding and whether it is transposed. Only the op and the type where the
-    object does not unpack."""
+    ``packed_weights``): the op, the packed type, and for a linear layer's or a convolution's the
+    weights' shape and type, whether they are quantized per channel, whether there is a bias, and
+    a convolution's stride, padding, dilation, groups, output padding and whether it is
+    transposed. Only the op and the type for other packed weights (an embedding table's) and
+    where the object does not unpack."""
     kind = obj._type().qualified_name().rsplit(".", 1)[-1]
     record: dict = {"op": func._schema.name, "kind": kind}
+    if kind != LINEAR_PACKED and not kind.startswith("Conv"):
+        return record
     try:
         weight, bias = obj.unpack()
         record.update(weight=list(weight.shape), dtype=str(weight.dtype).removeprefix("torch."), bias=bias is not None,
@@ -60,28 +63,39 @@ def packed_record(func, obj) -> dict:
             record.update(stride=list(obj.stride()), padding=list(obj.padding()), dilation=list(obj.dilation()),
                           output_padding=list(obj.output_padding()), groups=int(obj.groups()),
                           transpose=bool(obj.transpose()))  # fmt: skip
-    except (RuntimeError, AttributeError, TypeError):
-        pass
+    except (RuntimeError, AttributeError, TypeError, ValueError):
+        return {"op": record["op"], "kind": kind}
     return record
 
 
-def packed_weights(node: Node, arg_type: str, record: dict | None, device: torch.device, seed: int = 0):
-    """The packed weights ``node`` takes (an argument of ``arg_type``), seeded: a convolution's from
-    the capture's ``record`` of them, a linear op's from its shapes (and the record's bias and scheme,
-    where there is one). Unsupported, with the reason, where they cannot be rebuilt."""
+def takes_packed(schema: str) -> bool:
+    """An op whose arguments (not only its results: a ``conv2d_prepack``) include packed weights: the
+    calls the capture helper records packed weights of."""
+    return "PackedParamsBase" in schema.split("->", 1)[0]
+
+
+def packed_weights(node: Node, arg_type: str, record: dict | None, device: torch.device, *, seed: int = 0,
+                   missing: str | None = None, sidecar: str = "the sidecar"):  # fmt: skip
+    """The packed weights ``node`` takes (an argument of ``arg_type``), seeded, and whether they were
+    made from ``record``: a convolution's from the capture's record of them, a linear op's from
+    its shapes (and the record's bias and scheme, where there is one and it fits). ``missing``: why
+    there is no record, where the sidecar has records that do not fit. Unsupported, with the
+    reason, where they cannot be rebuilt (a record that makes no valid weights names ``sidecar``)."""
     name = arg_type.rsplit(".", 1)[-1]
     if device.type != "cpu":
         raise Unsupported(f"{node.name} has kernels for the CPU only")
-    if record is not None and record.get("op") != node.name:
-        record = None  # (the record of another op: the calls and the trace's ops do not line up)
-    if name == LINEAR_PACKED:
-        return _packed_linear(node, record, seed)
-    if name.startswith("Conv"):
-        if record is None or "weight" not in record:
-            raise Unsupported(f"its packed weights ({name}) hold the convolution's kernel size, stride, padding, "
-                              f"dilation and groups, which a trace does not record (a capture through mystique "
-                              f"capture records them)")  # fmt: skip
-        return _packed_convolution(node, record, seed)
+    try:
+        if name == LINEAR_PACKED:
+            return _packed_linear(node, record, seed)
+        if name.startswith("Conv"):
+            if record is None or "weight" not in record:
+                raise Unsupported(missing or f"its packed weights ({name}) hold the convolution's kernel size, stride, "
+                                  f"padding, dilation and groups, which a trace does not record (a capture through "
+                                  f"mystique capture records them)")  # fmt: skip
+            return _packed_convolution(node, record, seed), True
+    except (RuntimeError, ValueError, TypeError, KeyError, MemoryError, OverflowError) as e:
+        raise Unsupported(f"the capture's record of its packed weights ({sidecar}) makes no valid weights: "
+                          f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}") from None  # fmt: skip
     raise Unsupported(f"argument of type {name} to {node.name}: only quantized linear and convolution ops' packed "
                       f"weights are rebuilt")  # fmt: skip
 
@@ -112,15 +126,15 @@ def _packed_linear(node: Node, record: dict | None, seed: int):
         raise Unsupported(f"{node.name}: the trace does not give its input's and output's shapes, from which its "
                           f"packed weights are rebuilt")  # fmt: skip
     n_in, n_out = x.shape[-1], y.shape[-1]
-    if record is not None and record.get("weight") not in (None, [n_out, n_in]):
-        record = None  # (weights of other shapes than the op's tensors say: not this call's)
+    if record is not None and record.get("weight") != [n_out, n_in]:
+        record = None  # (weights of other shapes than the op's tensors say, or none: the shapes decide)
     g = torch.Generator().manual_seed(seed)
     weight, bound = _seeded_weight([n_out, n_in], n_in, g)
-    bias = (torch.rand(n_out, generator=g) * 2 - 1) * bound if record is None or record.get("bias", True) else None
+    bias = (torch.rand(n_out, generator=g) * 2 - 1) * bound if record is None or record["bias"] else None
     if fp16:
-        return torch.ops.quantized.linear_prepack_fp16(weight, bias)
-    per_channel = bool(record and record.get("per_channel"))
-    return torch.ops.quantized.linear_prepack(_quantized_weight(weight, bound, per_channel), bias)
+        return torch.ops.quantized.linear_prepack_fp16(weight, bias), record is not None
+    per_channel = bool(record and record["per_channel"])
+    return torch.ops.quantized.linear_prepack(_quantized_weight(weight, bound, per_channel), bias), record is not None
 
 
 def _packed_convolution(node: Node, record: dict, seed: int):
@@ -132,8 +146,7 @@ def _packed_convolution(node: Node, record: dict, seed: int):
     channels_in, channels_out = (shape[0], shape[1] * groups) if transpose else (shape[1] * groups, shape[0])
     if not (isinstance(x, TensorRef) and isinstance(y, TensorRef) and len(x.shape) > 1 and len(y.shape) > 1
             and x.shape[1] == channels_in and y.shape[1] == channels_out):  # fmt: skip
-        raise Unsupported(f"{node.name}: the capture's record of its packed weights ({shape}, groups {groups}) does "
-                          f"not fit its input's and output's channels")  # fmt: skip
+        raise ValueError(f"weights {shape} in {groups} group(s) do not fit the op's input's and output's channels")
     g = torch.Generator().manual_seed(seed)
     weight, bound = _seeded_weight(shape, math.prod(shape[1:]), g)
     bias = (torch.rand(channels_out, generator=g) * 2 - 1) * bound if record["bias"] else None

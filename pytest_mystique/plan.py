@@ -27,8 +27,8 @@ from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
-from .packed import is_packed, packed_weights
-from .sidecar import take_record
+from .packed import is_packed, packed_weights, takes_packed
+from .sidecar import sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
 from .tensors import RANGED_OPS, Bags, Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
@@ -269,15 +269,30 @@ class Planner:
                 )
         return planned
 
-    def _packed_record(self, node: Node) -> dict | None:
+    def _packed_record(self, node: Node, arg_type: str) -> tuple[dict | None, str | None]:
         """The capture's record of the packed weights ``node`` takes (the sidecar's
-        ``packed_weights``): the records are of the step's calls that passed packed weights, in
-        order, and the trace's selected ops whose schema takes them are those calls."""
+        ``packed_weights``), and why there is none where the sidecar has records that do not fit:
+        the records are of the step's calls that passed packed weights, in order, and the trace's
+        selected ops whose schema takes them are those calls (each record's op and type checked)."""
+        records = self.sidecar().get("packed_weights", [])
+        if not records:
+            return None, None
+        where = sidecar_path(self.trace.path)
         if self._packed is None:
-            records = list(self.sidecar().get("packed_weights", []))
-            takers = [n.id for n in select_ops(self.trace) if "PackedParamsBase" in (n.op_schema or "")]
+            takers = [n.id for n in select_ops(self.trace) if takes_packed(n.op_schema or "")]
             self._packed = dict(zip(takers, records)) if len(takers) == len(records) else {}
-        return self._packed.get(node.id)
+            if len(takers) != len(records):
+                self.report.notes[f"{where}: the capture's {len(records)} record(s) of packed weights do not line up "
+                                  f"with the trace's {len(takers)} call(s) that take them: none is used"] += 1  # fmt: skip
+        record = self._packed.get(node.id)
+        kind = arg_type.rsplit(".", 1)[-1]
+        if record is None:
+            return None, (f"the capture's records of packed weights ({where}) do not line up with the trace's calls "
+                          f"that take them")  # fmt: skip
+        if record["op"] != node.name or record["kind"] != kind:
+            return None, (f"the capture's record of its packed weights ({where}) is of {record['op']}'s "
+                          f"{record['kind']}, not of a {node.name}'s {kind}")  # fmt: skip
+        return record, None
 
     def _zero_state(self, refs: set[TensorRef]) -> None:
         """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
@@ -353,9 +368,11 @@ class Planner:
         names = [a.name for a in schema_args]
         for arg, val in zip(schema_args, node.inputs):
             if is_packed(arg.type):
-                record = self._packed_record(node)
-                values.append(packed_weights(node, arg.type, record, self.device, self.factory.seed))
-                how = "the capture's record of them" if record else "the op's shapes, with a bias"
+                record, missing = self._packed_record(node, arg.type)
+                packed, recorded = packed_weights(node, arg.type, record, self.device, seed=self.factory.seed,
+                                                  missing=missing, sidecar=str(sidecar_path(self.trace.path)))  # fmt: skip
+                values.append(packed)
+                how = "the capture's record of them" if recorded else "the op's shapes, with a bias"
                 self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from {how}, "
                                   f"seeded"] += 1  # fmt: skip
             else:

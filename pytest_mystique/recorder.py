@@ -219,7 +219,7 @@ def _record_inputs(step, result: Captured) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    from .packed import is_packed, packed_record
+    from .packed import is_packed, packed_record, takes_packed
     from .trace import Unstrided, tensors_of
 
     path, ops = result.path, result.ops
@@ -230,7 +230,7 @@ def _record_inputs(step, result: Captured) -> None:
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
         ins += [ref.key for ref in tensors_of(node.inputs) if (ref.numel > 1 or ref.shape == ()) and ref.dtype != "bool"]
-        wanted = wanted or any(i not in made for i in ins) or "PackedParamsBase" in (node.op_schema or "")
+        wanted = wanted or any(i not in made for i in ins) or takes_packed(node.op_schema or "")
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:

@@ -77,18 +77,26 @@ def _packed_record_ok(r) -> bool:
     if "weight" not in r:
         return True  # (weights that did not unpack: the op and the type only)
     shape = r["weight"]
-    if not (isinstance(shape, list) and len(shape) >= 2 and all(_count(d) and d > 0 for d in shape)
-            and isinstance(r.get("dtype"), str) and isinstance(r.get("per_channel"), bool)
-            and isinstance(r.get("bias"), bool)):  # fmt: skip
+    if not (isinstance(shape, list) and 2 <= len(shape) <= 5 and all(_count(d) and d > 0 for d in shape)
+            and math.prod(shape) <= _MOST_WEIGHTS and isinstance(r.get("dtype"), str)
+            and isinstance(r.get("per_channel"), bool) and isinstance(r.get("bias"), bool)):  # fmt: skip
         return False
     if not r["kind"].startswith("Conv"):
         return True
     dims = r.get("stride")
     return (isinstance(dims, list) and 1 <= len(dims) <= 3
-            and all(isinstance(r.get(k), list) and len(r[k]) == len(dims) and all(_count(x) for x in r[k])
+            and all(isinstance(r.get(k), list) and len(r[k]) == len(dims)
+                    and all(_count(x) and x <= _MOST_GEOMETRY for x in r[k])
                     for k in ("stride", "padding", "dilation", "output_padding"))
             and all(x > 0 for x in (*r["stride"], *r["dilation"])) and len(shape) == len(dims) + 2
-            and _count(r.get("groups")) and r["groups"] > 0 and isinstance(r.get("transpose"), bool))  # fmt: skip
+            and _count(r.get("groups")) and 0 < r["groups"] <= _MOST_GEOMETRY
+            and isinstance(r.get("transpose"), bool))  # fmt: skip
+
+
+#: Bounds on a packed-weights record: its weights' elements (4 GiB of int8) and each of a convolution's
+#: strides, paddings, dilations and groups.
+_MOST_WEIGHTS = 2**32
+_MOST_GEOMETRY = 2**16
 
 
 def _scalar_record_ok(r) -> bool:

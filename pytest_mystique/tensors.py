@@ -712,9 +712,11 @@ class TensorFactory:
 
     def _make_quantized(self, ref: TensorRef, dtype: torch.dtype) -> torch.Tensor:
         """A view of ``ref``'s storage as a quantized tensor (a statically quantized model's
-        activations: quint8...), whose integers are drawn over their type's whole range around a
-        zero point in its middle, at a fixed scale (the trace records neither; the kernels' time
-        does not follow them). Views of one allocation share it, as other inputs'."""
+        activations: quint8...), whose integers are drawn over their type's range (qint32's within
+        +-2**15, as sums of int8 products) around a zero point in its middle, at a fixed scale (the
+        trace records neither; the kernels' time does not follow them). Views of one allocation
+        share it, as other inputs'. Per tensor, whatever the original's scheme; on the CPU (torch
+        has no quantized meta tensors: an op reading one is skipped there, with torch's reason)."""
         ints, zero_point = QUANTIZED[dtype]
         key = (ref.storage_id, ref.dtype)
         n = max(self.storage_bytes.get(key, 0) // ref.itemsize, ref.offset + ref.extent())

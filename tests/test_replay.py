@@ -447,6 +447,75 @@ def test_statically_quantized_cnn_replays_with_packed_weights_as_the_capture_rec
     replay.run()
 
 
+def test_packed_weights_records_that_do_not_fit_their_calls_are_named_and_the_op_skipped(tmp_path):
+    """A sidecar's packed-weights records are matched to the trace's calls that take packed weights
+    in order, each checked for its op and type: a record of another type, one whose geometry makes
+    no valid weights (groups that do not divide the channels) and records that do not line up with
+    the calls (one too many) each skip the convolutions with a reason naming the sidecar, and the
+    other ops replay."""
+    model, x = _quantized_cnn()
+    path = tmp_path / "qcnn.json.gz"
+    capture_step(inference(model, x), path, warmup=1, runs=1, min_warmup_s=0)
+    side = json.loads(sidecar_path(path).read_text())
+    records = side["packed_weights"]
+
+    def skipped_with(changed: list[dict]) -> dict:
+        sidecar_path(path).write_text(json.dumps(side | {"packed_weights": changed}))
+        rep = Replay(load_trace(path), "cpu").prepare().report
+        assert rep.ops_replayed == rep.ops_total - sum(rep.skipped.values()), rep.skipped_list()
+        return {why: n for (op, why), n in rep.skipped.items() if op == "quantized::conv2d_relu"}
+
+    first = {k: v for k, v in records[0].items()} | {"kind": "LinearPackedParamsBase"}
+    whys = skipped_with([first, *records[1:]])
+    assert list(whys.values()) == [1] and "is of quantized::conv2d_relu's LinearPackedParamsBase" in next(iter(whys))
+    assert "qcnn.meta.json" in next(iter(whys))
+    whys = skipped_with([records[0] | {"groups": 5}, *records[1:]])  # (3 input channels)
+    assert list(whys.values()) == [1] and "qcnn.meta.json) makes no valid weights" in next(iter(whys)), whys
+    whys = skipped_with([*records, records[0]])
+    assert list(whys.values()) == [3] and "do not line up" in next(iter(whys)), whys
+
+
+def test_packed_weights_are_recorded_for_the_calls_that_take_them_only(tmp_path):
+    """The quantized functional API packs its weights inside the step (``conv2d_prepack``, which
+    returns packed weights, then ``conv2d``, which takes them): only the calls that take them are
+    recorded and matched, so the convolution replays from its record. A quantized embedding bag's
+    packed table is recorded by its type alone (it is no linear's or convolution's: the op is
+    skipped with that reason), and the step's other records are kept (before, its unpacking
+    failed the whole record: the ids' spread was lost)."""
+    import warnings
+
+    import torch.ao.nn.quantized as nnq
+    import torch.ao.nn.quantized.functional as qF
+
+    torch.backends.quantized.engine = "x86"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = torch.quantize_per_tensor(torch.randn(2, 4, 10, 10), 0.1, 128, torch.quint8)
+        w = torch.quantize_per_tensor(torch.randn(8, 4, 3, 3), 0.05, 0, torch.qint8)
+        bag = torch.nn.EmbeddingBag(1000, 16, mode="sum")
+        bag.qconfig = torch.ao.quantization.float_qparams_weight_only_qconfig
+        qbag = nnq.EmbeddingBag.from_float(bag)
+    ids, offsets = torch.randint(0, 1000, (64,)), torch.arange(0, 64, 4)
+
+    def step():
+        qF.conv2d(x, w, None, stride=2, padding=1, scale=0.2, zero_point=128)
+        qbag(ids, offsets)
+
+    path = tmp_path / "functional.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    assert [(r["op"], r["kind"]) for r in side["packed_weights"]] == [
+        ("quantized::conv2d", "Conv2dPackedParamsBase"), ("quantized::embedding_bag_byte", "EmbeddingPackedParamsBase")]
+    assert side["packed_weights"][0]["stride"] == [2, 2] and "weight" not in side["packed_weights"][1]
+    assert side["index_inputs"], side.keys()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert [s["op"] for s in rep.skipped_list()] == ["quantized::embedding_bag_byte"], rep.skipped_list()
+    assert "quantized::conv2d" in [s.name for s in replay.steps]
+    assert any(n.startswith("quantized::conv2d: packed weights") and "capture's record" in n for n in rep.notes)
+    replay.run()
+
+
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
     """TorchRec's sparse features reach FBGEMM's bounds check and lookup through a view, a
     permutation and a widening to int64: the lengths a permutation reads sum to its number of
