@@ -12,7 +12,8 @@ training and inference; and,
 beside the bundled CNN inference and recommender training, a residual CNN's training, a
 recommender's inference of other shapes, an LSTM language model's training, and the inference of
 a batch-first transformer decoder and of a GRU encoder (whose parameters' requires_grad flag
-decides their matmuls' path), a statically quantized residual CNN's inference (int8 kernels) and,
+decides their matmuls' path), a statically quantized residual CNN's inference (int8 kernels), the
+recommender's inference with int8 tables and linears (``qrec_infer``) and,
 with torchao installed, the inference of feed-forward blocks whose linear layers torchao quantized
 (int8 weights and activations; float8 weights). Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
@@ -222,9 +223,23 @@ def _cnn_train():
     return step, None
 
 
-def _rec_infer():
-    """A DLRM-like recommender's inference (embedding bags with skewed ids, MLPs), other tables."""
+def _rec_infer(quantized: bool = False):
+    """A DLRM-like recommender's inference (embedding bags with skewed ids, MLPs), other tables;
+    ``quantized``: its tables quantized to int8 rows (a scale and offset per row, PyTorch's
+    weight-only embedding quantization) and its linear layers dynamically to int8, as a CPU
+    serves one."""
     model = make_traces.TinyDLRM(tables=(20000, 8000, 3000, 800, 100), dim=64, dense_in=8).eval()
+    if quantized:
+        import warnings
+
+        import torch.ao.nn.quantized as nnq
+
+        with warnings.catch_warnings():  # (eager-mode quantization is deprecated in favour of torchao)
+            warnings.simplefilter("ignore")
+            for bag in model.bags:
+                bag.qconfig = torch.ao.quantization.float_qparams_weight_only_qconfig
+            model.bags = torch.nn.ModuleList(nnq.EmbeddingBag.from_float(bag) for bag in model.bags)
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     batch = 2048
     dense = torch.randn(batch, 8)
     sparse = []
@@ -381,7 +396,8 @@ def _torchao_infer(config: str):
 #: Models of the kinds the bundled traces have, but other shapes and the other mode (captured on the spot).
 TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
                 "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "encoder_infer": _encoder_infer,
-                "gru_infer": _gru_infer, "qresnet_infer": _quantized_resnet_infer}  # fmt: skip
+                "gru_infer": _gru_infer, "qresnet_infer": _quantized_resnet_infer,
+                "qrec_infer": functools.partial(_rec_infer, True)}  # fmt: skip
 #: With torchao installed, models whose layers it quantized.
 TORCHAO_MODELS = {"ao_int8_infer": functools.partial(_torchao_infer, "int8"),
                   "ao_float8_infer": functools.partial(_torchao_infer, "float8")}  # fmt: skip

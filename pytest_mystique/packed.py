@@ -1,4 +1,4 @@
-"""Packed weights: the opaque objects that quantized linear and convolution layers pass to their ops.
+"""Packed weights: the opaque objects that quantized linear, convolution and embedding layers pass to their ops.
 
 A dynamically quantized ``nn.Linear`` (``torch.ao.quantization.quantize_dynamic``) calls
 ``quantized::linear_dynamic(X, W_prepack)``, where ``W_prepack`` is a
@@ -17,7 +17,10 @@ helper records them (the sidecar's ``packed_weights``, one record per call of an
 packed weights, in the order of the calls: the weights' shape and type, per channel or not, a bias
 or not, and a convolution's geometry); with that record the replay packs seeded weights of that
 geometry, and without it the convolution is skipped with that reason. A linear layer's record
-gives its bias and quantization scheme too. Quantized kernels of this kind run on the CPU only.
+gives its bias and quantization scheme too. A quantized embedding bag's packed table
+(``EmbeddingPackedParamsBase``: rows of 8 or 4 bits a value, each with its scale and offset) is
+rebuilt at the recorded shape, and the bag's ids are drawn within its rows. Quantized kernels of
+this kind run on the CPU only.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .ops import Unsupported
 from .trace import Node, TensorRef
 
 LINEAR_PACKED = "LinearPackedParamsBase"
+EMBEDDING_PACKED = "EmbeddingPackedParamsBase"
 #: The ops that take a ``LinearPackedParamsBase`` and whether the packed weights are float16 rather
 #: than int8: with a floating-point input (dynamic quantization) or a quantized one (static
 #: quantization: ``quantized::linear`` reads a quint8 input and returns one at the scale it is given).
@@ -46,17 +50,17 @@ def is_packed(arg_type: str) -> bool:
 
 def packed_record(func, obj) -> dict:
     """What the capture helper keeps of packed weights that an op call received (the sidecar's
-    ``packed_weights``): the op, the packed type, and for a linear layer's or a convolution's the
-    weights' shape and type, whether they are quantized per channel, whether there is a bias, and
-    a convolution's stride, padding, dilation, groups, output padding and whether it is
-    transposed. Only the op and the type for other packed weights (an embedding table's) and
-    where the object does not unpack."""
+    ``packed_weights``): the op, the packed type, and for a linear layer's, a convolution's or an
+    embedding table's the weights' shape and type, whether they are quantized per channel, whether
+    there is a bias, and a convolution's stride, padding, dilation, groups, output padding and
+    whether it is transposed. Only the op and the type for other packed weights and where the
+    object does not unpack."""
     kind = obj._type().qualified_name().rsplit(".", 1)[-1]
     record: dict = {"op": func._schema.name, "kind": kind}
-    if kind != LINEAR_PACKED and not kind.startswith("Conv"):
+    if kind not in (LINEAR_PACKED, EMBEDDING_PACKED) and not kind.startswith("Conv"):
         return record
     try:
-        weight, bias = obj.unpack()
+        weight, bias = (obj.unpack(), None) if kind == EMBEDDING_PACKED else obj.unpack()
         record.update(weight=list(weight.shape), dtype=str(weight.dtype).removeprefix("torch."), bias=bias is not None,
                       per_channel=weight.is_quantized and weight.qscheme() in _PER_CHANNEL)  # fmt: skip
         if kind.startswith("Conv"):
@@ -93,11 +97,16 @@ def packed_weights(node: Node, arg_type: str, record: dict | None, device: torch
                                   f"padding, dilation and groups, which a trace does not record (a capture through "
                                   f"mystique capture records them)")  # fmt: skip
             return _packed_convolution(node, record, seed), True
+        if name == EMBEDDING_PACKED:
+            if record is None or "weight" not in record:
+                raise Unsupported(missing or f"its packed table ({name}) holds the embedding's rows, which a trace does "
+                                  f"not record (a capture through mystique capture records their shape)")  # fmt: skip
+            return _packed_embedding(record, seed), True
     except (RuntimeError, ValueError, TypeError, KeyError, MemoryError, OverflowError) as e:
         raise Unsupported(f"the capture's record of its packed weights ({sidecar}) makes no valid weights: "
                           f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}") from None  # fmt: skip
-    raise Unsupported(f"argument of type {name} to {node.name}: only quantized linear and convolution ops' packed "
-                      f"weights are rebuilt")  # fmt: skip
+    raise Unsupported(f"argument of type {name} to {node.name}: only quantized linear, convolution and embedding ops' "
+                      f"packed weights are rebuilt")  # fmt: skip
 
 
 def _seeded_weight(shape: list[int], fan_in: int, g: torch.Generator) -> tuple[torch.Tensor, float]:
@@ -159,3 +168,20 @@ def _packed_convolution(node: Node, record: dict, seed: int):
                              record["dilation"], groups)  # fmt: skip
     prepack = {1: ops.conv1d_prepack, 2: ops.conv2d_prepack, 3: ops.conv3d_prepack}
     return prepack[dims](q, bias, record["stride"], record["padding"], record["dilation"], groups)
+
+
+def _packed_embedding(record: dict, seed: int):
+    """A quantized embedding table of the recorded shape and type (quint8, or quint4x2 for four
+    bits a value), each row quantized over its own range (per-row scale and offset, as PyTorch's
+    weight-only embedding quantization does), rows drawn normal as ``nn.Embedding``'s."""
+    dtype = {"quint8": torch.quint8, "quint4x2": torch.quint4x2}.get(record["dtype"])
+    if dtype is None or len(record["weight"]) != 2:
+        raise ValueError(f"an embedding table of {record['dtype']} {record['weight']}: quint8 or quint4x2 rows only")
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(record["weight"], generator=g)
+    low, high = weight.amin(1), weight.amax(1)
+    scales = ((high - low) / (255 if dtype == torch.quint8 else 15)).clamp_min(1e-8)
+    with warnings.catch_warnings():  # quantized tensors' constructors are deprecated in favour of torchao's
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(weight, scales, -low / scales, 0, dtype)
+    return torch.ops.quantized.embedding_bag_prepack(q)

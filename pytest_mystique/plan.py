@@ -27,11 +27,21 @@ from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
-from .packed import is_packed, packed_weights, takes_packed
+from .packed import EMBEDDING_PACKED, is_packed, packed_weights, takes_packed
 from .sidecar import sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
-from .tensors import RANGED_OPS, Bags, Skew, TensorFactory, definite_inputs, float_ranges, index_ranges, value_sources
+from .tensors import (
+    RANGED_OPS,
+    Bags,
+    IntRange,
+    Skew,
+    TensorFactory,
+    definite_inputs,
+    float_ranges,
+    index_ranges,
+    value_sources,
+)
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -372,6 +382,8 @@ class Planner:
                 packed, recorded = packed_weights(node, arg.type, record, self.device, seed=self.factory.seed,
                                                   missing=missing, sidecar=str(sidecar_path(self.trace.path)))  # fmt: skip
                 values.append(packed)
+                if recorded and arg.type.endswith(EMBEDDING_PACKED) and isinstance(ids := node.inputs[1], TensorRef):
+                    self.factory.constrain(ids, IntRange(0, record["weight"][0]))  # (the table's rows)
                 how = "the capture's record of them" if recorded else "the op's shapes, with a bias"
                 self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from {how}, "
                                   f"seeded"] += 1  # fmt: skip

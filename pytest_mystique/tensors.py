@@ -334,6 +334,8 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
     if name in ("embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"):
         put("indices", rows("weight"))
         put("offsets", _offsets(args))
+    elif name in ("embedding_bag_byte", "embedding_bag_4bit", "embedding_bag_2bit"):
+        put("offsets", _offsets(args))  # (a quantized table's rows: its packed weights', see plan)
     elif name in ("embedding_backward", "embedding_dense_backward", "_embedding_bag_backward",
                   "_embedding_bag_dense_backward", "_embedding_bag_sparse_backward"):  # fmt: skip
         nw = scalar("num_weights")

@@ -475,45 +475,70 @@ def test_packed_weights_records_that_do_not_fit_their_calls_are_named_and_the_op
     assert list(whys.values()) == [3] and "do not line up" in next(iter(whys)), whys
 
 
-def test_packed_weights_are_recorded_for_the_calls_that_take_them_only(tmp_path):
+def test_packed_weights_are_recorded_for_the_calls_that_take_them_and_quantized_tables_rebuilt(tmp_path):
     """The quantized functional API packs its weights inside the step (``conv2d_prepack``, which
     returns packed weights, then ``conv2d``, which takes them): only the calls that take them are
     recorded and matched, so the convolution replays from its record. A quantized embedding bag's
-    packed table is recorded by its type alone (it is no linear's or convolution's: the op is
-    skipped with that reason), and the step's other records are kept (before, its unpacking
-    failed the whole record: the ids' spread was lost)."""
+    packed table (8 and 4 bits a value, a scale and offset per row) is rebuilt at the recorded
+    shape and its ids drawn within its rows (before, its unpacking, to one tensor, failed the whole
+    record: the ids' spread was lost, and the bag skipped). Without the record the bag is skipped
+    with the reason."""
     import warnings
 
     import torch.ao.nn.quantized as nnq
     import torch.ao.nn.quantized.functional as qF
+    from torch.ao.quantization import PerChannelMinMaxObserver, PlaceholderObserver, QConfig
 
     torch.backends.quantized.engine = "x86"
+    bags = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x = torch.quantize_per_tensor(torch.randn(2, 4, 10, 10), 0.1, 128, torch.quint8)
         w = torch.quantize_per_tensor(torch.randn(8, 4, 3, 3), 0.05, 0, torch.qint8)
-        bag = torch.nn.EmbeddingBag(1000, 16, mode="sum")
-        bag.qconfig = torch.ao.quantization.float_qparams_weight_only_qconfig
-        qbag = nnq.EmbeddingBag.from_float(bag)
-    ids, offsets = torch.randint(0, 1000, (64,)), torch.arange(0, 64, 4)
+        for rows, dtype in ((3000, torch.quint8), (500, torch.quint4x2)):
+            bag = torch.nn.EmbeddingBag(rows, 16, mode="sum")
+            bag.qconfig = QConfig(activation=PlaceholderObserver.with_args(dtype=torch.float),
+                                  weight=PerChannelMinMaxObserver.with_args(
+                                      dtype=dtype, qscheme=torch.per_channel_affine_float_qparams, ch_axis=0))  # fmt: skip
+            bags.append(nnq.EmbeddingBag.from_float(bag))
+    ids = [torch.randint(0, 3000, (256,)), torch.randint(0, 500, (256,))]
+    offsets = torch.arange(0, 256, 8)
 
     def step():
         qF.conv2d(x, w, None, stride=2, padding=1, scale=0.2, zero_point=128)
-        qbag(ids, offsets)
+        for bag, i in zip(bags, ids):
+            bag(i, offsets)
 
     path = tmp_path / "functional.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     side = load_sidecar(path)
-    assert [(r["op"], r["kind"]) for r in side["packed_weights"]] == [
-        ("quantized::conv2d", "Conv2dPackedParamsBase"), ("quantized::embedding_bag_byte", "EmbeddingPackedParamsBase")]
-    assert side["packed_weights"][0]["stride"] == [2, 2] and "weight" not in side["packed_weights"][1]
+    records = side["packed_weights"]
+    assert [(r["op"], r["kind"]) for r in records] == [
+        ("quantized::conv2d", "Conv2dPackedParamsBase"), ("quantized::embedding_bag_byte", "EmbeddingPackedParamsBase"),
+        ("quantized::embedding_bag_4bit", "EmbeddingPackedParamsBase")]  # fmt: skip
+    assert records[0]["stride"] == [2, 2] and [r["weight"] for r in records[1:]] == [[3000, 16], [500, 16]]
     assert side["index_inputs"], side.keys()
     replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
-    assert [s["op"] for s in rep.skipped_list()] == ["quantized::embedding_bag_byte"], rep.skipped_list()
-    assert "quantized::conv2d" in [s.name for s in replay.steps]
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert any(n.startswith("quantized::conv2d: packed weights") and "capture's record" in n for n in rep.notes)
-    replay.run()
+    seen = []
+
+    def look(s, result):
+        if s.name.startswith("quantized::embedding_bag"):
+            table, indices, offs = s.args[0], replay.env[dict(s.fills)[1]], replay.env[dict(s.fills)[2]]
+            seen.append((table.unpack().shape[0], int(indices.min()), int(indices.max()), offs[:2].tolist()))
+
+    replay.run(look)
+    assert [(rows, low >= 0, high < rows) for rows, low, high, _ in seen] == [(3000, True, True), (500, True, True)]
+    assert seen[0][2] > 1500 and all(o[0] == 0 for *_, o in seen), seen  # ids over the rows; bags from 0
+
+    del side["packed_weights"]
+    sidecar_path(path).write_text(json.dumps(side))
+    rep = Replay(load_trace(path), "cpu").prepare().report
+    assert {s["op"] for s in rep.skipped_list()} == {"quantized::conv2d", "quantized::embedding_bag_byte",
+                                                     "quantized::embedding_bag_4bit"}, rep.skipped_list()  # fmt: skip
+    assert all("a trace does not record" in s["reason"] for s in rep.skipped_list()), rep.skipped_list()
 
 
 def test_sparse_features_are_consistent_through_permutes_and_conversions():
