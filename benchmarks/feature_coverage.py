@@ -1,7 +1,7 @@
 """Coverage of the replay over features of PyTorch programs that traces carry.
 
 Each case is a small step using one feature (sparse gradients, torch.compile, dynamic and static
-quantization, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
+quantization, eager and through export, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
 sampling, data-dependent shapes, linear algebra, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
@@ -84,6 +84,10 @@ def quantized_dynamic():
 
 def quantized_static():
     return _quantized_resnet_infer()[0]  # (its convolutions' packed weights: the capture records their geometry)
+
+
+def quantized_pt2e():
+    return _quantized_resnet_infer("pt2e")[0]  # (quantized through export: quantized_decomposed's ops)
 
 
 def torchao_int8():
@@ -256,7 +260,8 @@ def causal_attention_rmsnorm():
 
 
 CASES = {f.__name__: f for f in (
-    sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, torchao_int8,
+    sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
+    torchao_int8,
     torchao_float8, fft_complex, autocast_bf16, grad_scaler_fp16,
     channels_last, multihead_attention, fused_adam, foreach_adamw_clipping, data_dependent_shapes,
     upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,

@@ -48,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -319,15 +320,16 @@ def _gru_infer():
     return infer, None
 
 
-def _quantized_resnet_infer():
+def _quantized_resnet_infer(how: str = "eager"):
     """Inference of a statically quantized residual CNN (eager-mode quantization, the x86 backend:
     int8 kernels of FBGEMM and oneDNN): a stem of stride 2, three stages of two residual blocks
     (convolutions fused with their batch norms and ReLUs, 1x1 projections where a stage narrows, a
     quantized add), a pooled linear head; activations quint8, weights qint8 per channel. A trace
-    records the packed weights as an opaque object; the capture helper records each one's geometry."""
-    import warnings
-
-    from torch.ao.quantization import DeQuantStub, QuantStub, convert, fuse_modules, get_default_qconfig, prepare
+    records the packed weights as an opaque object; the capture helper records each one's geometry.
+    ``how="pt2e"``: the same network quantized through export (torchao's prepare_pt2e and
+    convert_pt2e, the x86 quantizer), which runs its convolutions in float between quantize and
+    dequantize ops (``quantized_decomposed``), as it does until a compiler fuses them."""
+    from torch.ao.quantization import DeQuantStub, QuantStub, fuse_modules
 
     nn = torch.nn
 
@@ -354,6 +356,28 @@ def _quantized_resnet_infer():
     model = nn.Sequential(QuantStub(), *conv_bn(3, 32, 3, 2), nn.ReLU(), *blocks, nn.AdaptiveAvgPool2d(1),
                           nn.Flatten(), nn.Linear(128, 100), DeQuantStub()).eval()  # fmt: skip
     x = torch.randn(8, 3, 96, 96)
+    if how == "pt2e":
+        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+        prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+        prepared(x)  # (calibration)
+        model = convert_pt2e(prepared)
+    else:
+        _quantize_eagerly(model, blocks, x)
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    return infer, None
+
+
+def _quantize_eagerly(model, blocks, x) -> None:
+    """``model`` (a stem, ``blocks``, a head) quantized in place the eager way: fused, calibrated on ``x``."""
+    from torch.ao.quantization import convert, fuse_modules, get_default_qconfig, prepare
+
     with warnings.catch_warnings():  # (eager-mode quantization is deprecated in favour of torchao)
         warnings.simplefilter("ignore")
         torch.backends.quantized.engine = "x86"
@@ -365,12 +389,6 @@ def _quantized_resnet_infer():
         with torch.no_grad():
             model(x)  # (calibration)
         convert(model, inplace=True)
-
-    def infer():
-        with torch.no_grad():
-            model(x)
-
-    return infer, None
 
 
 def _torchao_infer(config: str):
@@ -400,7 +418,8 @@ TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": 
                 "qrec_infer": functools.partial(_rec_infer, True)}  # fmt: skip
 #: With torchao installed, models whose layers it quantized.
 TORCHAO_MODELS = {"ao_int8_infer": functools.partial(_torchao_infer, "int8"),
-                  "ao_float8_infer": functools.partial(_torchao_infer, "float8")}  # fmt: skip
+                  "ao_float8_infer": functools.partial(_torchao_infer, "float8"),
+                  "qresnet_pt2e_infer": functools.partial(_quantized_resnet_infer, "pt2e")}  # fmt: skip
 
 
 def models() -> dict:
