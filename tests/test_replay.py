@@ -507,6 +507,9 @@ def test_packed_weights_records_that_do_not_fit_their_calls_are_named_and_the_op
     assert list(whys.values()) == [1] and "qcnn.meta.json) makes no valid weights" in next(iter(whys)), whys
     whys = skipped_with([*records, records[0]])
     assert list(whys.values()) == [3] and "do not line up" in next(iter(whys)), whys
+    sidecar_path(path).write_text(json.dumps(side | {"packed_weights": [records[0] | {"groups": 0}, *records[1:]]}))
+    with pytest.raises(ReplayError, match=r"qcnn\.meta\.json: malformed timing sidecar: packed_weights"):
+        Replay(load_trace(path), "cpu").prepare()
 
 
 def test_packed_weights_are_recorded_for_the_calls_that_take_them_and_quantized_tables_rebuilt(tmp_path):
