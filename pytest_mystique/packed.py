@@ -43,9 +43,15 @@ _DYNAMIC_LINEARS = {"linear_dynamic": False, "linear_relu_dynamic": False, "line
 _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric, torch.per_channel_affine_float_qparams)
 
 
-def is_packed(arg_type: str) -> bool:
+def packed_kind(type_name: str) -> str:
+    """The class of packed weights a schema's argument type or a ScriptObject's qualified name names
+    (``__torch__.torch.classes.quantized.Conv2dPackedParamsBase`` -> ``Conv2dPackedParamsBase``)."""
+    return type_name.rsplit(".", 1)[-1]
+
+
+def is_packed(type_name: str) -> bool:
     """An argument of a packed-weights type (``LinearPackedParamsBase``, ``Conv2dPackedParamsBase``...)."""
-    return arg_type.rsplit(".", 1)[-1].endswith("PackedParamsBase")
+    return packed_kind(type_name).endswith("PackedParamsBase")
 
 
 def packed_record(func, obj) -> dict:
@@ -55,7 +61,7 @@ def packed_record(func, obj) -> dict:
     there is a bias, and a convolution's stride, padding, dilation, groups, output padding and
     whether it is transposed. Only the op and the type for other packed weights and where the
     object does not unpack."""
-    kind = obj._type().qualified_name().rsplit(".", 1)[-1]
+    kind = packed_kind(obj._type().qualified_name())
     record: dict = {"op": func._schema.name, "kind": kind}
     if kind not in (LINEAR_PACKED, EMBEDDING_PACKED) and not kind.startswith("Conv"):
         return record
@@ -85,7 +91,7 @@ def packed_weights(node: Node, arg_type: str, record: dict | None, device: torch
     its shapes (and the record's bias and scheme, where there is one and it fits). ``missing``: why
     there is no record, where the sidecar has records that do not fit. Unsupported, with the
     reason, where they cannot be rebuilt (a record that makes no valid weights names ``sidecar``)."""
-    name = arg_type.rsplit(".", 1)[-1]
+    name = packed_kind(arg_type)
     if device.type != "cpu":
         raise Unsupported(f"{node.name} has kernels for the CPU only")
     try:

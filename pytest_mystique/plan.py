@@ -27,7 +27,7 @@ from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
 from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
-from .packed import EMBEDDING_PACKED, is_packed, packed_weights, takes_packed
+from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
 from .sidecar import sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
@@ -295,7 +295,7 @@ class Planner:
                 self.report.notes[f"{where}: the capture's {len(records)} record(s) of packed weights do not line up "
                                   f"with the trace's {len(takers)} call(s) that take them: none is used"] += 1  # fmt: skip
         record = self._packed.get(node.id)
-        kind = arg_type.rsplit(".", 1)[-1]
+        kind = packed_kind(arg_type)
         if record is None:
             return None, (f"the capture's records of packed weights ({where}) do not line up with the trace's calls "
                           f"that take them")  # fmt: skip

@@ -210,9 +210,10 @@ def _record_inputs(step, result: Captured) -> None:
       COO, its element count, sparse dimensions and coalescing;
     - each 0-dim input's value (``scalar_inputs``, :func:`_scalar_records`): a number the program
       passed, a 0-dim parameter or buffer;
-    - the packed weights each quantized linear or convolution op call received (``packed_weights``,
-      :func:`.packed.packed_record`, a record per call): a trace records them as an opaque object,
-      and a convolution's kernel size, stride, padding and groups are nowhere else.
+    - the packed weights each quantized linear, convolution or embedding op call received
+      (``packed_weights``, :func:`.packed.packed_record`, a record per call): a trace records them as
+      an opaque object, and a convolution's kernel size, stride, padding and groups, or an embedding
+      table's rows, are nowhere else.
 
     Only where the trace's operators read such inputs; a step that fails under the mode (or a
     compiler that refuses it) leaves the sidecar as it was, with a warning."""
