@@ -17,14 +17,22 @@ alternating local and global attention; Phi-3's fused projections, Mixtral, Star
 Nemotron, DBRX's clipped QKV and fused experts, Cohere 2, Falcon-Mamba, Bamba and RecurrentGemma's
 hybrids, LFM2's short convolutions, gpt-oss's attention sinks and experts, JetMoE, DeBERTa-v2's
 disentangled attention, Megatron-BERT, XLM; Apertus, Doge, Falcon-H1, MiniMax's lightning attention,
-GraniteMoE-hybrid, PhiMoE, Zamba2, OLMo 2, GLM-4, EXAONE 4, Helium, ERNIE 4.5), encoder-decoders
+GraniteMoE-hybrid, PhiMoE, Zamba2, OLMo 2, GLM-4, EXAONE 4, Helium, ERNIE 4.5; Llama 4's routed
+experts, Nemotron-H's Mamba-2 hybrid, BitNet's ternary weights, DiffLlama's differential attention,
+OLMo 3, Seed-OSS, Hunyuan's and MiniMax-M2's, GLM-4.5's, ERNIE 4.5's, Cohere 2's, EXAONE's, AFMoE's,
+FlexOlmo's, GraniteMoE-shared's, LFM2's and dots.llm1's experts, VaultGemma, Arcee, SmolLM3, OLMo's
+hybrid of gated DeltaNet and attention, Qwen3-Next's and Qwen3.5's linear attention, Kimi Linear's
+delta attention, DeepSeek-V2's and MiniCPM3's latent attention, DeepSeek-V3.2's sparse attention
+indexer, Gemma 3n's AltUp and Laurel blocks; EuroBERT, Nomic BERT, GTE, YOSO's hashed attention,
+MRA's multi-resolution attention, I-BERT's integer-only arithmetic, DeBERTa, LUKE), encoder-decoders
 (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5, LongT5, Blenderbot,
 ProphetNet's n-gram streams, BigBird-Pegasus, PLBart, NLLB-MoE's experts with a capacity; BART, T5,
-UMT5), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer,
+UMT5; PEGASUS-X's block-local and global tokens, T5Gemma, Blenderbot-small), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer,
 ConvNeXt V2, Swin V2, MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision, EfficientNet's squeeze-and-
 excitation, BiT's weight-standardised convolutions and group norm, PVT v2, Hiera's unrolled stages;
 ConvNeXt, Swin, DeiT, LeViT, CvT's convolutional projections; YOLOS and DETR's detection losses with
-their matching, GLPN's depth), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
+their matching, GLPN's depth; DINOv2 with registers, I-JEPA, MobileViTV2's separable attention,
+SwiftFormer, PVT, TextNet, SigLIP's and CLIP's vision towers), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
 audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text, Whisper, Moonshine; LayerDrop off, since
 a step that skips a random layer is not the traced one) and time-series forecasters (PatchTST,
 PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts). ``--family diffusers``
@@ -94,6 +102,14 @@ TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_h
 S2S = dict(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
            pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
+#: grouped-query attention (2 key/value heads of 16), mixtures of experts (4, 2 a token; the names
+#: architectures give these), multi-head latent attention (DeepSeek's low-rank keys and values)
+GQA = dict(TXT, num_key_value_heads=2, head_dim=16)
+MOE = dict(num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+           n_group=1, topk_group=1)
+MLA = dict(q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
+#: a vision transformer's tower inside a vision-language model's config (SigLIP, CLIP)
+VIT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=64, patch_size=8)
 tf = None  # transformers, imported by main()
 
 #: model type -> (Auto class, config, inputs)
@@ -155,6 +171,34 @@ MODELS = {  # fmt: skip
  "exaone4": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16, sliding_window=16), "lm"),
  "helium": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
  "ernie4_5": ("AutoModelForCausalLM", dict(TXT, num_key_value_heads=2, head_dim=16), "lm"),
+ "llama4_text": ("AutoModelForCausalLM", dict(GQA, num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=128), "lm"),
+ "nemotron_h": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "bitnet": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "diffllama": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "olmo3": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "seed_oss": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "hunyuan_v1_moe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "minimax_m2": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "glm4_moe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "ernie4_5_moe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "vaultgemma": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "cohere2_moe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "exaone_moe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "afmoe": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "arcee": ("AutoModelForCausalLM", dict(GQA), "lm"),
+ "granitemoeshared": ("AutoModelForCausalLM", dict(GQA, **MOE), "lm"),
+ "smollm3": ("AutoModelForCausalLM", dict(GQA, pad_token_id=0), "lm"),
+ "flex_olmo": ("AutoModelForCausalLM", dict(GQA, **MOE, pad_token_id=0), "lm"),
+ "olmo_hybrid": ("AutoModelForCausalLM", dict(GQA, pad_token_id=0), "lm"),
+ "qwen3_next": ("AutoModelForCausalLM", dict(GQA, **MOE, use_cache=False), "lm"),
+ "qwen3_5_text": ("AutoModelForCausalLM", dict(GQA, use_cache=False), "lm"),
+ "kimi_linear": ("AutoModelForCausalLM", dict(GQA, **MOE, pad_token_id=0, use_cache=False), "lm"),
+ "deepseek_v2": ("AutoModelForCausalLM", dict(TXT, **MOE, **MLA, num_key_value_heads=4, first_k_dense_replace=1), "lm"),
+ "deepseek_v32": ("AutoModelForCausalLM", dict(TXT, **MOE, **MLA, num_key_value_heads=4, first_k_dense_replace=1), "lm"),
+ "minicpm3": ("AutoModelForCausalLM", dict(TXT, **MLA, num_key_value_heads=4), "lm"),
+ "lfm2_moe": ("AutoModelForCausalLM", dict(GQA, **MOE, layer_types=["conv", "full_attention"], num_dense_layers=1), "lm"),
+ "dots1": ("AutoModelForCausalLM", dict(GQA, **MOE, first_k_dense_replace=1, n_shared_experts=1), "lm"),
+ "gemma3n_text": ("AutoModelForCausalLM", dict(GQA, num_kv_shared_layers=0, laurel_rank=8, altup_num_inputs=2, hidden_size_per_layer_input=16, vocab_size_per_layer_input=1000, activation_sparsity_pattern=[0.0, 0.0], layer_types=["sliding_attention", "full_attention"], sliding_window=16), "lm"),
  # encoders
  "roberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=1), "lm"),
  "albert": ("AutoModelForMaskedLM", dict(TXT, embedding_size=32), "lm"),
@@ -179,6 +223,14 @@ MODELS = {  # fmt: skip
  "deberta-v2": ("AutoModelForMaskedLM", dict(TXT, relative_attention=True, position_buckets=32, pos_att_type=["p2c", "c2p"]), "lm"),
  "megatron-bert": ("AutoModelForMaskedLM", dict(TXT), "lm"),
  "xlm": ("AutoModelForSequenceClassification", dict(vocab_size=1000, emb_dim=64, n_layers=2, n_heads=4, max_position_embeddings=128), "cls"),
+ "eurobert": ("AutoModelForMaskedLM", dict(TXT, num_key_value_heads=2, pad_token_id=0), "lm"),
+ "nomic_bert": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0), "lm"),
+ "gte": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0), "lm"),
+ "yoso": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0, use_expectation=True), "lm"),
+ "mra": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0, max_position_embeddings=130), "lm"),
+ "ibert": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0, quant_mode=True), "lm"),
+ "deberta": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0, relative_attention=True, pos_att_type=["p2c", "c2p"]), "lm"),
+ "luke": ("AutoModelForMaskedLM", dict(TXT, pad_token_id=0, entity_vocab_size=100, entity_emb_size=32), "lm"),
  # encoder-decoders
  "pegasus": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "marian": ("AutoModelForSeq2SeqLM", dict(S2S, decoder_vocab_size=1000), "s2s"),
@@ -196,6 +248,9 @@ MODELS = {  # fmt: skip
  "bart": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  "t5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
  "umt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0), "s2s"),
+ "pegasus_x": ("AutoModelForSeq2SeqLM", dict(S2S, block_size=16, num_global_tokens=4), "s2s"),
+ "t5gemma": ("AutoModelForSeq2SeqLM", dict(encoder=GQA, decoder=GQA, vocab_size=1000, pad_token_id=0, decoder_start_token_id=1), "s2s"),
+ "blenderbot-small": ("AutoModelForSeq2SeqLM", dict(S2S), "s2s"),
  # vision
  "resnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=10), "img"),
  "regnet": ("AutoModelForImageClassification", dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=10), "img"),
@@ -223,6 +278,14 @@ MODELS = {  # fmt: skip
  "yolos": ("YolosForObjectDetection", dict(TXT, image_size=[64, 64], patch_size=8, num_detection_tokens=10, num_labels=10), "det"),
  "detr": ("DetrForObjectDetection", dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=dict(model_type="resnet", embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], out_features=["stage4"]), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10, num_labels=10), "det"),
  "glpn": ("GLPNForDepthEstimation", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], decoder_hidden_size=32), "depth"),
+ "dinov2_with_registers": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_register_tokens=4, num_labels=10), "img"),
+ "ijepa": ("AutoModelForImageClassification", dict(TXT, image_size=64, patch_size=8, num_labels=10), "img"),
+ "mobilevitv2": ("AutoModelForImageClassification", dict(image_size=64, width_multiplier=0.5, num_labels=10), "img"),
+ "swiftformer": ("AutoModelForImageClassification", dict(depths=[1, 1, 1, 1], embed_dims=[16, 32, 64, 128], num_labels=10), "img"),
+ "pvt": ("AutoModelForImageClassification", dict(image_size=64, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4], num_labels=10), "img"),
+ "textnet": ("AutoModelForImageClassification", dict(num_labels=10), "img"),
+ "siglip": ("AutoModelForImageClassification", dict(vision_config=VIT, num_labels=10), "img"),
+ "clip": ("AutoModelForImageClassification", dict(vision_config=VIT, num_labels=10), "img"),
  # audio
  "wav2vec2": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
  "hubert": ("AutoModelForCTC", dict(TXT, layerdrop=0.0, vocab_size=32, conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0), "audio"),
