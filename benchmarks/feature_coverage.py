@@ -2,7 +2,8 @@
 
 Each case is a small step using one feature (sparse gradients, torch.compile, dynamic and static
 quantization, eager and through export, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
-sampling, data-dependent shapes, linear algebra, ...), captured here with the capture helper and
+sampling, data-dependent shapes, linear algebra, torch.func's transforms, parametrizations, random
+layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics, losses, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
 iterations ran. The last line counts the cases that replay every op.
@@ -259,13 +260,162 @@ def causal_attention_rmsnorm():
         .sum().backward()  # fmt: skip
 
 
+def gradient_penalty():
+    """A gradient of a gradient: a critic's penalty on the norm of its input gradient (WGAN-GP)."""
+    critic, x = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1)), torch.randn(16, 32, requires_grad=True)
+
+    def loss():
+        (g,) = torch.autograd.grad(critic(x).sum(), x, create_graph=True)
+        return critic(x).mean() + ((g.norm(2, dim=1) - 1) ** 2).mean()
+
+    return _train(critic, loss)
+
+
+def per_sample_gradients():
+    """torch.func's vmap over grad: every sample's gradient of a linear model at once."""
+    w, x, y = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32, 8)
+
+    def one(w, x, y):
+        return ((x @ w.T - y) ** 2).sum()
+
+    return lambda: torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0))(w, x, y).sum()
+
+
+def reparametrized_weights():
+    """Weight normalisation and spectral normalisation (a power iteration updating its buffers) as
+    parametrizations recomputed every forward."""
+    p = nn.utils.parametrizations
+    model = nn.Sequential(p.weight_norm(nn.Linear(32, 64)), nn.ReLU(), p.spectral_norm(nn.Linear(64, 16)))
+    x = torch.randn(8, 32)
+    return _train(model, lambda: model(x).pow(2).mean())
+
+
+def random_layers():
+    """Layers that draw at random in training: RReLU's slopes, alpha dropout, fractional max pooling."""
+    conv, x = nn.Conv2d(3, 8, 3), torch.randn(2, 3, 33, 33)
+    model = nn.Sequential(conv, nn.RReLU(), nn.FractionalMaxPool2d(2, output_ratio=0.5), nn.Flatten(),
+                          nn.AlphaDropout(0.2), nn.Linear(8 * 15 * 15, 10))  # fmt: skip
+    return _train(model, lambda: model(x).logsumexp(1).mean())
+
+
+def scatter_reductions():
+    """Scatter and index reductions into buckets (a segment's max and mean, counts, a put)."""
+    x, idx = torch.randn(4096, 16, requires_grad=True), torch.randint(0, 64, (4096,))
+
+    def step():
+        out = torch.zeros(64, 16).scatter_reduce(0, idx[:, None].expand(-1, 16), x, "amax", include_self=False)
+        mean = torch.zeros(64, 16).index_reduce(0, idx, x, "mean", include_self=False)
+        count = torch.zeros(64).index_add(0, idx, torch.ones(4096))
+        taken = x.take_along_dim(idx[:, None] % 16, 1)
+        (out.sum() + mean.sum() + count.sum() + taken.sum()).backward()
+
+    return step
+
+
+def video_cnn():
+    """Three-dimensional convolutions, their transposes and batch norm over frames (a video model)."""
+    model = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(), nn.MaxPool3d(2),
+                          nn.ConvTranspose3d(8, 4, 2, stride=2), nn.AdaptiveAvgPool3d(1), nn.Flatten())  # fmt: skip
+    x = torch.randn(2, 3, 8, 16, 16)
+    return _train(model, lambda: model(x).pow(2).mean(), torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+
+
+def recurrent_cells():
+    """A bidirectional GRU, an Elman RNN, and an LSTM cell unrolled in Python over time."""
+    gru, rnn, cell = nn.GRU(16, 32, bidirectional=True), nn.RNN(64, 32, nonlinearity="tanh"), nn.LSTMCell(32, 32)
+    x = torch.randn(12, 4, 16)
+    params = [*gru.parameters(), *rnn.parameters(), *cell.parameters()]
+
+    def loss():
+        h = rnn(gru(x)[0])[0]
+        hc = (torch.zeros(4, 32), torch.zeros(4, 32))
+        for t in range(h.shape[0]):
+            hc = cell(h[t], hc)
+        return hc[0].sum()
+
+    return _train(nn.ParameterList(params), loss)
+
+
+def order_statistics():
+    """Medians, quantiles, k-th values, modes and cumulative maxima and products, with gradients."""
+    x = torch.randn(64, 128, requires_grad=True)
+
+    def step():
+        parts = (x.median(1).values, x.kthvalue(5, 1).values, x.quantile(torch.tensor([0.1, 0.9]), 1),
+                 x.cummax(1).values, x.logcumsumexp(1), (x.abs() + 0.5).cumprod(1), x.argsort(dim=1, stable=True).float())  # fmt: skip
+        sum(p.sum() for p in parts).backward()
+        return x.round().mode(1).values.sum()
+
+    return step
+
+
+def interpolation_modes():
+    """Resampling by bicubic, nearest-exact, antialiased bilinear and trilinear interpolation."""
+    x, v = torch.randn(2, 4, 32, 32, requires_grad=True), torch.randn(1, 2, 8, 16, 16, requires_grad=True)
+
+    def step():
+        parts = (F.interpolate(x, scale_factor=2, mode="bicubic"), F.interpolate(x, size=(20, 20), mode="nearest-exact"),
+                 F.interpolate(x, size=(12, 12), mode="bilinear", antialias=True),
+                 F.interpolate(v, scale_factor=2, mode="trilinear"))  # fmt: skip
+        sum(p.square().mean() for p in parts).backward()
+
+    return step
+
+
+def loss_functions():
+    """A dozen losses of classification, ranking, regression and distributions, with their gradients."""
+    a, b = torch.randn(32, 10, requires_grad=True), torch.randn(32, 10)
+    labels, signs = torch.randint(0, 10, (32,)), torch.randint(0, 2, (32,)).float() * 2 - 1
+
+    def step():
+        losses = (F.smooth_l1_loss(a, b), F.huber_loss(a, b, delta=0.5), F.kl_div(a.log_softmax(1), b.softmax(1), reduction="batchmean"),
+                  F.binary_cross_entropy_with_logits(a, b.sigmoid(), pos_weight=torch.full((10,), 2.0)),
+                  F.margin_ranking_loss(a[:, 0], a[:, 1], signs), F.triplet_margin_loss(a, b, b.flip(0)),
+                  F.cosine_embedding_loss(a, b, signs), F.multilabel_soft_margin_loss(a, (b > 0).float()),
+                  F.poisson_nll_loss(a, b.abs()), F.gaussian_nll_loss(a, b, torch.ones(32, 10)),
+                  F.multi_margin_loss(a, labels), F.cross_entropy(a, labels, label_smoothing=0.1))  # fmt: skip
+        sum(losses).backward()
+
+    return step
+
+
+def embedding_max_norm():
+    """An embedding that renormalises the rows it looks up in place (max_norm) and skips a padding row."""
+    emb = nn.Embedding(500, 32, max_norm=1.0, padding_idx=0)
+    ids = torch.randint(0, 500, (16, 24))
+    return _train(emb, lambda: emb(ids).sum(), torch.optim.SGD(emb.parameters(), lr=0.1))
+
+
+def tensor_contractions():
+    """einsum in several patterns, batched and blocked products, Kronecker products, triangles."""
+    a, b, c = torch.randn(8, 16, 32, requires_grad=True), torch.randn(8, 32, 24), torch.randn(16, 16)
+
+    def step():
+        parts = (torch.einsum("bij,bjk->bik", a, b), torch.einsum("bij,ij->b", a[:, :, :16], c), torch.baddbmm(a[:, :, :24], a, b),
+                 torch.addbmm(torch.zeros(16, 24), a, b), torch.tensordot(a, b, dims=([0, 2], [0, 1])),
+                 torch.kron(c[:4, :4], c[:4, :4]), torch.block_diag(c[:4, :4], c[:2, :2]), c.tril(-1) + c.triu(1),
+                 torch.diag_embed(a[:, 0]))  # fmt: skip
+        sum(p.sum() for p in parts).backward()
+
+    return step
+
+
+def integer_arithmetic():
+    """Integer and boolean work: bit operations, floor division, remainders, greatest common divisors."""
+    i, j = torch.randint(1, 1000, (4096,)), torch.randint(1, 50, (4096,))
+    return lambda: ((i & j) | (i ^ 7)).sum() + (i // j).sum() + (i % j).sum() + torch.fmod(i, j).sum() \
+        + torch.gcd(i, j).sum() + (i << 2).sum() + ((i > 500) & ~(j < 10)).sum() + i.clamp(10, 900).sum()  # fmt: skip
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
     torchao_float8, fft_complex, autocast_bf16, grad_scaler_fp16,
     channels_last, multihead_attention, fused_adam, foreach_adamw_clipping, data_dependent_shapes,
     upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,
-    linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm)}  # fmt: skip
+    linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm, gradient_penalty, per_sample_gradients,
+    reparametrized_weights, random_layers, scatter_reductions, video_cnn, recurrent_cells, order_statistics,
+    interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic)}  # fmt: skip
 
 
 def main() -> int:

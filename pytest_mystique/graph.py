@@ -5,15 +5,17 @@ ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
 ``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
 thread/process roots) have no schema and are descended through. Operators nested inside a
 selected operator are its implementation and run when it runs, so they are not selected again,
-with two exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
-(:func:`_redispatching`), and a composite whose parts made a tensor that a later operator reads
-(:func:`_hidden_outputs`).
+with three exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
+(:func:`_redispatching`), a call on ``torch.func``'s wrapper tensors (:func:`_storageless`), and a
+composite whose parts made a tensor that a later operator reads (:func:`_hidden_outputs`).
 """
 
 from __future__ import annotations
 
+import re
+
 from .errors import TraceError
-from .trace import Node, Trace, storages_of, tensors_of
+from .trace import ListValue, Node, Trace, Unstrided, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 CASTS = ("aten::to", "aten::_to_copy")
@@ -115,12 +117,55 @@ def select_ops(trace: Trace) -> list[Node]:
     around = _around_casts(trace, above, through) if through else set()
     through |= around
     outermost = _outermost(trace, above, through)
+    wrapped: set[int] = set()
+    parts = None
+    while True:  # (one level of torch.func's wrappers a pass: vmap over grad is two, each op's calls nested)
+        if parts is None:
+            if not any(_storageless(n) for n in outermost):
+                break
+            parts = child_op_names(trace)
+        level = {n.id for n in outermost if _wraps(parts.get(n.id)) and _storageless(n)}
+        if not level:
+            break
+        wrapped |= level
+        through |= level
+        outermost = _outermost(trace, above, through)
+    trace.unwrapped = sorted(wrapped)
     opened = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
     open_above = _open_above(above, through | opened)
     trace.around_casts = sorted(a for a in around if open_above(a))  # (not inside one replayed whole)
     return list(trace.selected)
+
+
+def _storageless(node: Node) -> bool:
+    """``node`` reads or returns a tensor recorded without storage. Where it also ran operators
+    inside it, those are its parts on the tensors it wraps: a ``torch.func`` transform (``vmap``,
+    ``grad``) records each operator once at each of its levels, on wrapper tensors that have no
+    storage (a batched or a gradient-tracking tensor), nested down to the call on plain tensors.
+    Replayed whole, the outer call would read a sparse tensor rebuilt in the wrapper's place (and
+    most ops refuse it: 8 of a per-sample-gradient step's 16 operators were skipped); its parts
+    are replayed instead, level by level (:func:`_wraps` keeps a sparse operator whole)."""
+    try:
+        return _has_storageless(node.inputs) or _has_storageless(node.outputs)
+    except (TraceError, RecursionError):  # (a malformed nested operator shows nothing)
+        return False
+
+
+def _wraps(parts: set[str] | None) -> bool:
+    """Operators ran inside this one and none of them reads a sparse, nested or MKL-DNN tensor's own
+    structure (its indices, values, offsets...), as a sparse operator's parts do: replayed whole
+    with its sparse input rebuilt, such an operator runs as it ran, its parts on their own would read
+    tensors the replay does not have."""
+    return bool(parts) and not any(_STRUCTURE.search(name) for name in parts)
+
+
+_STRUCTURE = re.compile(r"sparse|nested|mkldnn|coalesce|indices|values|_nnz|to_dense|dense_dim|offsets")
+
+
+def _has_storageless(values) -> bool:
+    return any(isinstance(v, Unstrided) or (isinstance(v, ListValue) and _has_storageless(v.items)) for v in values)
 
 
 def _op_parents(trace: Trace) -> dict[int, int | None]:

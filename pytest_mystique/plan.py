@@ -228,6 +228,12 @@ class Planner:
             self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
                               f"tensor one of their parts made and they do not return (saved for the backward pass): "
                               f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
+        if self.trace.unwrapped:
+            kinds = Counter(self.trace.by_id[i].name for i in self.trace.unwrapped)
+            self.report.notes[f"{len(self.trace.unwrapped)} operator call(s) on tensors recorded without storage replayed "
+                              f"through the calls they made (a torch.func transform, vmap or grad, records each operator "
+                              f"at each of its levels on wrapper tensors, down to the call on the tensors they wrap): "
+                              f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
         if self.trace.around_casts:
             kinds = Counter(self.trace.by_id[i].name for i in self.trace.around_casts)
             self.report.notes[f"{len(self.trace.around_casts)} operator(s) replayed through their parts, as parts of "

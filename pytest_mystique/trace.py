@@ -234,6 +234,7 @@ class Trace:
     selected: list[Node] | None = field(default=None, init=False, repr=False)  # cache of graph.select_ops
     opened: list[int] = field(default_factory=list, init=False, repr=False)  # operators graph.select_ops looked into
     around_casts: list[int] = field(default_factory=list, init=False, repr=False)  # ... as autocast cast their parts' inputs
+    unwrapped: list[int] = field(default_factory=list, init=False, repr=False)  # ... as they ran on torch.func's wrappers
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
     sha256: str | None = field(default=None, init=False)  # of the file's bytes, as load_trace read them
 

@@ -24,7 +24,7 @@ from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.substitute import REMOVED, substitute_for
 from pytest_mystique.tensors import TensorFactory
-from pytest_mystique.trace import TensorRef, load_trace, parse_trace, tensors_of
+from pytest_mystique.trace import TensorRef, Unstrided, load_trace, parse_trace, tensors_of
 
 from conftest import (
     ROOT,
@@ -1467,6 +1467,32 @@ def test_tensors_without_storage_are_read_from_the_op_that_made_them(tmp_path):
         replay.run()
 
 
+def test_torch_func_transforms_replay_the_calls_on_the_tensors_their_wrappers_hold(tmp_path):
+    """Per-sample gradients (``vmap`` over ``grad``) record each operator at each level of the
+    transforms, on wrapper tensors without storage, nested down to the call on plain tensors. The
+    replay runs those innermost calls: no selected op reads or returns a wrapper, every op
+    replays (8 of 16 were skipped, their wrappers rebuilt as sparse tensors), the note says so,
+    and the products run on the batch's own shapes (all 32 samples at once, as vmap batched them)."""
+    w, x, y = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32, 8)
+
+    def one(w, x, y):
+        return ((x @ w.T - y) ** 2).sum()
+
+    path = tmp_path / "per_sample.json.gz"
+    capture_step(lambda: torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0))(w, x, y).sum(), path,
+                 warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    trace = load_trace(path)
+    selected = select_ops(trace)
+    assert trace.unwrapped and not any(isinstance(v, Unstrided) for n in selected for v in (*n.inputs, *n.outputs))
+    products = [[r.shape for r in tensors_of(n.inputs)] for n in selected if n.name == "aten::matmul"]
+    assert len(products) == 2 and all(shapes[0][0] == 32 for shapes in products), products
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("recorded without storage replayed through the calls they made" in n for n in rep.notes), rep.notes
+    replay.run()
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
@@ -1489,7 +1515,11 @@ def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_rec
         assert len(sparse) == 1  # (one tensor for the forward's reader and the backward's transpose)
         return sparse[0]
 
-    replay = Replay(load_trace(path), "cpu").prepare()
+    trace = load_trace(path)
+    # the sparse products stay whole (their parts read the sparse tensor's indices and values,
+    # which the replay does not have): they are not taken for calls on torch.func's wrappers
+    assert {"aten::mm", "aten::_sparse_mm"} & {n.name for n in select_ops(trace)} and not trace.unwrapped
+    replay = Replay(trace, "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     t = rebuilt(replay)
