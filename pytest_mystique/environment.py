@@ -51,8 +51,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: kept copy of a weight (no cast among its children) looked through, and the casts that made such
 #: copies run with autograd on, so that a ``matmul`` by one folds its batch as the original's did;
 #: 14 = an index input of a few rows of coordinates (a graph's edge index) whose recorded rows spread
-#: unlike each other drawn row by row, each with its own spread.
-REPLAY_VERSION = 14
+#: unlike each other drawn row by row, each with its own spread; 15 = a call on tensors recorded
+#: without storage that ran operators inside it replayed through them (``torch.func``'s wrappers),
+#: unless they read a sparse tensor's structure (a sparse gradient's ``add_`` into a dense state now
+#: replays as the ``add`` it calls).
+REPLAY_VERSION = 15
 
 
 @lru_cache(maxsize=1)
