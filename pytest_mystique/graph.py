@@ -154,14 +154,15 @@ def _storageless(node: Node) -> bool:
 
 
 def _wraps(parts: set[str] | None) -> bool:
-    """Operators ran inside this one and none of them reads a sparse, nested or MKL-DNN tensor's own
-    structure (its indices, values, offsets...), as a sparse operator's parts do: replayed whole
-    with its sparse input rebuilt, such an operator runs as it ran, its parts on their own would read
-    tensors the replay does not have."""
+    """Operators ran inside this one, and none of them reads a sparse, nested or MKL-DNN tensor's own
+    structure (its indices, values, element count...), as a sparse operator's parts do: replayed
+    whole with its sparse input rebuilt, such an operator runs as it ran, where its parts on their
+    own would read tensors the replay does not have (``max_pool2d_with_indices`` is no such part)."""
     return bool(parts) and not any(_STRUCTURE.search(name) for name in parts)
 
 
-_STRUCTURE = re.compile(r"sparse|nested|mkldnn|coalesce|indices|values|_nnz|to_dense|dense_dim|offsets")
+_STRUCTURE = re.compile(r"sparse|nested|mkldnn|coalesce|_nnz|to_dense|dense_dim|"
+                        r"::(_indices|_values|indices|values|crow_indices|col_indices|ccol_indices|row_indices)$")
 
 
 def _has_storageless(values) -> bool:
