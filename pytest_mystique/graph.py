@@ -118,13 +118,12 @@ def select_ops(trace: Trace) -> list[Node]:
     through |= around
     outermost = _outermost(trace, above, through)
     wrapped: set[int] = set()
-    parts = None
-    while True:  # (one level of torch.func's wrappers a pass: vmap over grad is two, each op's calls nested)
+    parts: dict[int, set[str]] | None = None
+    # (one level of torch.func's wrappers a pass: vmap over grad is two, each op's calls nested)
+    while bare := [n for n in outermost if _storageless(n)]:
         if parts is None:
-            if not any(_storageless(n) for n in outermost):
-                break
             parts = child_op_names(trace)
-        level = {n.id for n in outermost if _wraps(parts.get(n.id)) and _storageless(n)}
+        level = {n.id for n in bare if _wraps(parts.get(n.id))}
         if not level:
             break
         wrapped |= level
