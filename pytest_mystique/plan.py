@@ -86,6 +86,11 @@ class Planner:
         self._parts: dict[int, list[Node]] | None = None  # see _ranges_inside
         self._packed: dict[int, dict] | None = None  # see _packed_record
 
+    def _commonest(self, ids: list[int]) -> str:
+        """The four commonest names among the trace's nodes ``ids``, with their counts (for a note)."""
+        kinds = Counter(self.trace.by_id[i].name for i in ids)
+        return ", ".join(f"{n} x{c}" for n, c in kinds.most_common(4))
+
     def plan(self) -> list[PlannedOp]:
         """The selected ops that can be called, in order, each with its overload and arguments;
         the others are in the report's skipped ops with their reason."""
@@ -224,21 +229,18 @@ class Planner:
             self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
                               f"read as top-level"] += 1  # fmt: skip
         if self.trace.opened:
-            kinds = Counter(self.trace.by_id[i].name for i in self.trace.opened)
             self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
                               f"tensor one of their parts made and they do not return (saved for the backward pass): "
-                              f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
+                              f"{self._commonest(self.trace.opened)}"] += 1  # fmt: skip
         if self.trace.unwrapped:
-            kinds = Counter(self.trace.by_id[i].name for i in self.trace.unwrapped)
             self.report.notes[f"{len(self.trace.unwrapped)} operator call(s) on tensors recorded without storage replayed "
                               f"through the calls they made (a torch.func transform, vmap or grad, records each operator "
                               f"at each of its levels on wrapper tensors, down to the call on the tensors they wrap): "
-                              f"{', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
+                              f"{self._commonest(self.trace.unwrapped)}"] += 1  # fmt: skip
         if self.trace.around_casts:
-            kinds = Counter(self.trace.by_id[i].name for i in self.trace.around_casts)
             self.report.notes[f"{len(self.trace.around_casts)} operator(s) replayed through their parts, as parts of "
                               f"them ran under torch.autocast (their inputs cast to a lower precision, which a call "
-                              f"outside autocast would not do): {', '.join(f'{n} x{c}' for n, c in kinds.most_common(4))}"] += 1  # fmt: skip
+                              f"outside autocast would not do): {self._commonest(self.trace.around_casts)}"] += 1  # fmt: skip
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
