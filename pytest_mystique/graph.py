@@ -347,6 +347,6 @@ def compiled_regions(trace: Trace) -> int:
     kernels are plain C++ functions, not operators: the trace holds only the operators they call.
     (Its GPU kernels are recorded, as Triton kernels; then 0.)"""
     regions = sum(1 for n in trace.nodes if n.name.startswith(COMPILED_REGION))
-    if regions and any(n.attrs.get("kernel_backend") == "triton" for n in trace.nodes):
+    if regions and any(n.attr("kernel_backend") == "triton" for n in trace.nodes):
         return 0
     return regions

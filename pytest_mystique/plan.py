@@ -372,9 +372,9 @@ class Planner:
                           f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
-        if node.attrs.get("kernel_backend") == "triton" or node.name.startswith("triton_"):
+        if node.attr("kernel_backend") == "triton" or node.name.startswith("triton_"):
             raise Unsupported(
-                f"compiled Triton kernel ({node.attrs.get('kernel_file') or node.name}): GPU-only, and replaying "
+                f"compiled Triton kernel ({node.attr('kernel_file') or node.name}): GPU-only, and replaying "
                 f"kernels from a trace's _resources folder is not supported (a trace is never code)"
             )
         if parse_op_name(node.op_schema).namespace == "c10d":

@@ -112,7 +112,7 @@ def _selected_ops(path: Path) -> list | None:
     from .trace import load_trace
 
     try:
-        return select_ops(load_trace(path, freeze=False))
+        return select_ops(load_trace(path))
     except (TraceError, ValueError, OSError):
         return None
 
@@ -182,7 +182,7 @@ def _check_runs_alike(step, result: Captured) -> None:
         with capture(Path(d) / "again.json", _keep_ops=True) as second:
             step()
         # (a trace the parser refuses is loaded again here, for its error)
-        ops = [[n.name for n in (c.ops if c.ops is not None else select_ops(load_trace(c.path, freeze=False)))]
+        ops = [[n.name for n in (c.ops if c.ops is not None else select_ops(load_trace(c.path)))]
                for c in (result, second)]  # fmt: skip
     if ops[0] != ops[1]:
         add_to_sidecar(path, recorded_ops=[len(ops[0]), len(ops[1])], recorded_ops_differ=True)

@@ -438,7 +438,7 @@ def _offsets(args: dict) -> IntRange | None:
 
 def _recorded_ranges(node: Node) -> dict[TensorRef, IntRange]:
     """``tensor_range`` attribute: JSON mapping input index to ``[min, max]`` (inclusive)."""
-    raw = node.attrs.get("tensor_range")
+    raw = node.attr("tensor_range")
     if not raw or not isinstance(raw, str):
         return {}
     try:

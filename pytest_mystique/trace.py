@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -175,50 +175,62 @@ def storages_of(values: list[Value]) -> set[int]:
     return {ref.storage_id for ref in tensors_of(values)}
 
 
-class Node:
+class Node(msgspec.Struct, gc=False):
     """One trace node. Its input and output values are parsed on first access: a large trace
     has many nested operators whose values the replayer never looks at (the operators it selects
-    are parsed, and so validated, when the trace is loaded)."""
+    are parsed, and so validated, when the trace is loaded). Where they come from is ``_parts``:
+    an object whose ``source(side)`` gives a side's values, ``source(side, storages=True)`` its
+    storage ids unparsed, and ``attrs()`` the attributes.
 
-    __slots__ = ("id", "name", "parent", "op_schema", "is_op", "_attrs", "_inputs", "_outputs", "_source")
+    A struct the cyclic collector does not track (``gc=False``), as none of what a node holds
+    refers back to it: a large trace's tens of thousands of nodes are not walked by the
+    collector's passes, and dropping the trace frees them by reference counting."""
 
-    def __init__(self, id: int, name: str, parent: int, op_schema: str, inputs: list | None = None,
-                 outputs: list | None = None, attrs=None, source=None):  # fmt: skip
-        self.id = id
-        self.name = name
-        self.parent = parent
-        self.op_schema = op_schema
-        self.is_op = bool(op_schema)  # an operator (it has a schema), not a label
-        self._attrs = attrs if attrs is not None else {}  # a dict, or a callable that makes it
-        self._inputs = inputs
-        self._outputs = outputs
-        self._source = source  # source(side) -> that side's values; source(side, storages=True) -> ids
+    id: int
+    name: str
+    parent: int
+    op_schema: str
+    _inputs: list | None = None
+    _outputs: list | None = None
+    _attrs: dict | None = None
+    _parts: Any = None
+    is_op: bool = False  # an operator (it has a schema), not a label
+
+    def __post_init__(self) -> None:
+        self.is_op = bool(self.op_schema)
 
     @property
     def attrs(self) -> dict[str, Any]:
-        if callable(self._attrs):
-            self._attrs = self._attrs()
+        if self._attrs is None:
+            self._attrs = self._parts.attrs() if self._parts is not None else {}
         return self._attrs
+
+    def attr(self, name: str) -> Any:
+        """The attribute ``name`` (None where the node has none), decoded alone where the others are
+        not decoded yet (the replayer reads two or three of a node's ten or so)."""
+        if self._attrs is None and self._parts is not None:
+            return self._parts.attr(name)
+        return self.attrs.get(name)
 
     @property
     def inputs(self) -> list[Value]:
         if self._inputs is None:
-            self._inputs = self._source("inputs") if self._source else []
+            self._inputs = self._parts.source("inputs") if self._parts is not None else []
         return self._inputs
 
     @property
     def outputs(self) -> list[Value]:
         if self._outputs is None:
-            self._outputs = self._source("outputs") if self._source else []
+            self._outputs = self._parts.source("outputs") if self._parts is not None else []
         return self._outputs
 
     def output_storages(self) -> set[int]:
         """Storage ids of the tensors among the outputs, read without parsing them when they are
         not parsed yet (op selection looks at every operator's; a hint only: what it leads to
         is checked on the parsed values)."""
-        if self._outputs is not None or self._source is None:
+        if self._outputs is not None or self._parts is None:
             return storages_of(self.outputs)
-        return self._source("outputs", storages=True)
+        return self._parts.source("outputs", storages=True)
 
     def __repr__(self) -> str:
         return f"Node(id={self.id}, name={self.name!r})"
@@ -514,21 +526,32 @@ def _values(p: _ValueParser, values, shapes, types, strides, side: str) -> list[
     return [p.parse(t, v, s, st) for t, v, s, st in zip(types, values, shapes, strides)]
 
 
-def _node_flat(raw: dict, path: Path) -> Node:
-    nid = raw["id"]
-    p = _ValueParser(path, nid, has_strides=False)
-    attrs = {k: v for k, v in raw.items() if not k.startswith(("input", "output"))}
-    schema = raw.get("op_schema") or ""
-    if not isinstance(schema, str):
-        raise p.fail("'op_schema' must be a string")
+class _FlatParts(msgspec.Struct, gc=False):
+    """A flat-layout node's dict, its values parsed when first asked for."""
 
-    def source(side: str, storages: bool = False):
-        one = side[:-1]  # input, output
+    raw: dict
+    path: Path
+
+    def attrs(self) -> dict[str, Any]:
+        return {k: v for k, v in self.raw.items() if not k.startswith(("input", "output"))}
+
+    def attr(self, name: str) -> Any:
+        return None if name.startswith(("input", "output")) else self.raw.get(name)
+
+    def source(self, side: str, storages: bool = False):
+        raw, one = self.raw, side[:-1]  # input, output
         if storages:
             return _raw_storages(raw.get(side, []), raw.get(f"{one}_types", []))
+        p = _ValueParser(self.path, raw["id"], has_strides=False)
         return _values(p, raw.get(side, []), raw.get(f"{one}_shapes"), raw.get(f"{one}_types", []), None, side)
 
-    return Node(nid, raw["name"], raw.get("parent", nid), schema, attrs=attrs, source=source)
+
+def _node_flat(raw: dict, path: Path) -> Node:
+    nid = raw["id"]
+    schema = raw.get("op_schema") or ""
+    if not isinstance(schema, str):
+        raise _ValueParser(path, nid, has_strides=False).fail("'op_schema' must be a string")
+    return Node(nid, raw["name"], raw.get("parent", nid), schema, _parts=_FlatParts(raw, path))
 
 
 def _node_nested(raw: dict, path: Path, has_strides: bool) -> Node:
@@ -552,22 +575,22 @@ def _nested_node(parts: _NestedParts, name: str, parent: int, schema: Any) -> No
     schema = (parts.part(schema) if schema is not None else None) or ""
     if not isinstance(schema, str):
         raise parts.fail("'op_schema' must be a string")
-    return Node(parts.nid, name, parent, schema, attrs=parts.attrs, source=parts.source)
+    return Node(parts.nid, name, parent, schema, _parts=parts)
 
 
-class _NestedParts:
-    """A nested-layout node's stored pieces, decoded when first asked for. One object a node,
-    with its methods as the node's sources (a large trace has tens of thousands of nodes: closures
-    made for each took a sixth of its load). Subclasses say where the pieces lie: ``side_parts(side)``
-    gives a side's stored (values, shapes, types, strides), ``named()`` the attributes as (name,
-    stored value) pairs, and ``decode`` turns a stored piece into Python (None: the pieces are
-    Python already)."""
+class _NestedParts(msgspec.Struct, gc=False):
+    """A nested-layout node's stored pieces, decoded when first asked for: the node's ``_parts``
+    (one object a node, not a closure or bound method for each source: a large trace has tens of
+    thousands of nodes, and closures made for each took a sixth of its load). Subclasses say where
+    the pieces lie: ``side_parts(side)`` gives a side's stored (values, shapes, types, strides),
+    ``named()`` the attributes as (name, stored value) pairs, and ``decode`` turns a stored piece
+    into Python (None: the pieces are Python already)."""
 
-    __slots__ = ("raw", "nid", "path", "has_strides")
-    decode: Any = None
-
-    def __init__(self, raw: Any, nid: int, path: Path, has_strides: bool):
-        self.raw, self.nid, self.path, self.has_strides = raw, nid, path, has_strides
+    raw: Any
+    nid: int
+    path: Path
+    has_strides: bool
+    decode: ClassVar[Any] = None
 
     def part(self, stored: Any) -> Any:
         if self.decode is None:
@@ -583,6 +606,13 @@ class _NestedParts:
     def attrs(self) -> dict[str, Any]:
         return {key: self.part(value) for key, value in self.named()}
 
+    def attr(self, name: str) -> Any:
+        found = None
+        for key, value in self.named():
+            if key == name:
+                found = value  # (the last one of the name, as in attrs())
+        return None if found is None else self.part(found)
+
     def source(self, side: str, storages: bool = False):
         values, shapes, types, strides = self.side_parts(side)
         values, types = self.part(values), self.part(types)
@@ -592,10 +622,8 @@ class _NestedParts:
         return _values(p, values, self.part(shapes), types, self.part(strides), side)
 
 
-class _DictParts(_NestedParts):
+class _DictParts(_NestedParts, gc=False):
     """A node's pieces in the whole-document decoder's dict."""
-
-    __slots__ = ()
 
     def side_parts(self, side: str) -> tuple:
         block = self.raw.get(side, {})
@@ -606,11 +634,10 @@ class _DictParts(_NestedParts):
                 if type(a) is dict and type(a.get("name")) is str)  # fmt: skip
 
 
-class _StructParts(_NestedParts):
+class _StructParts(_NestedParts, gc=False):
     """A node's pieces in the typed decoder's struct, still JSON text."""
 
-    __slots__ = ()
-    decode = staticmethod(msgspec.json.decode)
+    decode: ClassVar[Any] = staticmethod(msgspec.json.decode)
 
     def side_parts(self, side: str) -> tuple:
         block = self.raw.inputs if side == "inputs" else self.raw.outputs
@@ -619,11 +646,19 @@ class _StructParts(_NestedParts):
     def named(self):
         return ((a.name, a.value) for a in self.raw.attrs if type(a.name) is str)
 
+    def attr(self, name: str) -> Any:
+        for a in reversed(self.raw.attrs):  # (the last one of the name, as in attrs())
+            if a.name == name:
+                return self.part(a.value)
+        return None
+
 
 _NULL, _NO_LIST = msgspec.Raw(b"null"), msgspec.Raw(b"[]")
 
 
-class _RawSide(msgspec.Struct):
+# The stored pieces below hold JSON text, numbers and strings (an attribute's name may be any JSON
+# value, which cannot refer back): untracked by the cyclic collector, as the nodes are.
+class _RawSide(msgspec.Struct, gc=False):
     """One side of a node, its fields left as JSON text until a replay asks for them."""
 
     values: msgspec.Raw = _NO_LIST
@@ -632,12 +667,12 @@ class _RawSide(msgspec.Struct):
     strides: msgspec.Raw = _NULL
 
 
-class _RawAttr(msgspec.Struct):
+class _RawAttr(msgspec.Struct, gc=False):
     name: Any = None
     value: msgspec.Raw = _NULL
 
 
-class _RawNode(msgspec.Struct):
+class _RawNode(msgspec.Struct, gc=False):
     """A node of the nested layout as it is stored; other keys are ignored, as they are by
     :func:`_node_nested`."""
 
@@ -646,7 +681,7 @@ class _RawNode(msgspec.Struct):
     ctrl_deps: int | msgspec.UnsetType = msgspec.UNSET
     inputs: _RawSide = msgspec.field(default_factory=_RawSide)
     outputs: _RawSide = msgspec.field(default_factory=_RawSide)
-    attrs: list[_RawAttr] = []
+    attrs: tuple[_RawAttr, ...] = ()
 
 
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -775,32 +810,25 @@ def _check_parents(trace: Trace) -> None:
             state[nid] = 2
 
 
-def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES, freeze: bool = True) -> Trace:
-    """Read, decompress, decode and validate the trace at ``path``. ``freeze=False`` in a process
-    that is not the replayer's own (the capture helper's, in the user's program): freezing leaves
-    everything alive there out of the cyclic collector's passes for good."""
+def load_trace(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> Trace:
+    """Read, decompress, decode and validate the trace at ``path``."""
     path = Path(path)
     raw, digest = read_bytes(path, max_bytes)
-    # Building hundreds of thousands of small objects triggers the cyclic GC over and over for
-    # nothing (nothing here is cyclic garbage): pause it while loading. Afterwards the objects
-    # would still be walked by the collector's next passes, young and then old (a tenth of a
-    # second each for a 14 MB trace): freezing them leaves them out of its passes. A trace holds
-    # no reference cycles, so reference counting frees it all the same once it is dropped. The
-    # garbage cycles there are now are collected first, so that none is frozen with it (cheap
-    # after the first load: what an earlier load froze is not walked again).
+    # Decoding makes tens of thousands of containers (a shape's tuple, a side's list), which would
+    # set off the cyclic collector's young passes over and over for nothing: it is paused while
+    # loading. The nodes and values themselves are structs it does not track (none refers back to
+    # what holds it), so its later passes do not walk a loaded trace, and neither it nor the rest
+    # of the process needs freezing out of them (which needs a full collection first: 0.1 s in a
+    # process that imported torch).
     was_enabled = gc.isenabled()
-    if was_enabled and freeze:
-        gc.collect()
     gc.disable()
     try:
         trace = _parse_lazily(raw, path) or parse_trace(decode_json(raw, path), path)
-        trace.sha256 = digest
-        if freeze:
-            gc.freeze()
-        return trace
     finally:
         if was_enabled:
             gc.enable()
+    trace.sha256 = digest
+    return trace
 
 
 def decode_json(raw: bytes, path: Path) -> Any:

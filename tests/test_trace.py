@@ -194,17 +194,24 @@ def test_sniff(tmp_path):
 
 
 def test_a_loaded_trace_is_left_out_of_the_collectors_passes_and_freed_when_dropped():
-    """The loader freezes a trace's objects out of the cyclic collector's passes (walking them
-    cost a large trace's build a quarter of its time); they hold no cycles, so dropping the trace
-    frees them all the same."""
-    before = gc.get_freeze_count()
+    """A trace's nodes and their stored pieces are objects the cyclic collector does not track
+    (walking them cost a large trace's build a quarter of its time), without freezing the
+    process's objects out of its passes; they hold no cycles, so dropping the trace frees them
+    all the same."""
+    frozen = gc.get_freeze_count()
+    gc.collect()
+    tracked = len(gc.get_objects())
     tracemalloc.start()
     try:
         trace = load_trace(corpus("llama_train.json.gz"))
         held = tracemalloc.get_traced_memory()[0]
-        assert gc.get_freeze_count() - before > len(trace.nodes)
+        assert gc.get_freeze_count() == frozen
+        gc.collect()
         walked = {id(o) for o in gc.get_objects()}  # what the collector's generations hold
-        assert not any(id(n) in walked for n in trace.nodes)
+        assert not any(id(n) in walked or id(n._parts) in walked for n in trace.nodes)
+        # (what it tracks of the trace: a list of each side's values parsed, of the operators selected)
+        parsed = sum((n._inputs is not None) + (n._outputs is not None) for n in trace.nodes)
+        assert len(walked) - tracked <= parsed + 20 < len(trace.nodes)
         del trace, walked
         assert tracemalloc.get_traced_memory()[0] < held / 10
     finally:
@@ -229,6 +236,10 @@ def test_the_typed_decoder_reads_a_trace_as_the_whole_document_decoder_does(name
     for a, b in zip(lazy.nodes, whole.nodes, strict=True):
         assert (a.id, a.name, a.parent, a.op_schema) == (b.id, b.name, b.parent, b.op_schema)
         assert a.output_storages() == b.output_storages()
+        # one attribute decoded alone, before the node's others are, is as the whole decoding gives it
+        names = [*(key for key, _ in b._parts.named()), "kernel_backend"]
+        alone = [a.attr(k) for k in names], [b.attr(k) for k in names]
+        assert alone[0] == alone[1] == [b.attrs.get(k) for k in names], a
         assert (a.inputs, a.outputs, a.attrs) == (b.inputs, b.outputs, b.attrs), a
 
 
