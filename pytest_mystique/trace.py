@@ -175,7 +175,7 @@ def storages_of(values: list[Value]) -> set[int]:
     return {ref.storage_id for ref in tensors_of(values)}
 
 
-class Node(msgspec.Struct, gc=False):
+class Node(msgspec.Struct, gc=False, eq=False):
     """One trace node. Its input and output values are parsed on first access: a large trace
     has many nested operators whose values the replayer never looks at (the operators it selects
     are parsed, and so validated, when the trace is loaded). Where they come from is ``_parts``:
@@ -184,7 +184,8 @@ class Node(msgspec.Struct, gc=False):
 
     A struct the cyclic collector does not track (``gc=False``), as none of what a node holds
     refers back to it: a large trace's tens of thousands of nodes are not walked by the
-    collector's passes, and dropping the trace frees them by reference counting."""
+    collector's passes, and dropping the trace frees them by reference counting. Two nodes are
+    equal only where they are the same node (``eq=False``), and hash so."""
 
     id: int
     name: str
