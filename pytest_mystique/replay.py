@@ -31,7 +31,7 @@ import torch
 from .collectives import Comms
 from .errors import ReplayError, reason
 from .measure import gc_paused
-from .nonfinite import LOG_TABLES, nonfinite_inputs, odd_data
+from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
@@ -542,7 +542,8 @@ class Replay:
                  and not any(w in p.node.name for w in _RANDOM_WORDS)
                  and all(s in self._original for s in read_slots(step)))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
-        if (self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED and not exact:
+        if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
+                and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
                                 subnormal=self._first_subnormal is None)  # fmt: skip
             if nan and not nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])]):
