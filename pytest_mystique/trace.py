@@ -647,12 +647,6 @@ class _StructParts(_NestedParts, gc=False):
     def named(self):
         return ((a.name, a.value) for a in self.raw.attrs if type(a.name) is str)
 
-    def attr(self, name: str) -> Any:
-        for a in reversed(self.raw.attrs):  # (the last one of the name, as in attrs())
-            if a.name == name:
-                return self.part(a.value)
-        return None
-
 
 _NULL, _NO_LIST = msgspec.Raw(b"null"), msgspec.Raw(b"[]")
 
