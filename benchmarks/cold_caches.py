@@ -15,6 +15,8 @@ script measures both sides of that:
     build's first pass, pure Python that no op's memory touches), then built on the
     ``meta`` device (ops that touch no memory: the engine's bookkeeping alone) and on the CPU, with
     the count of its selected ops whose outputs reach 4 MiB together, and the CPU build's extra time per such op.
+  * the machine-speed probe's time (the plugin's, :mod:`pytest_mystique.calibrate`), which says how
+    fast the host ran then: these figures follow a shared host's speed from one session to the next.
 
     python benchmarks/cold_caches.py [--mib 32] [--reps 30] [--trace NAME | --no-trace]
 """
@@ -33,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_mystique.calibrate import probe  # noqa: E402
 from pytest_mystique.graph import select_ops  # noqa: E402
 from pytest_mystique.measure import gc_paused  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
@@ -117,11 +120,12 @@ def main() -> int:
     meta, _ = build_s(trace, "meta")
     cpu, cpu_ops = build_s(trace, "cpu")
     print()
+    host = statistics.median(probe() for _ in range(200)) * 1e3
     print("\n".join(format_table([
         ["trace", "load s", "plan s", "build meta s", "build cpu s", "ops' calls cpu s", "ops with outputs >= 4 MiB",
-         "(cpu - meta) per such op us", "load + build cpu s"],
+         "(cpu - meta) per such op us", "load + build cpu s", "host probe ms"],
         [args.trace, f"{load:.2f}", f"{plan:.2f}", f"{meta:.2f}", f"{cpu:.2f}", f"{cpu_ops:.1f}", str(big),
-         f"{(cpu - meta) / max(big, 1) * 1e6:.0f}", f"{load + cpu:.2f}"]])))  # fmt: skip
+         f"{(cpu - meta) / max(big, 1) * 1e6:.0f}", f"{load + cpu:.2f}", f"{host:.3f}"]])))  # fmt: skip
     return 0
 
 

@@ -8,7 +8,9 @@ held tensor bytes against the trace's peak of live tensor bytes, what the proces
 memory grew by at its peak while the trace was loaded, built and measured (Linux; the build calls
 every op once, and must not hold more than an iteration does), replay median, the original
 step's median (from the .meta.json sidecar, where the trace has one) and their ratio. The last
-lines give the geomean of |ratio - 1| and the coverage.
+lines give the geomean of |ratio - 1|, the coverage, and the machine-speed probe's time (the
+plugin's, :mod:`pytest_mystique.calibrate`) at the start and the end: a shared host's speed moves
+these figures from one session to the next, and the probe says by how much.
 
     python benchmarks/fidelity.py [--bundled] [--iters 15] [TRACE ...]
 """
@@ -26,6 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_mystique.calibrate import probe  # noqa: E402
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
 from pytest_mystique.measure import allocator_regime, measure, time_iterations  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
@@ -74,6 +77,7 @@ def main() -> int:
     if args.bundled:
         paths += sorted((ROOT / "traces").glob("*.json.gz"))
     torch.set_num_threads(args.threads)
+    host_start = probe_ms()
     entries = []
     for path in paths:
         first, ranks, job = resolve_job(path)
@@ -143,7 +147,13 @@ def main() -> int:
             print(f"fidelity ({label}s): geomean |ratio-1| = {geo * 100:.1f}% over {len(errs)} timed traces, "
                   f"worst {max(errs) * 100:.1f}%, within 5%: {sum(x <= 0.05 for x in errs)}/{len(errs)}")  # fmt: skip
     print(f"coverage: {rep_total}/{sel_total} selected ops replayed ({rep_total / max(sel_total, 1) * 100:.1f}%)")
+    print(f"host: machine-speed probe {host_start:.3f} ms at the start, {probe_ms():.3f} ms at the end (median of 200)")
     return 0
+
+
+def probe_ms(n: int = 200) -> float:
+    """The machine-speed probe's median over ``n`` runs, in milliseconds."""
+    return statistics.median(probe() for _ in range(n)) * 1e3
 
 
 if __name__ == "__main__":
