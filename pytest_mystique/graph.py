@@ -53,13 +53,13 @@ def _redispatching(trace: Trace) -> set[int]:
             alone.add(pid)
     for inner in trace.nodes if alone else ():
         if inner.parent in alone and inner.is_op and inner.name == by_id[inner.parent].name:
-            given, took = floating_types(by_id[inner.parent]), floating_types(inner)
+            given, took = _floating_types(by_id[inner.parent]), _floating_types(inner)
             if given is not None and took is not None and len(given) == len(took) and given != took:
                 found.add(inner.parent)
     return found
 
 
-def floating_types(node: Node, side: str = "inputs") -> list[str] | None:
+def _floating_types(node: Node, side: str = "inputs") -> list[str] | None:
     """The types of ``node``'s floating input (or output) tensors, in order (None where its values
     cannot be read: a malformed nested operator shows nothing, as in :mod:`.grad_flags`)."""
     try:
@@ -100,7 +100,7 @@ def _around_casts(trace: Trace, above: dict[int, int | None], through: set[int])
 
 def _autocast_made(node: Node) -> bool:
     """``node``'s floating outputs have a type its floating inputs do not, or those inputs mix types."""
-    given, made = floating_types(node), floating_types(node, "outputs")
+    given, made = _floating_types(node), _floating_types(node, "outputs")
     if given is None or made is None:
         return False
     return len(set(given)) > 1 or bool(given and set(made) - set(given))

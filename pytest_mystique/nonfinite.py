@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .graph import floating_types
-from .trace import Node
+from .errors import TraceError
+from .trace import Node, tensors_of
 
 #: Ops whose outputs from this position on are tables of log-probabilities in which ``-inf``
 #: marks what cannot be reached (CTC's forward variables: the states an alignment cannot be in
@@ -37,13 +37,24 @@ KEEPS_VALUES = frozenset({
 })  # fmt: skip
 
 
+#: Of :data:`KEEPS_VALUES`, the ops that read integer tensors as indices (or return them as such),
+#: not as values.
+_INDEXING = frozenset({"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::index_select",
+                       "aten::gather", "aten::embedding"})  # fmt: skip
+
+
 def keeps_values(node: Node) -> bool:
     """``node``'s outputs hold only its inputs' values (or zeros): an op of :data:`KEEPS_VALUES`
-    whose floating tensors are of one type."""
+    whose floating tensors are of one type and whose other tensors are indices. (A copy or a
+    concatenation of integers into a half-precision tensor converts them: it can overflow.)"""
     if node.name not in KEEPS_VALUES:
         return False
-    given, made = floating_types(node, "inputs"), floating_types(node, "outputs")
-    return given is not None and made is not None and len({*given, *made}) <= 1
+    try:
+        types = {r.dtype for r in tensors_of((*node.inputs, *node.outputs))}
+    except (TraceError, RecursionError):  # (a malformed record shows nothing: its outputs are read)
+        return False
+    floating = {t for t in types if t.startswith(("float", "bfloat"))}
+    return len(floating) <= 1 and (types <= floating or node.name in _INDEXING)
 
 
 def odd_data(values: Any, *, nonfinite: bool = True, subnormal: bool = True) -> tuple[bool, bool]:

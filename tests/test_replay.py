@@ -846,23 +846,24 @@ def test_wrapped_integers_are_never_zero_and_non_finite_data_is_reported(tmp_pat
 
 def test_a_conversion_that_overflows_is_named_though_copies_and_relus_are_not_read(tmp_path):
     """Ops whose outputs hold only their inputs' values (a copy, a ReLU) are not read for NaN or
-    inf at the build, as their inputs were; but a copy between types converts, and the float64
-    values that overflow float32 become inf there: the report names the copy, not the ReLU or
-    the sum after it."""
+    inf at the build, as their inputs were; but a copy between types converts (float64 into
+    float32, integers into float16), and values the new type cannot hold become inf there: the
+    report names the first such copy, not the ReLU or the sum after it."""
     x = torch.rand(64, 64, dtype=torch.float64)
     into = torch.empty(64, 64)
 
     def step():
         same = torch.empty(64, 64, dtype=torch.float64).copy_(x * 1e300)  # (one type: not read)
-        return into.copy_(same).relu().sum()
+        counts = torch.empty(64, dtype=torch.float16).copy_(torch.arange(64) * 100_000)  # (integers converted: read)
+        return into.copy_(same).relu().sum() + counts.sum()
 
     capture_step(step, tmp_path / "cast.json.gz", warmup=1, runs=1, min_warmup_s=0)
     trace = load_trace(tmp_path / "cast.json.gz")
     copies = [n for n in select_ops(trace) if n.name == "aten::copy_"]
-    assert [keeps_values(n) for n in copies] == [True, False]
+    assert [keeps_values(n) for n in copies] == [True, False, False]
     assert keeps_values(next(n for n in select_ops(trace) if n.name == "aten::relu"))
     (note,) = [n for n in Replay(trace, "cpu").prepare().report.notes if "NaN or inf" in n]
-    assert f"first in the output of aten::copy_ (node {copies[1].id})" in note, note
+    assert f"first in the output of aten::copy_ (node {copies[1].id})" in note, note  # (the integers' copy)
 
 
 def test_data_gone_subnormal_is_reported_where_it_first_did(tmp_path):
