@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -31,6 +32,7 @@ import torch
 from .collectives import Comms
 from .errors import ReplayError, reason
 from .measure import gc_paused
+from .memory import allocation_limit, out_of_memory
 from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
@@ -156,6 +158,7 @@ class Replay:
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
         self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
+        self._limit: int | None = None  # the address space the build may use (memory.allocation_limit), while it runs
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -460,7 +463,7 @@ class Replay:
                     args.append(v)
         except (RuntimeError, ValueError, TypeError, OverflowError, MemoryError) as e:
             # A recorded layout torch refuses (sizes, strides, offsets out of range).
-            self.report.skipped[(p.node.name, f"cannot build its input tensors: {reason(e)}")] += 1
+            self.report.skipped[(p.node.name, f"cannot build its input tensors: {self._why(e)}")] += 1
             return
         if p.node.id in self._copy_host:
             fills = self._host_copied(fills, p)
@@ -519,7 +522,7 @@ class Replay:
                 self.report.ops_replayed += 1
                 self.report.substitutions[(p.node.name, NO_EFFECT)] += 1
                 return
-            why = reason(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {reason(e)}"
+            why = self._why(e) if not p.refused else f"{p.refused}; its substitute {p.substitution} failed too: {reason(e)}"
             if alt is not None:
                 try:
                     values = alt.map([a.name for a in arg_specs(p.overload)], list(p.values))
@@ -587,6 +590,15 @@ class Replay:
         t0 = time.perf_counter()
         del call, result, results  # frees the outputs that no later op reads
         self.free_s += time.perf_counter() - t0
+
+    def _why(self, e: BaseException) -> str:
+        """An op's error as its skip reason; an allocation refused under the build's limit says so."""
+        if self._limit is not None and out_of_memory(e):
+            asked = re.search(r"allocate (\d+) bytes", str(e))
+            what = f"{fmt_bytes(int(asked.group(1)))} at once" if asked else "more"
+            return f"out of memory: it asks for {what}, more than the {fmt_bytes(self.max_memory)} memory limit " \
+                   f"(--mystique-max-memory) leaves"  # fmt: skip
+        return reason(e)
 
     def _rebuilt_with_numbers(self, p: PlannedOp, results: tuple) -> bool:
         """A Python number passed where an op takes a tensor becomes a 0-dim float64 or int64
@@ -740,16 +752,21 @@ class Replay:
             dying[i].append(key)
         try:
             torch.set_grad_enabled(False)
-            for i, p in enumerate(planned):
-                # (their slots, found before the op's own outputs take their ids)
-                done = [hit[0] for key in dying[i] if (hit := self._produced.get(key)) is not None]
-                self._build_step(p)
-                for ref in tensors_of(p.node.outputs):
-                    if (ref.key, i) not in last_read and (hit := self._produced.get(ref.key)) is not None:
-                        self._release(hit[0])  # (read by no op)
-                for slot in done:
-                    self._release(slot)
+            with allocation_limit(self.device, self.max_memory) as self._limit:
+                for i, p in enumerate(planned):
+                    # (their slots, found before the op's own outputs take their ids)
+                    done = [hit[0] for key in dying[i] if (hit := self._produced.get(key)) is not None]
+                    self._build_step(p)
+                    for ref in tensors_of(p.node.outputs):
+                        if (ref.key, i) not in last_read and (hit := self._produced.get(ref.key)) is not None:
+                            self._release(hit[0])  # (read by no op)
+                    for slot in done:
+                        self._release(slot)
+        except MemoryError:  # (the replay's own work, not an op's, found the limit reached)
+            raise ReplayError(self.trace.path, f"the build ran out of memory: the {fmt_bytes(self.max_memory)} "
+                                               f"memory limit (--mystique-max-memory) was reached") from None
         finally:
+            self._limit = None
             torch.set_grad_enabled(grad_was)
         untouched = self.factory.untouched_bytes
         if untouched:

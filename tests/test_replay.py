@@ -2059,6 +2059,27 @@ def test_memory_guard_refuses_before_allocating(tmp_path):
         Replay(load_trace(path), "cpu", max_memory=8 << 30).prepare()
 
 
+def test_an_op_that_asks_for_more_than_the_memory_limit_is_skipped_not_run(tmp_path):
+    """The inputs fit the limit, but a damaged padding makes ViT's patch convolution ask for a
+    2 GB output (8 x 192 x 568 x 568 floats), which Linux would let it fill (and, with a few more,
+    kill the session). The build's address-space limit refuses that allocation: the convolution
+    is skipped with the reason, every other op replays, and the process's limit is put back."""
+    import resource
+
+    data = read_json(corpus("vit_infer.json.gz"))
+    conv = next(n for n in data["nodes"] if n["name"] == "aten::conv2d")
+    conv["inputs"]["values"][4] = [4500, 4500]  # padding
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    replay = Replay(parse_trace(data, "damaged.json"), "cpu", max_memory=64 << 20).prepare()
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    skipped = replay.report.skipped_list()
+    assert [s["op"] for s in skipped] == ["aten::conv2d"], skipped
+    assert skipped[0]["reason"] == ("out of memory: it asks for 1.8 GiB at once, more than the 64.0 MiB memory limit "
+                                    "(--mystique-max-memory) leaves")  # fmt: skip
+    assert replay.report.ops_replayed == replay.report.ops_total - 1
+    replay.run()
+
+
 def test_cuda_trace_maps_onto_cpu():
     trace = load_trace(corpus("param_linear_v101.json.gz"))
     assert any(isinstance(v, TensorRef) and v.device.startswith("cuda") for n in trace.nodes for v in n.inputs)
