@@ -74,6 +74,12 @@ def make_huge(doc: dict) -> None:
     node["inputs"]["strides"][0] = [10**10, 10**5, 1]
 
 
+def huge_padding(doc: dict) -> None:
+    """Give the patch convolution a padding of 8,176: its inputs stay small, but its output needs
+    6.0 GiB (8 x 192 x 1,028 x 1,028 floats)."""
+    next(n for n in doc["nodes"] if n["name"] == "aten::conv2d")["inputs"]["values"][4] = [8176, 8176]
+
+
 def _cycle(doc: dict) -> None:
     a, b = doc["nodes"][5], doc["nodes"][6]
     a["ctrl_deps"], b["ctrl_deps"] = b["id"], a["id"]
@@ -112,6 +118,9 @@ CASES = [
          "negative tensor size -4"),
     Case("absurd size (10^15 elements)", "huge.json", _mutated(make_huge),
          "over the 4.0 GiB memory limit (--mystique-max-memory); nothing was allocated"),
+    Case("an op asking for more memory than the limit", "huge_output.json", _mutated(huge_padding),
+         "skipped 1x aten::conv2d: out of memory: it asks for 6.0 GiB at once, more than the 4.0 GiB memory limit",
+         "passed"),
     Case("wrong dtype name", "dtype.json",
          _mutated(lambda d: first_op(d)["inputs"]["types"].__setitem__(0, "Tensor(quaternion)")),
          "unknown tensor element type 'quaternion'"),
