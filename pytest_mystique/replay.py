@@ -762,9 +762,10 @@ class Replay:
                             self._release(hit[0])  # (read by no op)
                     for slot in done:
                         self._release(slot)
-        except MemoryError:  # (the replay's own work, not an op's, found the limit reached)
-            raise ReplayError(self.trace.path, f"the build ran out of memory: the {fmt_bytes(self.max_memory)} "
-                                               f"memory limit (--mystique-max-memory) was reached") from None
+        except MemoryError:  # (the replay's own work, not an op's, found no memory left)
+            where = f": the {fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory) was reached" \
+                if self._limit is not None else ""  # fmt: skip
+            raise ReplayError(self.trace.path, f"the build ran out of memory{where}") from None
         finally:
             self._limit = None
             torch.set_grad_enabled(grad_was)

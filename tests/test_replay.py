@@ -2080,6 +2080,21 @@ def test_an_op_that_asks_for_more_than_the_memory_limit_is_skipped_not_run(tmp_p
     replay.run()
 
 
+def test_the_builds_own_work_out_of_memory_is_an_error_naming_the_trace(monkeypatch):
+    """Where the replay's own work (not an op) meets the limit, the build stops with an error that
+    names the trace and the limit, and the process's limit is put back."""
+    import resource
+
+    def no_memory(self, slot):
+        raise MemoryError
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    monkeypatch.setattr(replay_module.Replay, "_release", no_memory)
+    with pytest.raises(ReplayError, match=r"vit_infer.json.gz: the build ran out of memory: the 64.0 MiB memory limit"):
+        Replay(load_trace(corpus("vit_infer.json.gz")), "cpu", max_memory=64 << 20).prepare()
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+
+
 def test_cuda_trace_maps_onto_cpu():
     trace = load_trace(corpus("param_linear_v101.json.gz"))
     assert any(isinstance(v, TensorRef) and v.device.startswith("cuda") for n in trace.nodes for v in n.inputs)
