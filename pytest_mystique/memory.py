@@ -112,10 +112,11 @@ def allocation_limit(device: torch.device, max_memory: int | None) -> Iterator[i
     tens of gigabytes. One allocation larger than the machine is refused by the kernel, but one
     that fits, filled by the kernel, or several together, let Linux's out-of-memory killer end the
     whole session. Under this limit such an allocation fails in torch as an out-of-memory error,
-    and the op is skipped with its reason. (A GPU's allocator refuses by itself; with CUDA started
-    in the process, its reservations of address space rule a limit out.)"""
+    and the op is skipped with its reason. (A GPU's allocator refuses by itself. On a machine with
+    CUDA there is no limit: CUDA's runtime reserves far more address space than memory when it
+    starts, which a CPU replay's op can make it do (``pin_memory``), and a limit would fail that.)"""
     start = _address_space() if device.type == "cpu" and max_memory is not None and resource is not None else None
-    if start is None or torch.cuda.is_initialized():
+    if start is None or torch.cuda.is_available():
         yield None
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
