@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -22,6 +23,7 @@ except ImportError:  # (not on Windows: the build runs unbounded there)
 
 from .graph import select_ops
 from .trace import Trace, tensors_of
+from .units import fmt_bytes
 
 
 def trace_peak_bytes(trace: Trace) -> int:
@@ -87,9 +89,17 @@ def replay_peak_bytes(replay) -> int:
 
 
 #: The build's address space beyond the memory limit: what is reserved without being tensors (a
-#: thread's stack and malloc arena, 72 MiB of address space each however little they hold; the
-#: code a first call of a kernel loads), so that the limit is the tensors' alone.
+#: thread's stack and malloc arena, 72 MiB of address space each however little they hold; a
+#: process group's threads, 64 MiB each; the code a first call of a kernel loads).
 SLACK_BYTES, SLACK_PER_THREAD = 1 << 30, 128 << 20
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The address space the build may reach, and what set it (for the messages)."""
+
+    nbytes: int
+    by: str
 
 
 def _address_space() -> int | None:
@@ -101,40 +111,67 @@ def _address_space() -> int | None:
         return None
 
 
+def _available_memory() -> int | None:
+    """What the machine can give without swapping now (Linux's MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def limits_allocations(device: torch.device) -> bool:
+    """Whether a build on ``device`` runs under :func:`allocation_limit`'s limit here: on the CPU
+    of a Linux machine without CUDA."""
+    return device.type == "cpu" and resource is not None and _address_space() is not None \
+        and not torch.cuda.is_available()  # fmt: skip
+
+
 @contextmanager
-def allocation_limit(device: torch.device, max_memory: int | None) -> Iterator[int | None]:
-    """Bound, while the build calls each op once on the CPU, what the process may allocate: its
-    address space now plus ``max_memory`` (and :data:`SLACK_BYTES`). Yields the limit in bytes,
-    None where there is none.
+def allocation_limit(device: torch.device, max_memory: int | None) -> Iterator[Limit | None]:
+    """Bound what the process may allocate while the build calls each op once on the CPU: its
+    address space now plus ``max_memory`` (or the memory the machine has available, if less) and
+    :data:`SLACK_BYTES`. Yields the :class:`Limit`, None where there is none.
 
     The plan refuses a replay whose input tensors need more than ``max_memory``, but what an op
     allocates follows from its arguments: a trace whose padding or sizes were damaged can ask for
     tens of gigabytes. One allocation larger than the machine is refused by the kernel, but one
     that fits, filled by the kernel, or several together, let Linux's out-of-memory killer end the
     whole session. Under this limit such an allocation fails in torch as an out-of-memory error,
-    and the op is skipped with its reason. (A GPU's allocator refuses by itself. On a machine with
-    CUDA there is no limit: CUDA's runtime reserves far more address space than memory when it
-    starts, which a CPU replay's op can make it do (``pin_memory``), and a limit would fail that.)"""
-    start = _address_space() if device.type == "cpu" and max_memory is not None and resource is not None else None
-    if start is None or torch.cuda.is_available():
+    and the op is skipped with its reason. The limit is the whole process's, threads' stacks too:
+    the thread pool is started first, at its full size, so that a pool growing near the limit does
+    not fail to start a thread (which ends the process). (A GPU's allocator refuses by itself. On a
+    machine with CUDA there is no limit: CUDA's runtime reserves far more address space than memory
+    when it starts, which a CPU replay's op can make it do (``pin_memory``), and a limit would fail
+    that.)"""
+    if max_memory is None or not limits_allocations(device):
         yield None
         return
+    if torch.get_num_threads() > 1:
+        torch.ones(32768 * torch.get_num_threads()).add_(1)  # (starts every thread of the pool: a grain each)
+    start = _address_space() or 0
+    room, by = max_memory, f"the {fmt_bytes(max_memory)} memory limit (--mystique-max-memory)"
+    available = _available_memory()
+    if available is not None and available < room:
+        room, by = available, f"the {fmt_bytes(available)} of memory the machine had available"
+    limit = start + room + SLACK_BYTES + SLACK_PER_THREAD * torch.get_num_threads()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = start + max_memory + SLACK_BYTES + SLACK_PER_THREAD * torch.get_num_threads()
-    for bound in (soft, hard):
-        if bound != resource.RLIM_INFINITY:
-            limit = min(limit, bound)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    if soft != resource.RLIM_INFINITY and soft <= limit:  # (the soft limit is at most the hard one)
+        limit, by = soft, "the process's address-space limit (ulimit -v)"
     try:
-        yield limit
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        yield Limit(limit, by)
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def out_of_memory(e: BaseException) -> bool:
-    """Whether ``e`` is an allocation's failure (torch's or Python's)."""
+    """Whether ``e`` is an allocation's failure (torch's, C++'s or Python's)."""
     if isinstance(e, MemoryError):
         return True
     text = str(e)
-    return isinstance(e, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text
-                                            or "out of memory" in text)  # fmt: skip
+    return isinstance(e, RuntimeError) and any(w in text for w in ("can't allocate memory", "not enough memory",
+                                                                   "bad_alloc"))  # fmt: skip

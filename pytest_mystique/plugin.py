@@ -90,8 +90,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mystique-json", default=None, metavar="PATH",
                     help="write the results in pytest-benchmark's JSON format")  # fmt: skip
     group.addoption("--mystique-max-memory", default=None, metavar="SIZE",
-                    help="refuse a replay whose input tensors need more than SIZE (e.g. 8GiB); on the CPU, skip an op "
-                         "that asks for more than SIZE leaves")  # fmt: skip
+                    help="refuse a replay whose input tensors need more than SIZE (e.g. 8GiB); without CUDA, skip an "
+                         "op that would take the build's memory past SIZE")  # fmt: skip
     group.addoption("--mystique-history", default=None, metavar="PATH",
                     help="history database: an SQLite file (default: history.sqlite in the baseline directory), "
                          "a postgresql:// URL, or 'off'")  # fmt: skip

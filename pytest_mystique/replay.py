@@ -32,7 +32,7 @@ import torch
 from .collectives import Comms
 from .errors import ReplayError, reason
 from .measure import gc_paused
-from .memory import allocation_limit, out_of_memory
+from .memory import Limit, allocation_limit, out_of_memory
 from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
@@ -158,7 +158,7 @@ class Replay:
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
         self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
-        self._limit: int | None = None  # the address space the build may use (memory.allocation_limit), while it runs
+        self._limit: Limit | None = None  # the address space the build may use (memory.allocation_limit), while it runs
 
     # ---------------------------------------------------------------- plan
     def _plan(self) -> list[PlannedOp]:
@@ -596,8 +596,7 @@ class Replay:
         if self._limit is not None and out_of_memory(e):
             asked = re.search(r"allocate (\d+) bytes", str(e))
             what = f"{fmt_bytes(int(asked.group(1)))} at once" if asked else "more"
-            return f"out of memory: it asks for {what}, more than the {fmt_bytes(self.max_memory)} memory limit " \
-                   f"(--mystique-max-memory) leaves"  # fmt: skip
+            return f"out of memory: it asks for {what}, more than {self._limit.by} leaves"
         return reason(e)
 
     def _rebuilt_with_numbers(self, p: PlannedOp, results: tuple) -> bool:
@@ -763,8 +762,7 @@ class Replay:
                     for slot in done:
                         self._release(slot)
         except MemoryError:  # (the replay's own work, not an op's, found no memory left)
-            where = f": the {fmt_bytes(self.max_memory)} memory limit (--mystique-max-memory) was reached" \
-                if self._limit is not None else ""  # fmt: skip
+            where = f": {self._limit.by} was reached" if self._limit is not None else ""
             raise ReplayError(self.trace.path, f"the build ran out of memory{where}") from None
         finally:
             self._limit = None

@@ -18,7 +18,7 @@ from pytest_mystique import capture_step
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
-from pytest_mystique.memory import _storage_bytes, replay_peak_bytes
+from pytest_mystique.memory import _storage_bytes, limits_allocations, replay_peak_bytes
 from pytest_mystique.nonfinite import keeps_values
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
@@ -2059,6 +2059,11 @@ def test_memory_guard_refuses_before_allocating(tmp_path):
         Replay(load_trace(path), "cpu", max_memory=8 << 30).prepare()
 
 
+LIMITED = pytest.mark.skipif(not limits_allocations(torch.device("cpu")),
+                             reason="the build's allocation limit applies only on Linux without CUDA")
+
+
+@LIMITED
 def test_an_op_that_asks_for_more_than_the_memory_limit_is_skipped_not_run(tmp_path):
     """The inputs fit the limit, but a damaged padding makes ViT's patch convolution ask for a
     2 GB output (8 x 192 x 568 x 568 floats), which Linux would let it fill (and, with a few more,
@@ -2080,6 +2085,7 @@ def test_an_op_that_asks_for_more_than_the_memory_limit_is_skipped_not_run(tmp_p
     replay.run()
 
 
+@LIMITED
 def test_the_builds_own_work_out_of_memory_is_an_error_naming_the_trace(monkeypatch):
     """Where the replay's own work (not an op) meets the limit, the build stops with an error that
     names the trace and the limit, and the process's limit is put back."""
