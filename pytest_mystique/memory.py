@@ -1,5 +1,5 @@
-"""Memory figures: the trace's peak of live tensor bytes and the replay's; and the bound on what
-the build may allocate on the CPU (:func:`allocation_limit`).
+"""Memory figures: the trace's peak of live tensor bytes and the replay's; the default memory
+limit, and the bound it sets on what the build may allocate on the CPU (:func:`allocation_limit`).
 
 A storage that first appears as an op's *input* existed before the step (parameters, optimizer
 state, the batch) and is counted as live for the whole step; one that an op *produces* is live
@@ -86,6 +86,16 @@ def replay_peak_bytes(replay) -> int:
     replay.reset_state()
     replay.run(after_step=after_step)
     return peak
+
+
+def default_memory_limit(device: torch.device) -> int:
+    """Without --mystique-max-memory: 80% of the device's memory (the machine's RAM for the CPU)."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory * 0.8)
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return 64 << 30
 
 
 #: The build's address space beyond the memory limit: what is reserved without being tensors (a

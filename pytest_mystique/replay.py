@@ -32,7 +32,7 @@ import torch
 from .collectives import Comms
 from .errors import ReplayError, reason
 from .measure import gc_paused
-from .memory import Limit, allocation_limit, out_of_memory
+from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
 from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
@@ -873,17 +873,6 @@ class Replay:
         """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
         where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
         return ReplayError(self.trace.path, f"{where} failed during replay: {reason(e)}")
-
-
-def default_memory_limit(device: torch.device) -> int:
-    """Without --mystique-max-memory: 80% of the device's memory (the machine's RAM for the CPU)."""
-    try:
-        if device.type == "cuda":
-            return int(torch.cuda.get_device_properties(device).total_memory * 0.8)
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
-    except (ValueError, OSError, AttributeError, RuntimeError):
-        return 64 << 30
-
 
 
 def _dynamic_here(p: PlannedOp) -> bool:
