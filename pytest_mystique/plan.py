@@ -605,8 +605,11 @@ class Planner:
         give (:func:`.tensors.float_ranges`), which know a layer's initialisation and not what a
         trained model, or one initialised otherwise, holds. An untrained MobileViT's weights
         (deviation 0.02) shrank its activations into subnormal numbers, which made its SiLUs and
-        matrix products several times slower; drawn by rule, the replay's were not. A record
-        whose values reach beyond +-1e4 (an attention mask's stand-in for -inf) keeps the rules."""
+        matrix products several times slower; drawn by rule, the replay's were not. Where the
+        record holds the input's values (a small one) or its quantiles, those are drawn from
+        instead (:meth:`.tensors.TensorFactory.fill`): the shape of the spread passes too (see
+        :func:`.recorder._float_scale`). A record whose values reach beyond +-1e4 (an attention
+        mask's stand-in for -inf) keeps the rules."""
         records = list(self.sidecar().get("float_inputs", [])) if float_inputs else []
         scaled = kept = 0
         for ref in float_inputs:
@@ -620,9 +623,19 @@ class Planner:
             half = math.sqrt(3) * record["std"]  # (a uniform draw of that deviation)
             self.factory.float_bounds[ref] = (max(low, mean - half), min(high, mean + half))
             scaled += 1
-        if scaled:
-            self.report.notes[f"{scaled} floating input(s) drawn at the original's scale, as the capture recorded (its "
-                              f"mean and deviation, within its lowest and highest value)"] += 1  # fmt: skip
+            if record.get("values") is not None:
+                self.factory.float_values[ref] = tuple(record["values"])
+            elif record.get("quantiles") is not None:
+                self.factory.float_quantiles[ref] = tuple(record["quantiles"])
+        exact, spread = len(self.factory.float_values), len(self.factory.float_quantiles)
+        if scaled - exact - spread:
+            self.report.notes[f"{scaled - exact - spread} floating input(s) drawn at the original's scale, as the capture "
+                              f"recorded (its mean and deviation, within its lowest and highest value)"] += 1  # fmt: skip
+        if spread:
+            self.report.notes[f"{spread} floating input(s) drawn at the original's scale and spread, as the capture "
+                              f"recorded (between its quantiles, each span as likely as another)"] += 1  # fmt: skip
+        if exact:
+            self.report.notes[f"{exact} small floating input(s) hold the original's values, as the capture recorded"] += 1
         if kept:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
                               f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip

@@ -54,8 +54,9 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     floats = data.get("float_inputs")
     if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
-                         f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, and a lowest "
-                         f"value no higher than the highest")  # fmt: skip
+                         f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, a lowest "
+                         f"value no higher than the highest, its values (finite numbers, one an element) or its "
+                         f"quantiles (finite numbers, one a level of QUANTILE_LEVELS, none lower than the one before)")  # fmt: skip
     scalars = data.get("scalar_inputs")
     if scalars is not None and not (isinstance(scalars, list) and all(_scalar_record_ok(r) for r in scalars)):
         raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
@@ -115,10 +116,26 @@ def _float_record_ok(r) -> bool:
     if not _input_record_ok(r):
         return False
     stats = [r.get(k) for k in ("mean", "std", "low", "high")]
+    values, quantiles = r.get("values"), r.get("quantiles")
     if all(v is None for v in stats):
-        return True  # (an input with a NaN or an infinity: no scale)
-    return (all(_number(v) and math.isfinite(v) for v in stats)
-            and stats[1] >= 0 and stats[2] <= stats[3])  # fmt: skip
+        return values is None and quantiles is None  # (an input with a NaN or an infinity: no scale)
+    return (all(_number(v) and math.isfinite(v) for v in stats) and stats[1] >= 0 and stats[2] <= stats[3]
+            and (values is None or (_finite_numbers(values) and len(values) == math.prod(r["shape"])))
+            and (quantiles is None or (_finite_numbers(quantiles) and len(quantiles) == len(QUANTILE_LEVELS)
+                                       and all(a <= b for a, b in zip(quantiles, quantiles[1:])))))  # fmt: skip
+
+
+#: The levels of a floating input's recorded quantiles (``float_inputs[].quantiles``, one value a
+#: level): every 32nd of its values and, towards both ends, the lowest and highest 1/64, 1/256,
+#: 1/1024 and 1/4096 of them. A draw uniform between the 1/32 level and the lowest value would
+#: spread a normal tensor's values a third wider than the original's (its variance, in the end
+#: spans' long reach); the finer levels keep those spans' share of the draws small.
+QUANTILE_LEVELS = (0.0, 1 / 4096, 1 / 1024, 1 / 256, 1 / 64, *(k / 32 for k in range(1, 32)),
+                   63 / 64, 255 / 256, 1023 / 1024, 4095 / 4096, 1.0)  # fmt: skip
+
+
+def _finite_numbers(x) -> bool:
+    return isinstance(x, list) and all(_number(v) and math.isfinite(v) for v in x)
 
 
 def _number(x) -> bool:

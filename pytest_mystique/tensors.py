@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from .sidecar import QUANTILE_LEVELS
 from .trace import ListValue, Node, TensorRef, contiguous_strides
 
 #: Elements of random data drawn per block when filling large tensors.
@@ -556,6 +557,10 @@ class TensorFactory:
     storage_bytes: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     ranges: dict[TensorRef, IntRange] = field(default_factory=dict)
     float_bounds: dict[TensorRef, tuple[float, float]] = field(default_factory=dict)
+    # floating inputs whose values the capture recorded (a small one: see recorder.EXACT_FLOATS), or
+    # their quantiles (a larger one): drawn as the original's were spread, within float_bounds' scale
+    float_values: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
+    float_quantiles: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
     _quantized: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype) -> a flat quantized tensor
     _constrained: dict[tuple, bool] = field(default_factory=dict)  # keyed as _storages
@@ -705,7 +710,10 @@ class TensorFactory:
                 self.fill(t, ref, want)
             self._index_spans[key].append((start, stop, want))
             self._constrained[key] = True
-        elif not self._constrained[key] and self._has_requirement(ref):
+        elif (not self._constrained[key] and self._has_requirement(ref)) or (
+                ref in self.float_values and (not made or t.numel() * ref.itemsize != nbytes)
+                and torch._debug_has_internal_overlap(t) != 1):  # fmt: skip
+            # (the original's values of a view are that memory's, whichever view was made first)
             self.fill(t, ref)
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -760,6 +768,10 @@ class TensorFactory:
             t.copy_(drawn)
             return
         self._seeded_generator()
+        if t.dtype.is_floating_point and (ref in self.float_values or ref in self.float_quantiles):
+            with torch.no_grad():
+                self._fill_recorded(t, ref)
+            return
         if rng is None:
             rng = self.ranges.get(ref, IntRange(0, 2) if ref.shape else IntRange(1, 3))
         with torch.no_grad():
@@ -776,6 +788,39 @@ class TensorFactory:
                     flat[start:stop].copy_(block[: stop - start])
             else:
                 t.copy_(self._sample(t.dtype, ref, rng, n).view(t.shape))
+
+    def _fill_recorded(self, t: torch.Tensor, ref: TensorRef) -> None:
+        """``t`` with the original's values where the capture recorded them and ``t`` is ``ref``
+        itself; else drawn from its quantiles (or from its values, for an allocation larger than
+        ``ref``, at even levels): uniform between two neighbouring quantiles, each span drawn as
+        often as the share of the original's values it holds, its spread piece by piece. A
+        tensor longer than TILE repeats one drawn block."""
+        values = self.float_values.get(ref)
+        if values is not None and len(values) == t.numel():
+            t.copy_(torch.tensor(values, dtype=torch.float64).view(t.shape))  # (copy_ converts type and device)
+            return
+        if values is not None:
+            points, levels = sorted(values), [i / max(len(values) - 1, 1) for i in range(len(values))]
+        else:
+            points, levels = self.float_quantiles[ref], QUANTILE_LEVELS
+        kind = torch.float32 if t.itemsize <= 4 else torch.float64
+        points = torch.tensor(points, dtype=torch.float64).to(device=t.device, dtype=kind)
+        levels = torch.tensor(levels, dtype=torch.float64).to(device=t.device, dtype=kind)
+        if points.numel() == 1:
+            t.fill_(float(points[0]))
+            return
+        n = t.numel()
+        drawn = torch.rand(min(n, TILE) if t.is_contiguous() else n, generator=self._generator, device=t.device, dtype=kind)
+        at = torch.searchsorted(levels, drawn, right=True).sub_(1).clamp_(0, levels.numel() - 2)  # (the draw's span)
+        along = drawn.sub_(levels[at]).div_(levels.diff()[at])  # (how far along it)
+        block = points[at].addcmul_(points.diff()[at], along)
+        if block.numel() == n:
+            t.copy_(block.view(t.shape))
+            return
+        flat = t.view(-1)
+        for start in range(0, n, TILE):
+            stop = min(start + TILE, n)
+            flat[start:stop].copy_(block[: stop - start])
 
     def _seeded_generator(self) -> torch.Generator:
         if self._generator is None:

@@ -22,7 +22,7 @@ from pytest_mystique.measure import (
     torch_threads,
 )
 from pytest_mystique.replay import Replay
-from pytest_mystique.sidecar import load_sidecar, sidecar_path, unlike
+from pytest_mystique.sidecar import QUANTILE_LEVELS, load_sidecar, sidecar_path, unlike
 from pytest_mystique.trace import load_trace
 
 
@@ -296,7 +296,15 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     assert _input_record(nested) is None and _input_record(quantized) is None
     x = torch.tensor([0.5, 1.5, 2.5, 3.5])
     assert _input_record(x) == {"shape": [4], "dtype": "float32", "mean": 2.0, "std": pytest.approx(float(x.std())),
-                                "low": 0.5, "high": 3.5}  # fmt: skip
+                                "low": 0.5, "high": 3.5, "values": [0.5, 1.5, 2.5, 3.5]}  # fmt: skip
+    # a larger one by its quantiles, from the lowest value to the highest
+    big = torch.log(torch.rand(64, 1000, generator=torch.Generator().manual_seed(0)))  # (skewed: a long tail below)
+    record = _input_record(big)
+    q = torch.tensor(record["quantiles"])
+    assert "values" not in record and len(q) == len(QUANTILE_LEVELS) and bool((q.diff() >= 0).all())
+    assert (float(q[0]), float(q[-1])) == (float(big.min()), float(big.max()))
+    median = float(q[QUANTILE_LEVELS.index(0.5)])
+    assert median == pytest.approx(float(big.median()), abs=0.02) and median > record["mean"]
     assert _input_record(torch.tensor([1.0, float("inf")])) == {"shape": [2], "dtype": "float32"}  # no scale
     assert _input_record(torch.nn.Parameter(x)) == _input_record(x)  # (a parameter is an input like any)
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,

@@ -1023,6 +1023,41 @@ def test_floating_inputs_are_drawn_at_the_scale_the_capture_recorded(tmp_path):
     assert last_output(Replay(load_trace(path), "cpu").prepare()) > 1e-10
 
 
+def test_floating_inputs_keep_the_shape_of_their_spread(tmp_path):
+    """Beyond its scale, the capture helper records a small floating input's values and a larger
+    one's quantiles, and the replay holds those values and draws between those quantiles: a
+    gated-delta layer's decay rates (``A_log``, the logs of a uniform draw, a value a head) and a
+    skewed larger tensor keep their spread. Uniform at the same mean and deviation, the larger
+    one's median would be 0.3 away from the original's (-1 against -0.69), and the decays the
+    rates make would fall into subnormal numbers at other places. Malformed quantiles are an error
+    naming the sidecar."""
+    g = torch.Generator().manual_seed(0)
+    a_log = torch.log(torch.empty(16).uniform_(0, 16, generator=g))
+    skewed = torch.log(torch.rand(64, 1000, generator=g))
+
+    def step():
+        return (skewed * -a_log.exp()[:, None, None]).exp().sum()
+
+    path = tmp_path / "decay.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    made = {tuple(ref.shape): t for ref, t in replay.inputs()}
+    assert torch.equal(made[(16,)], a_log)
+    q = torch.tensor([0.05, 0.25, 0.5, 0.75, 0.95])
+    drawn, original = torch.quantile(made[(64, 1000)].flatten(), q), torch.quantile(skewed.flatten(), q)
+    assert torch.allclose(drawn, original, rtol=0.03, atol=0.02), (drawn, original)
+    notes = replay.report.notes
+    assert any("1 floating input(s) drawn at the original's scale and spread" in n for n in notes), notes
+    assert any("1 small floating input(s) hold the original's values" in n for n in notes), notes
+    side = load_sidecar(path)
+    bad = copy.deepcopy(side)
+    big = next(r for r in bad["float_inputs"] if "quantiles" in r)
+    big["quantiles"] = big["quantiles"][::-1]
+    sidecar_path(path).write_text(json.dumps(bad))
+    with pytest.raises(ReplayError, match=r"decay\.meta\.json: malformed timing sidecar: float_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
+
 def test_numbers_the_program_passed_hold_the_originals_values(tmp_path):
     """A Python number an op reads as a tensor (a T5 scales its decoder's output by
     ``d_model ** -0.5`` before the LM head) is in a trace as a 0-dim tensor without its value. The
@@ -1198,7 +1233,7 @@ def test_non_finite_values_made_in_place_are_reported(tmp_path):
     assert len(nan_notes) == 1 and "aten::log_" in nan_notes[0], replay.report.notes
     replay = _captured(tmp_path, "inplace", step)
     assert not [n for n in replay.report.notes if "NaN or inf" in n], replay.report.notes
-    assert any("1 floating input(s) drawn at the original's scale" in n for n in replay.report.notes)
+    assert any("1 small floating input(s) hold the original's values" in n for n in replay.report.notes)
 
 
 def test_non_finite_values_the_original_had_too_are_not_reported(tmp_path):
