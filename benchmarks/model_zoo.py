@@ -24,7 +24,13 @@ FlexOlmo's, GraniteMoE-shared's, LFM2's and dots.llm1's experts, VaultGemma, Arc
 hybrid of gated DeltaNet and attention, Qwen3-Next's and Qwen3.5's linear attention, Kimi Linear's
 delta attention, DeepSeek-V2's and MiniCPM3's latent attention, DeepSeek-V3.2's sparse attention
 indexer, Gemma 3n's AltUp and Laurel blocks; EuroBERT, Nomic BERT, GTE, YOSO's hashed attention,
-MRA's multi-resolution attention, I-BERT's integer-only arithmetic, DeBERTa, LUKE), encoder-decoders
+MRA's multi-resolution attention, I-BERT's integer-only arithmetic, DeBERTa, LUKE; from transformers
+5.24 and 5.25, nanochat, Dory, Flint, Beam, CWM, LFM3, HRM's recurrent reasoning modules, Granite's
+sliding windows, IQuest-Coder, Jais 2, InternLM3, Apertus 1.5, Gemma 4, Kolibri 1.1's indexed
+attention, Ergo, MiniCPM5's, Param2's, Sarvam's, MiMo-V2-Flash's, Laguna's, Solar Open's,
+GraniteMoE-SWA's, Mellum's, Hunyuan 3's and 4's, Kolibri's, Inkling's and ZAYA's experts, Lara-mini's
+gated delta attention, DeepSeek-V4, Sarvam's, GLM-MoE-DSA's, GLM-4-MoE-Lite's and A.X K2's latent
+attention, ESM C, UltraBERT, NeoMME, Jina embeddings v3, FlauBERT, RoCBert, XLM-RoBERTa-XL), encoder-decoders
 (Pegasus, Marian, mBART, LED, M2M-100, Switch Transformers' top-1 routing, mT5, LongT5, Blenderbot,
 ProphetNet's n-gram streams, BigBird-Pegasus, PLBart, NLLB-MoE's experts with a capacity; BART, T5,
 UMT5; PEGASUS-X's block-local and global tokens, T5Gemma, Blenderbot-small), vision models (ResNet, RegNet, MobileNetV2, BEiT, DINOv2, SegFormer, MobileViT, PoolFormer,
@@ -32,7 +38,7 @@ ConvNeXt V2, Swin V2, MobileNetV1, FocalNet, ViT-MSN, Data2Vec vision, Efficient
 excitation, BiT's weight-standardised convolutions and group norm, PVT v2, Hiera's unrolled stages;
 ConvNeXt, Swin, DeiT, LeViT, CvT's convolutional projections; YOLOS and DETR's detection losses with
 their matching, GLPN's depth; DINOv2 with registers, I-JEPA, MobileViTV2's separable attention,
-SwiftFormer, PVT, TextNet, SigLIP's and CLIP's vision towers), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
+SwiftFormer, PVT, TextNet, SigLIP's and CLIP's vision towers; HGNet-V2), speech models (wav2vec 2.0, HuBERT, WavLM, SEW, UniSpeech, Data2Vec
 audio, wav2vec 2.0 Conformer with CTC losses, Speech2Text, Whisper, Moonshine; LayerDrop off, since
 a step that skips a random layer is not the traced one) and time-series forecasters (PatchTST,
 PatchTSMixer, and Informer's and Autoformer's probabilistic forecasts). ``--family diffusers``

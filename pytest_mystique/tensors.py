@@ -548,6 +548,23 @@ class Bags:
     last: int
 
 
+#: Cells of equal width over [0, 1) that a draw from recorded quantiles is mapped through, a line
+#: each: every level of :data:`.sidecar.QUANTILE_LEVELS` is a multiple of 1/QUANTILE_CELLS, so a
+#: cell lies within one span between two levels and its line is that span's.
+QUANTILE_CELLS = 4096
+
+
+def _quantile_cells(points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For quantiles ``points`` at :data:`.sidecar.QUANTILE_LEVELS`, each cell's line (start, slope):
+    a uniform draw ``u`` in the cell maps to ``start + slope * u``, the linear interpolation of
+    the quantiles at ``u`` (the inverse of a distribution that is uniform within each span)."""
+    levels = torch.tensor(QUANTILE_LEVELS, dtype=torch.float64)
+    middles = (torch.arange(QUANTILE_CELLS, dtype=torch.float64) + 0.5) / QUANTILE_CELLS
+    span = torch.searchsorted(levels, middles, right=True).sub_(1).clamp_(0, levels.numel() - 2)
+    slope = (points.diff() / levels.diff())[span]
+    return points[span] - levels[span] * slope, slope
+
+
 @dataclass
 class TensorFactory:
     """Makes the replay's input tensors: one allocation per storage, views into it."""
@@ -792,35 +809,36 @@ class TensorFactory:
     def _fill_recorded(self, t: torch.Tensor, ref: TensorRef) -> None:
         """``t`` with the original's values where the capture recorded them and ``t`` is ``ref``
         itself; else drawn from its quantiles (or from its values, for an allocation larger than
-        ``ref``, at even levels): uniform between two neighbouring quantiles, each span drawn as
-        often as the share of the original's values it holds, its spread piece by piece. A
-        tensor longer than TILE repeats one drawn block."""
+        ``ref``): uniform between two neighbouring quantiles, each span drawn as often as the
+        share of the original's values it holds, its spread piece by piece. The draws are slices
+        of the seeded pool of uniform ones, each mapped through the line of its cell
+        (:func:`_quantile_cells`): two lookups and a multiply-add, 2.4 ms for a million
+        elements where a search of the levels took 44. A tensor longer than TILE repeats one
+        drawn block."""
         values = self.float_values.get(ref)
         if values is not None and len(values) == t.numel():
             t.copy_(torch.tensor(values, dtype=torch.float64).view(t.shape))  # (copy_ converts type and device)
             return
+        kind = torch.float64 if t.dtype == torch.float64 else torch.float32
         if values is not None:
-            points, levels = sorted(values), [i / max(len(values) - 1, 1) for i in range(len(values))]
+            points = torch.quantile(torch.tensor(values, dtype=torch.float64), torch.tensor(QUANTILE_LEVELS,
+                                                                                            dtype=torch.float64))  # fmt: skip
         else:
-            points, levels = self.float_quantiles[ref], QUANTILE_LEVELS
-        kind = torch.float32 if t.itemsize <= 4 else torch.float64
-        points = torch.tensor(points, dtype=torch.float64).to(device=t.device, dtype=kind)
-        levels = torch.tensor(levels, dtype=torch.float64).to(device=t.device, dtype=kind)
-        if points.numel() == 1:
-            t.fill_(float(points[0]))
-            return
+            points = torch.tensor(self.float_quantiles[ref], dtype=torch.float64)
+        start, slope = (x.to(device=t.device, dtype=kind) for x in _quantile_cells(points))
         n = t.numel()
-        drawn = torch.rand(min(n, TILE) if t.is_contiguous() else n, generator=self._generator, device=t.device, dtype=kind)
-        at = torch.searchsorted(levels, drawn, right=True).sub_(1).clamp_(0, levels.numel() - 2)  # (the draw's span)
-        along = drawn.sub_(levels[at]).div_(levels.diff()[at])  # (how far along it)
-        block = points[at].addcmul_(points.diff()[at], along)
-        if block.numel() == n:
+        m = min(n, TILE) if t.is_contiguous() else n
+        drawn = self._pool_draws(m, kind) if m <= TILE else torch.rand(m, generator=self._generator, device=t.device,
+                                                                        dtype=kind)  # fmt: skip
+        cell = drawn.mul(QUANTILE_CELLS).to(torch.int32).clamp_(max=QUANTILE_CELLS - 1)
+        block = start.index_select(0, cell).addcmul_(slope.index_select(0, cell), drawn)
+        if m == n:
             t.copy_(block.view(t.shape))
             return
         flat = t.view(-1)
-        for start in range(0, n, TILE):
-            stop = min(start + TILE, n)
-            flat[start:stop].copy_(block[: stop - start])
+        for begin in range(0, n, TILE):
+            stop = min(begin + TILE, n)
+            flat[begin:stop].copy_(block[: stop - begin])
 
     def _seeded_generator(self) -> torch.Generator:
         if self._generator is None:
@@ -870,17 +888,20 @@ class TensorFactory:
         scaled in one pass (thirty times faster than drawing, which was most of a large trace's
         setup). Each slice starts where the last one ended, so tensors differ from each other;
         a tensor longer than TILE repeats blocks of it."""
-        pool = self._pools.get(flat.dtype)
-        if pool is None:
-            pool = self._pools[flat.dtype] = torch.rand(2 * TILE, generator=self._generator, device=self.device,
-                                                        dtype=flat.dtype)  # fmt: skip
         low_t = torch.tensor(low, dtype=flat.dtype, device=self.device)
         for start in range(0, flat.numel(), TILE):
             part = flat[start : start + TILE]
-            m = part.numel()
-            at = self._pool_at % (pool.numel() - m + 1)
-            self._pool_at = at + m
-            torch.add(low_t, pool[at : at + m], alpha=high - low, out=part)
+            torch.add(low_t, self._pool_draws(part.numel(), flat.dtype), alpha=high - low, out=part)
+
+    def _pool_draws(self, m: int, dtype: torch.dtype) -> torch.Tensor:
+        """The next ``m`` (TILE at most) of the seeded pool of uniform draws in [0, 1) of ``dtype``
+        (made at its first use): read them, never write them."""
+        pool = self._pools.get(dtype)
+        if pool is None:
+            pool = self._pools[dtype] = torch.rand(2 * TILE, generator=self._generator, device=self.device, dtype=dtype)
+        at = self._pool_at % (pool.numel() - m + 1)
+        self._pool_at = at + m
+        return pool[at : at + m]
 
     def _float_range(self, ref: TensorRef) -> tuple[float, float]:
         return self.float_bounds.get(ref, (0.5, 1.0) if not ref.shape else (-1.0, 1.0))

@@ -1837,6 +1837,33 @@ def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
     _, counts = factory.make(ref).unique(return_counts=True)
     assert counts.numel() == round(0.6 * n) and counts.max().item() / n == pytest.approx(0.01, rel=0.1)
 
+def test_recorded_values_and_quantiles_fill_views_and_large_tensors():
+    """A small input's recorded values go to its own elements even where it is a view into a larger
+    allocation (the rest drawn from those values' spread); a tensor past TILE elements drawn from
+    quantiles repeats one block that keeps their spread. Each level of the quantiles is a multiple
+    of the cell width the draws are mapped through."""
+    from pytest_mystique.sidecar import QUANTILE_LEVELS
+    from pytest_mystique.tensors import QUANTILE_CELLS, TILE
+
+    assert all((level * QUANTILE_CELLS).is_integer() for level in QUANTILE_LEVELS)
+    factory = TensorFactory(torch.device("cpu"))
+    factory.reserve(TensorRef(1, 7, 0, 64, 4, "cpu", "float32", (64,), (1,)))  # (the whole allocation)
+    view = TensorRef(2, 7, 8, 4, 4, "cpu", "float32", (4,), (1,))
+    factory.float_values[view] = (-3.0, 0.5, 2.0, 10.0)
+    t = factory.make(view)
+    assert t.tolist() == [-3.0, 0.5, 2.0, 10.0]
+    whole = torch.empty(0).set_(t.untyped_storage(), 0, (64,), (1,))
+    assert -3.0 <= float(whole.min()) and float(whole.max()) <= 10.0 and whole.unique().numel() > 8
+    n = TILE + TILE // 2
+    big = TensorRef(3, 8, 0, n, 4, "cpu", "float32", (n,), (1,))
+    source = torch.log(torch.rand(1 << 16, generator=torch.Generator().manual_seed(0)))
+    factory.float_quantiles[big] = tuple(torch.quantile(source, torch.tensor(QUANTILE_LEVELS)).tolist())
+    drawn = factory.make(big)
+    assert torch.equal(drawn[TILE:], drawn[: n - TILE])
+    assert float(drawn[:TILE].median()) == pytest.approx(float(source.median()), abs=0.02)
+    assert float(drawn.min()) >= float(source.min()) and float(drawn.max()) <= float(source.max())
+
+
 def test_packed_sequences_get_consistent_lengths_and_batch_sizes(tmp_path):
     """A packed LSTM: ``_pack_padded_sequence`` needs lengths sorted from the longest down, each at
     most the padded length, summing to the packed rows; the recurrent kernel and
