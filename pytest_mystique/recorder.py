@@ -429,7 +429,7 @@ def _float_scale(t: torch.Tensor) -> dict:
 
 #: A floating input of at most this many elements is recorded whole (a value a head or a channel:
 #: a decay rate, a norm's weight); a larger one by its quantiles.
-EXACT_FLOATS = 256
+EXACT_FLOATS = 64
 #: Elements a larger input's quantiles are taken from (drawn with a fixed seed: a strided sample
 #: could fall on one column of a table whose columns differ).
 QUANTILE_SAMPLE = 1 << 16
