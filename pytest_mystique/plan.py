@@ -633,7 +633,7 @@ class Planner:
                               f"recorded (its mean and deviation, within its lowest and highest value)"] += 1  # fmt: skip
         if spread:
             self.report.notes[f"{spread} floating input(s) drawn at the original's scale and spread, as the capture "
-                              f"recorded (between its quantiles, each span as likely as another)"] += 1  # fmt: skip
+                              f"recorded (between its quantiles, each span as often as the share of values it holds)"] += 1  # fmt: skip
         if exact:
             self.report.notes[f"{exact} small floating input(s) hold the original's values, as the capture recorded"] += 1
         if kept:
