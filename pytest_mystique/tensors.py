@@ -548,6 +548,14 @@ class Bags:
     last: int
 
 
+def _repeat(flat: torch.Tensor, block: torch.Tensor) -> None:
+    """Fill ``flat`` (a contiguous 1-d tensor) with ``block`` (TILE elements) again and again."""
+    n = flat.numel()
+    for start in range(0, n, TILE):
+        stop = min(start + TILE, n)
+        flat[start:stop].copy_(block[: stop - start])
+
+
 #: Cells of equal width over [0, 1) that a draw from recorded quantiles is mapped through, a line
 #: each: every level of :data:`.sidecar.QUANTILE_LEVELS` is a multiple of 1/QUANTILE_CELLS, so a
 #: cell lies within one span between two levels and its line is that span's.
@@ -798,11 +806,7 @@ class TensorFactory:
                 t.uniform_(*self._float_range(ref), generator=self._generator)  # in place: the same draws
             elif n > TILE and t.is_contiguous() and rng.kind == "uniform" and ref not in self.skews:
                 # (a skewed index is drawn whole: repeated blocks would cap its distinct values)
-                block = self._sample(t.dtype, ref, rng, TILE)
-                flat = t.view(-1)
-                for start in range(0, n, TILE):
-                    stop = min(start + TILE, n)
-                    flat[start:stop].copy_(block[: stop - start])
+                _repeat(t.view(-1), self._sample(t.dtype, ref, rng, TILE))
             else:
                 t.copy_(self._sample(t.dtype, ref, rng, n).view(t.shape))
 
@@ -834,11 +838,8 @@ class TensorFactory:
         block = start.index_select(0, cell).addcmul_(slope.index_select(0, cell), drawn)
         if m == n:
             t.copy_(block.view(t.shape))
-            return
-        flat = t.view(-1)
-        for begin in range(0, n, TILE):
-            stop = min(begin + TILE, n)
-            flat[begin:stop].copy_(block[: stop - begin])
+        else:
+            _repeat(t.view(-1), block)
 
     def _seeded_generator(self) -> torch.Generator:
         if self._generator is None:
