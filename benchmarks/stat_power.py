@@ -56,25 +56,8 @@ def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, 
         if target is None:
             shutil.copy(src, d / src.name)
             continue
-        data = json.loads(gzip.decompress(src.read_bytes()))
-        cost = op_costs(src)
         out = d / src.name
-
-        def write(scale: float, cost=cost, out=out, data=data) -> set[int]:
-            chosen = pick(cost, target * scale)
-            out.write_bytes(gzip.compress(json.dumps(duplicate_ops(data, node_ids=chosen)).encode()))
-            return chosen
-
-        best = None
-        # Instrumented per-op times do not add up exactly to what running an op twice costs
-        # (caches, allocations): scale the goal until the measured slowdown is near the target.
-        for scale in (1.0, 0.6, 1.6, 0.35, 0.2, 2.5):
-            write(scale)
-            got = true_slowdown(src, out, rounds=10) - 1
-            if best is None or abs(got - target) < abs(best[1] - target):
-                best = (scale, got)
-            if abs(got - target) <= 0.15 * target:
-                break
+        write, best = slowed_copy(src, out, target)
         # One process alternating two replays need not see what separate processes see (measured:
         # an MLP copy at +6.5% interleaved was +3-4% in fresh sessions): check in fresh processes,
         # and scale the goal by what they saw until they agree with the target.
@@ -93,6 +76,33 @@ def write_condition(base: Path, name: str, target: float | None) -> tuple[Path, 
         print(f"  {src.name}: {len(chosen)} ops run twice: {fresh[0]:+.1%} in fresh processes, "
               f"{interleaved:+.1%} interleaved", flush=True)
     return base / name, truth
+
+
+def slowed_copy(src: Path, out: Path, target: float):
+    """Write to ``out`` a copy of the trace ``src`` in which ops run twice, chosen so that it runs
+    about ``target`` slower than ``src``, alternated with it in one process. Returns the writer
+    (scale of the goal -> the chosen op nodes; it writes the copy again) and the best (scale,
+    slowdown) found."""
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    cost = op_costs(src)
+
+    def write(scale: float) -> set[int]:
+        chosen = pick(cost, target * scale)
+        out.write_bytes(gzip.compress(json.dumps(duplicate_ops(data, node_ids=chosen)).encode()))
+        return chosen
+
+    best = None
+    # Instrumented per-op times do not add up exactly to what running an op twice costs
+    # (caches, allocations): scale the goal until the measured slowdown is near the target.
+    for scale in (1.0, 0.6, 1.6, 0.35, 0.2, 2.5):
+        write(scale)
+        got = true_slowdown(src, out, rounds=10) - 1
+        if best is None or abs(got - target) < abs(best[1] - target):
+            best = (scale, got)
+        if abs(got - target) <= 0.15 * target:
+            break
+    write(best[0])
+    return write, best
 
 
 def op_costs(path: Path, iters: int = 15) -> dict[int, float]:

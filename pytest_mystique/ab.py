@@ -1,16 +1,19 @@
 """A/B mode: the same traces replayed alternately in two Python environments.
 
-``mystique ab --python OLD/bin/python --python NEW/bin/python TRACE...`` starts one replay worker
-(:mod:`.worker`) per environment, loads each trace in both, and then runs *rounds*. In a round
-the two workers take turns, a block of about :data:`BLOCK_S` of iterations each (the first turn
-chosen at random), until each has timed a segment. A round's difference of levels
-(``log q10(B) - log q10(A)``) compares iterations taken within milliseconds of each other on the
-same machine in the same state, so the drift that makes comparisons with a stored baseline noisy
-cancels within it. Rounds
-are added, with the looks and the significance split of :mod:`.sampling`, until the paired
-interval gives a verdict or the budget is spent. Each worker process also has an offset of its own
-(measured: up to several percent between two processes of the same environment, most for
-convolutions); the interval counts it as known noise (``--noise``), as the plugin does.
+``mystique ab --python OLD/bin/python --python NEW/bin/python TRACE...`` starts ``--workers``
+pairs of replay workers (:mod:`.worker`), one of each environment in a pair, loads each trace in
+all of them, and then runs *rounds*. In a round the two workers of one pair take turns, a block of
+about :data:`BLOCK_S` of iterations each (the first turn chosen at random), until each has timed a
+segment. A round's difference of levels (``log q10(B) - log q10(A)``) compares iterations taken
+within milliseconds of each other on the same machine in the same state, so the drift that makes
+comparisons with a stored baseline noisy cancels within it. Rounds are added, with the looks and
+the significance split of :mod:`.sampling`, until the paired interval gives a verdict or the
+budget is spent. Each worker process also has an offset of its own (measured: up to several
+percent between two processes of the same environment, most for convolutions), which no number
+of rounds of one pair removes; the interval counts it as known noise (``--noise``), as the plugin
+does. The rounds cycle through the pairs (every pair once in a random order, then again), so the
+estimate averages several processes' offsets, and the noise counted shrinks with them
+(:func:`.stats.offset_share`): pyperf's answer to the same problem, many processes.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import time
 from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
-from .errors import ReplayError
+from .errors import MystiqueError, ReplayError
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
-from .stats import Spending, compare_paired, segment_level
+from .stats import Spending, compare_paired, offset_share, segment_level
 from .worker import Worker
 
 MAX_ROUNDS = 60
@@ -32,58 +35,99 @@ MAX_ROUNDS = 60
 BLOCK_S = 0.05
 
 
-def ab_trace(workers: list[Worker], trace: str | Path, *, budget_s: float = DEFAULT_BUDGET_S,
+def ab_trace(workers: list, trace: str | Path, *, budget_s: float = DEFAULT_BUDGET_S,
              tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA, threads: int = 1,
              device: str = "cpu", seed: int = 0, trace_b: str | Path | None = None,
              process_noise: float = DEFAULT_NOISE) -> dict:  # fmt: skip
-    """Interleaved rounds of ``workers[0]`` (A) and ``workers[1]`` (B) on one trace (B replays
-    ``trace_b`` instead when given): the result dict with the paired comparison of B against A."""
-    infos = [w.request(cmd="load", trace=str(t), device=device, threads=threads)
-             for w, t in zip(workers, (trace, trace_b or trace))]  # fmt: skip
-    skipped = [info["ops_total"] - info["ops_replayed"] for info in infos]
-    if skipped[0] != skipped[1]:  # (an operator one torch lacks, and no substitute runs: see runner.same_work)
-        why = "; ".join(f"{side}: {s['count']}x {s['op']}: {s['reason']}"
-                        for side, info in zip("AB", infos) for s in info["skipped"][:3])  # fmt: skip
-        raise ReplayError(trace, f"A's replay skips {skipped[0]} of {infos[0]['ops_total']} ops and B's {skipped[1]} of "
-                                 f"{infos[1]['ops_total']}: their times would measure different work, so they are not "
-                                 f"compared ({why})")  # fmt: skip
-    per_iter = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in workers]
+    """Interleaved rounds of A and B on one trace (B replays ``trace_b`` instead when given): the
+    result dict with the paired comparison of B against A. ``workers`` is ``[A, B]``, or pairs
+    ``[(A1, B1), (A2, B2), ...]`` of workers of the two environments: the rounds then cycle
+    through the pairs, so that the estimate averages several processes' offsets (each pair's
+    rounds weigh by their share in the noise the interval counts). A pair after the first that
+    cannot load the trace (its memory taken by the others) is left out of it, with a note."""
+    pairs = [tuple(workers)] if isinstance(workers[0], Worker) else [tuple(p) for p in workers]
+    sides = (trace, trace_b or trace)
+    infos, used, notes = [], [], []
+    for j, pair in enumerate(pairs):
+        try:
+            got = [w.request(cmd="load", trace=str(t), device=device, threads=threads) for w, t in zip(pair, sides)]
+        except MystiqueError as e:
+            if j == 0:
+                raise
+            notes.append(f"worker pair {j + 1} left out: {e}")
+            continue
+        if not infos:
+            _same_ops(trace, got)
+        elif _skips(got) != _skips(infos[0]):  # (the same environments replay the same ops, but a
+            # worker may have had less memory for its build than the first pair's)
+            notes.append(f"worker pair {j + 1} left out: it replays other ops than pair 1 ({_skips(got)} skipped "
+                         f"against {_skips(infos[0])})")  # fmt: skip
+            continue
+        infos.append(got)
+        used.append(pair)
+    per_iter = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for pair in used for w in pair]
     m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(per_iter), 1e-9))))
     block = max(1, min(m, round(BLOCK_S / max(max(per_iter), 1e-9))))
-    rounds_cap = max(FIRST_LOOK, min(MAX_ROUNDS, int(budget_s / max(m * sum(per_iter), 1e-9))))
+    rounds_cap = max(FIRST_LOOK, min(MAX_ROUNDS, int(budget_s / max(m * 2 * statistics.mean(per_iter), 1e-9))))
     points = look_points(rounds_cap)
     rng = random.Random(seed)
     levels: list[list[float]] = [[], []]
     medians: list[list[float]] = [[], []]
+    pair_of: list[int] = []  # the pair that ran each round
+    cycle: list[int] = []
     start = time.perf_counter()
     cmp = None
     spending = Spending(alpha)
     for k in points:
         while len(levels[0]) < k:
+            if not cycle:  # every pair once, in a random order, then again
+                cycle = rng.sample(range(len(used)), len(used))
+            j = cycle.pop()
+            pair_of.append(j)
             order = [0, 1]
             rng.shuffle(order)
             got: list[list[float]] = [[], []]
             while len(got[order[1]]) < m:
                 for i in (i for i in order if len(got[i]) < m):
-                    got[i] += workers[i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
+                    got[i] += used[j][i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
             for i in (0, 1):
                 levels[i].append(segment_level(got[i]))
                 medians[i].append(sorted(got[i])[len(got[i]) // 2])
         spent = time.perf_counter() - start
         final = k == points[-1] or spent * 1.5 > budget_s
         diffs = [b - a for a, b in zip(*levels)]
-        settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < math.log1p(process_noise) / 2
+        noise = math.log1p(process_noise) * math.sqrt(offset_share(pair_of))
+        settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < noise / 2
         cmp = compare_paired(diffs, tolerance=tolerance, alpha=spending.at(k / points[-1], final or settled),
-                             final=final or settled,
-                             process_noise=process_noise, calibrated=False,
+                             final=final or settled, process_noise=process_noise, groups=pair_of,
+                             calibrated=False,
                              baseline_median_s=_median(medians[0]), current_median_s=_median(medians[1]))  # fmt: skip
         if cmp.verdict != "undecided":
             break
+    by_pair = [[d for d, p in zip(diffs, pair_of) if p == j] for j in range(len(used))]
     return {
         "trace": Path(trace).name, "file": str(trace), "status": cmp.verdict, "comparison": cmp.as_dict(),
         "rounds": len(levels[0]), "segment_iters": m, "seconds": time.perf_counter() - start,
-        "a": infos[0] | {"median_s": _median(medians[0])}, "b": infos[1] | {"median_s": _median(medians[1])},
+        "pairs": len(used), "pair_ratios": [math.exp(statistics.mean(d)) if d else None for d in by_pair],
+        "pair_rounds": [len(d) for d in by_pair],
+        "notes": notes,
+        "a": infos[0][0] | {"median_s": _median(medians[0])}, "b": infos[0][1] | {"median_s": _median(medians[1])},
     }  # fmt: skip
+
+
+def _skips(infos: list[dict]) -> list[int]:
+    return [info["ops_total"] - info["ops_replayed"] for info in infos]
+
+
+def _same_ops(trace, infos: list[dict]) -> None:
+    """A and B replay the same ops of the trace, or they are not compared."""
+    skipped = _skips(infos)
+    if skipped[0] != skipped[1]:  # (an operator one torch lacks, and no substitute runs: see runner.same_work)
+        why = "; ".join(f"{side}: {s['count']}x {s['op']}: {s['reason']}"
+                        for side, info in zip("AB", infos) for s in info["skipped"][:3])  # fmt: skip
+        raise ReplayError(trace, f"A's replay skips {skipped[0]} of {infos[0]['ops_total']} ops and B's {skipped[1]} of "
+                                 f"{infos[1]['ops_total']}: their times would measure different work, so they are not "
+                                 f"compared ({why})")  # fmt: skip
 
 
 def _median(xs: list[float]) -> float:

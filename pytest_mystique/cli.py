@@ -9,7 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_ITERS, DEFAULT_NOISE, DEFAULT_TOLERANCE, DEFAULT_WARMUP
+from .defaults import (
+    DEFAULT_AB_WORKERS,
+    DEFAULT_ALPHA,
+    DEFAULT_BUDGET_S,
+    DEFAULT_ITERS,
+    DEFAULT_NOISE,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WARMUP,
+)
 from .errors import MystiqueError
 from .measure import OPS_WARMUP, inside_operators, per_op_medians, profiled_calls, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
@@ -123,12 +131,17 @@ def _ab(args: argparse.Namespace) -> int:
     if len(args.python) != 2:
         print("mystique ab: error: give --python exactly twice (A, then B)", file=sys.stderr)
         return 2
-    workers = [Worker(p, args.threads) for p in args.python]
+    if args.workers < 1:
+        print("mystique ab: error: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    pairs: list[tuple] = []
     results, failed = [], False
     try:
+        for _ in range(args.workers):
+            pairs.append(tuple(Worker(p, args.threads) for p in args.python))
         for trace in args.traces:
             try:
-                results.append(ab_trace(workers, trace, budget_s=args.budget, tolerance=args.tolerance,
+                results.append(ab_trace(pairs, trace, budget_s=args.budget, tolerance=args.tolerance,
                                         alpha=args.alpha / len(args.traces), threads=args.threads,
                                         device=args.device, seed=args.seed, process_noise=args.noise))  # fmt: skip
             except MystiqueError as e:
@@ -138,8 +151,9 @@ def _ab(args: argparse.Namespace) -> int:
                 if "exited" in str(e):
                     break
     finally:
-        for w in workers:
-            w.close()
+        for pair in pairs:
+            for w in pair:
+                w.close()
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     else:
@@ -149,6 +163,9 @@ def _ab(args: argparse.Namespace) -> int:
             print(f"B: {args.python[1]} (torch {first['b']['torch']}, Python {first['b']['python']})")
         for line in report.format_table(report.ab_rows(results)):
             print(line)
+        for r in results:
+            for note in r.get("notes", ()):
+                print(f"{r['trace']}: {note}")
         print(f"B / A ratio of low-quantile step times, {1 - 2 * args.alpha / max(1, len(args.traces)):.1%} "
               f"intervals from paired rounds; tolerance {args.tolerance:.0%}")  # fmt: skip
     slower = any(r.get("status") == "slower" for r in results)
@@ -263,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--threads", type=int, default=1, help="CPU threads per worker (default 1)")
     a.add_argument("--noise", type=float, default=DEFAULT_NOISE,
                    help=f"offset between two worker processes that rounds cannot remove (default {DEFAULT_NOISE:g})")  # fmt: skip
+    a.add_argument("--workers", type=int, default=DEFAULT_AB_WORKERS, metavar="K",
+                   help=f"worker processes per environment, each holding a replay of the trace; the rounds cycle "
+                        f"through the K pairs so that their offsets average out (default {DEFAULT_AB_WORKERS})")  # fmt: skip
     a.add_argument("--device", default="cpu", help="replay device in both workers (default cpu)")
     a.add_argument("--seed", type=int, default=0, help="seed of the round order")
     a.add_argument("--json", action="store_true", help="print the results as JSON")

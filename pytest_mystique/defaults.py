@@ -20,3 +20,6 @@ SEGMENT_S = 0.5
 #: Most fresh worker processes a new baseline is sampled in (``--mystique-runs``), and the most a
 #: comparison adds while its verdict is open (both within the budget: on the CI host, 3 s a run).
 DEFAULT_RUNS = 16
+#: Worker processes per environment in ``mystique ab`` (``--workers``): its rounds cycle through
+#: the pairs, so each process's own offset weighs a third in the estimate.
+DEFAULT_AB_WORKERS = 3

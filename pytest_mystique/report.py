@@ -47,15 +47,15 @@ def table_rows(results: list[dict]) -> list[list[str]]:
 
 
 def ab_rows(results: list[dict]) -> list[list[str]]:
-    rows = [["trace", "A median", "B median", "B / A", "rounds", "verdict"]]
+    rows = [["trace", "A median", "B median", "B / A", "rounds", "pairs", "verdict"]]
     for r in results:
         if r.get("status") == "error":
-            rows.append([r["trace"], "-", "-", "-", "-", "ERROR"])
+            rows.append([r["trace"], "-", "-", "-", "-", "-", "ERROR"])
             continue
         c = r["comparison"]
         rows.append([
             r["trace"], fmt_seconds(r["a"]["median_s"]), fmt_seconds(r["b"]["median_s"]),
-            f"{c['ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]", str(r["rounds"]),
+            f"{c['ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]", str(r["rounds"]), str(r.get("pairs", 1)),
             VERDICT_WORDS.get(r["status"], r["status"]),
         ])  # fmt: skip
     return rows

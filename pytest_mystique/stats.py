@@ -36,9 +36,10 @@ chance of any false alarm stays below the level the user asked for.
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import NamedTuple
@@ -384,20 +385,32 @@ def compare_levels(base_levels, cur_levels, **kw) -> Comparison:
 
 def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
                    alpha: float | Callable[[float], float] = DEFAULT_ALPHA, process_noise: float = DEFAULT_NOISE,
-                   final: bool = True, **extra) -> Comparison:  # fmt: skip
+                   final: bool = True, groups: Sequence[int] | None = None, **extra) -> Comparison:  # fmt: skip
     """Verdict on paired level differences (B - A, one per round of an interleaved A/B run): a
     t interval on their mean. Drift of the machine cancels within each pair; what stays is each
     worker process's own offset, counted as ``process_noise`` on both sides as in
-    :func:`compare_levels`."""
+    :func:`compare_levels`. ``groups``: the pair of worker processes that ran each round, where
+    several did; the offsets of independent pairs average out as :func:`offset_share` says."""
     x = np.asarray(differences, dtype=float)
     if len(x) < 2:
         raise ValueError("need at least two rounds to compare")
     v = float(x.var(ddof=1)) / len(x)
-    noise = 2 * math.log1p(process_noise) ** 2
+    noise = 2 * math.log1p(process_noise) ** 2 * (offset_share(groups) if groups is not None else 1.0)
     df = (v + noise) ** 2 / (v**2 / (len(x) - 1)) if v > 0 else math.inf
     se = math.sqrt(v + noise)
     return _verdict(float(x.mean()), se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=len(x),
                     n_current=len(x), process_noise=process_noise, process_sd=process_noise, **extra)  # fmt: skip
+
+
+def offset_share(groups: Sequence[int]) -> float:
+    """The share of one pair's process offsets left in the mean of rounds run by several pairs of
+    worker processes (``groups``: the pair of each round): with ``n_j`` of the ``n`` rounds from
+    pair ``j``, the mean holds each pair's offset with weight ``n_j / n``, so the offsets'
+    variance in it is the sum of ``(n_j / n) ** 2`` times one pair's (1 for one pair, ``1 / k``
+    for ``k`` pairs of as many rounds each)."""
+    counts = collections.Counter(groups)
+    n = sum(counts.values())
+    return sum((c / n) ** 2 for c in counts.values()) if n else 1.0
 
 
 def _verdict(d: float, se: float, df: float, tolerance: float, alpha: float, final: bool, span: float = 0.0,

@@ -47,13 +47,36 @@ def run_ab(*args, timeout=300):
 
 def test_same_environment_twice_is_not_slower():
     out = run_ab("--python", sys.executable, "--python", sys.executable, str(bundled("mlp_train")), "--budget", "6",
-                 "--json")  # fmt: skip
+                 "--workers", "2", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     [r] = json.loads(out.stdout)
     assert r["status"] in ("same", "unsure")
     ops = len(select_ops(load_trace(bundled("mlp_train"))))  # 58: cross_entropy_loss through its parts
     assert r["a"]["ops_replayed"] == r["b"]["ops_replayed"] == r["a"]["ops_total"] == ops == 58
     assert r["rounds"] >= 4 and r["a"]["torch"] == r["b"]["torch"]
+    # the rounds cycled through both pairs of workers, evenly
+    assert r["pairs"] == 2 and sum(r["pair_rounds"]) == r["rounds"] and min(r["pair_rounds"]) >= r["rounds"] // 2
+    assert all(0.8 < x < 1.25 for x in r["pair_ratios"]) and not r["notes"]
+    out = run_ab("--python", sys.executable, "--python", sys.executable, str(bundled("mlp_train")), "--workers", "0")
+    assert out.returncode == 2 and "--workers" in out.stderr
+
+
+def test_a_pair_of_workers_that_cannot_load_is_left_out(tmp_path):
+    """The second pair's B dies on its first request (as a worker whose build the machine's memory
+    could not hold would): the comparison goes on with the first pair, and says so."""
+    dying = tmp_path / "dying-python"
+    dying.write_text('#!/bin/sh\necho "no memory left for this worker" >&2\nexit 3\n')
+    dying.chmod(0o755)
+    pairs = [(Worker(sys.executable, 1), Worker(sys.executable, 1)), (Worker(sys.executable, 1), Worker(str(dying), 1))]
+    try:
+        r = ab_trace(pairs, bundled("cnn_infer"), budget_s=2)
+    finally:
+        for pair in pairs:
+            for w in pair:
+                w.close()
+    assert r["pairs"] == 1 and r["pair_rounds"] == [r["rounds"]] and r["status"] in ("same", "unsure")
+    [note] = r["notes"]
+    assert note.startswith("worker pair 2 left out:") and "exit status 3: no memory left for this worker" in note
 
 
 def test_slower_environment_is_caught_and_fails(tmp_path):
