@@ -134,11 +134,16 @@ def _ab(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("mystique ab: error: --workers must be 1 or more", file=sys.stderr)
         return 2
-    pairs: list[tuple] = []
+    started: list[Worker] = []
     results, failed = [], False
     try:
-        for _ in range(args.workers):
-            pairs.append(tuple(Worker(p, args.threads) for p in args.python))
+        try:
+            for _ in range(args.workers * 2):
+                started.append(Worker(args.python[len(started) % 2], args.threads))
+        except MystiqueError as e:
+            print(f"mystique ab: error: {e}", file=sys.stderr)
+            return 2
+        pairs = [tuple(started[i:i + 2]) for i in range(0, len(started), 2)]
         for trace in args.traces:
             try:
                 results.append(ab_trace(pairs, trace, budget_s=args.budget, tolerance=args.tolerance,
@@ -151,9 +156,8 @@ def _ab(args: argparse.Namespace) -> int:
                 if "exited" in str(e):
                     break
     finally:
-        for pair in pairs:
-            for w in pair:
-                w.close()
+        for w in started:
+            w.close()
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     else:

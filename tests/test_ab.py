@@ -98,6 +98,9 @@ def test_bad_trace_and_bad_python_are_clear_errors(tmp_path):
         Worker(str(tmp_path / "no-such-python"), 1)
     out = run_ab("--python", sys.executable, str(bad))
     assert out.returncode == 2 and "exactly twice" in out.stderr
+    out = run_ab("--python", sys.executable, "--python", str(tmp_path / "no-such-python"), str(bad))
+    assert out.returncode == 2 and "cannot start a replay worker" in out.stderr and "no-such-python" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_environments_that_replay_different_ops_are_not_compared(tmp_path):
