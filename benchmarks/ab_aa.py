@@ -3,7 +3,7 @@
 Runs ``--runs`` comparisons of each bundled trace (or of the traces given) per condition and per
 count of worker pairs (``--workers 1 3``: each run starts that many fresh pairs of workers of this
 Python, as ``mystique ab --python X --python X --workers K`` does; the counts alternate run by
-run, so a slow spell of the host meets them all). The conditions: A/A, and with ``--slowed 0.05
+run, so a slow spell of the host meets them all; 1 unless given, where the command's default is 3). The conditions: A/A, and with ``--slowed 0.05
 0.10`` B replaying a copy of the trace in which ops run twice, chosen so that it runs that much
 slower alternated with the original in one process (the slowdown measured so is printed). Per
 condition, pairs and trace: the verdicts counted, the scatter of the estimated log ratio B / A
@@ -61,8 +61,11 @@ def main() -> None:
     rows: dict[tuple[str, int, str], list[dict]] = collections.defaultdict(list)
     for run in range(args.runs):
         for k in args.workers:
-            pairs = [(Worker(sys.executable, 1), Worker(sys.executable, 1)) for _ in range(k)]
+            started: list[Worker] = []
             try:
+                while len(started) < 2 * k:
+                    started.append(Worker(sys.executable, 1))
+                pairs = [tuple(started[i:i + 2]) for i in range(0, 2 * k, 2)]
                 for cond, copies in conditions.items():
                     for t in traces:
                         b, _ = copies[trace_stem(t)]
@@ -76,9 +79,8 @@ def main() -> None:
                         print(f"# run {run + 1}, {k} pair(s), {cond}: {trace_stem(t)}: {r['status']} {c['ratio']:.4f} "
                               f"[{c['ci_low']:.4f}, {c['ci_high']:.4f}] rounds {r['rounds']}", flush=True)  # fmt: skip
             finally:
-                for pair in pairs:
-                    for w in pair:
-                        w.close()
+                for w in started:
+                    w.close()
     print(f"{'condition':9} {'pairs':>5} {'trace':18} {'true':>6} {'runs':>4} {'same':>4} {'unsure':>6} {'slower':>6} "
           f"{'faster':>6} {'sd log':>7} {'med se':>7} {'mean B/A':>8} {'rounds':>6}")  # fmt: skip
     for (cond, k, name), rs in rows.items():

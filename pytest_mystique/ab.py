@@ -42,33 +42,60 @@ def ab_trace(workers: list, trace: str | Path, *, budget_s: float = DEFAULT_BUDG
     """Interleaved rounds of A and B on one trace (B replays ``trace_b`` instead when given): the
     result dict with the paired comparison of B against A. ``workers`` is ``[A, B]``, or pairs
     ``[(A1, B1), (A2, B2), ...]`` of workers of the two environments: the rounds then cycle
-    through the pairs, so that the estimate averages several processes' offsets (each pair's
-    rounds weigh by their share in the noise the interval counts). A pair after the first that
-    cannot load the trace (its memory taken by the others) is left out of it, with a note."""
+    through the pairs, so that the estimate averages several processes' offsets (the noise the
+    interval counts for them is scaled by :func:`.stats.offset_share`). A pair after the first
+    whose load, warm-up or segment fails (out of memory beside the others, a worker that died,
+    other ops replayed than the first pair's) is left out from then on, with a note; the first
+    pair's failure is the trace's error. Every worker lets go of the trace at the end."""
     pairs = [tuple(workers)] if isinstance(workers[0], Worker) else [tuple(p) for p in workers]
-    sides = (trace, trace_b or trace)
-    infos, used, notes = [], [], []
+    try:
+        return _rounds(pairs, trace, trace_b or trace, budget_s=budget_s, tolerance=tolerance, alpha=alpha,
+                       threads=threads, device=device, seed=seed, process_noise=process_noise)  # fmt: skip
+    finally:
+        for w in (w for pair in pairs for w in pair):
+            try:
+                w.request(cmd="unload")
+            except MystiqueError:  # (a worker that died, or one of an older version without the command)
+                pass
+
+
+def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: float, alpha: float, threads: int,
+            device: str, seed: int, process_noise: float) -> dict:  # fmt: skip
+    notes: list[str] = []
+    infos: dict[int, list[dict]] = {}
+    per_iter: dict[int, list[float]] = {}
+
+    def leave_out(j: int, why: str) -> None:
+        notes.append(f"worker pair {j + 1} left out: {why}")
+        infos.pop(j, None)
+        per_iter.pop(j, None)
+
     for j, pair in enumerate(pairs):
         try:
-            got = [w.request(cmd="load", trace=str(t), device=device, threads=threads) for w, t in zip(pair, sides)]
+            got = [w.request(cmd="load", trace=str(t), device=device, threads=threads) for w, t in zip(pair, (trace, trace_b))]
         except MystiqueError as e:
             if j == 0:
                 raise
-            notes.append(f"worker pair {j + 1} left out: {e}")
+            leave_out(j, str(e))
             continue
-        if not infos:
+        if j == 0:
             _same_ops(trace, got)
         elif _skips(got) != _skips(infos[0]):  # (the same environments replay the same ops, but a
             # worker may have had less memory for its build than the first pair's)
-            notes.append(f"worker pair {j + 1} left out: it replays other ops than pair 1 ({_skips(got)} skipped "
-                         f"against {_skips(infos[0])})")  # fmt: skip
+            leave_out(j, f"it replays other ops than pair 1 ({_skips(got)} skipped against {_skips(infos[0])})")
             continue
-        infos.append(got)
-        used.append(pair)
-    per_iter = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for pair in used for w in pair]
-    m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(per_iter), 1e-9))))
-    block = max(1, min(m, round(BLOCK_S / max(max(per_iter), 1e-9))))
-    rounds_cap = max(FIRST_LOOK, min(MAX_ROUNDS, int(budget_s / max(m * 2 * statistics.mean(per_iter), 1e-9))))
+        infos[j] = got
+    for j in list(infos):
+        try:
+            per_iter[j] = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in pairs[j]]
+        except MystiqueError as e:
+            if j == 0:
+                raise
+            leave_out(j, str(e))
+    times = [t for ts in per_iter.values() for t in ts]
+    m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(times), 1e-9))))
+    block = max(1, min(m, round(BLOCK_S / max(max(times), 1e-9))))
+    rounds_cap = max(FIRST_LOOK, min(MAX_ROUNDS, int(budget_s / max(m * 2 * statistics.mean(times), 1e-9))))
     points = look_points(rounds_cap)
     rng = random.Random(seed)
     levels: list[list[float]] = [[], []]
@@ -81,15 +108,23 @@ def ab_trace(workers: list, trace: str | Path, *, budget_s: float = DEFAULT_BUDG
     for k in points:
         while len(levels[0]) < k:
             if not cycle:  # every pair once, in a random order, then again
-                cycle = rng.sample(range(len(used)), len(used))
+                cycle = rng.sample(sorted(per_iter), len(per_iter)) if len(per_iter) > 1 else list(per_iter)
             j = cycle.pop()
-            pair_of.append(j)
+            if j not in per_iter:  # (left out since the cycle was drawn)
+                continue
             order = [0, 1]
             rng.shuffle(order)
             got: list[list[float]] = [[], []]
-            while len(got[order[1]]) < m:
-                for i in (i for i in order if len(got[i]) < m):
-                    got[i] += used[j][i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
+            try:
+                while len(got[order[1]]) < m:
+                    for i in (i for i in order if len(got[i]) < m):
+                        got[i] += pairs[j][i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
+            except MystiqueError as e:
+                if j == 0:
+                    raise
+                leave_out(j, str(e))
+                continue
+            pair_of.append(j)
             for i in (0, 1):
                 levels[i].append(segment_level(got[i]))
                 medians[i].append(sorted(got[i])[len(got[i]) // 2])
@@ -104,13 +139,13 @@ def ab_trace(workers: list, trace: str | Path, *, budget_s: float = DEFAULT_BUDG
                              baseline_median_s=_median(medians[0]), current_median_s=_median(medians[1]))  # fmt: skip
         if cmp.verdict != "undecided":
             break
-    by_pair = [[d for d, p in zip(diffs, pair_of) if p == j] for j in range(len(used))]
+    ran = sorted(set(pair_of))
+    by_pair = [[d for d, p in zip(diffs, pair_of) if p == j] for j in ran]
     return {
         "trace": Path(trace).name, "file": str(trace), "status": cmp.verdict, "comparison": cmp.as_dict(),
         "rounds": len(levels[0]), "segment_iters": m, "seconds": time.perf_counter() - start,
-        "pairs": len(used), "pair_ratios": [math.exp(statistics.mean(d)) if d else None for d in by_pair],
-        "pair_rounds": [len(d) for d in by_pair],
-        "notes": notes,
+        "pairs": len(ran), "pair_ratios": [math.exp(statistics.mean(d)) for d in by_pair],
+        "pair_rounds": [len(d) for d in by_pair], "notes": notes,
         "a": infos[0][0] | {"median_s": _median(medians[0])}, "b": infos[0][1] | {"median_s": _median(medians[1])},
     }  # fmt: skip
 

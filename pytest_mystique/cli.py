@@ -145,6 +145,9 @@ def _ab(args: argparse.Namespace) -> int:
             return 2
         pairs = [tuple(started[i:i + 2]) for i in range(0, len(started), 2)]
         for trace in args.traces:
+            pairs = [pair for pair in pairs if all(w.alive() for w in pair)]  # (a dead one was reported)
+            if not pairs:
+                break
             try:
                 results.append(ab_trace(pairs, trace, budget_s=args.budget, tolerance=args.tolerance,
                                         alpha=args.alpha / len(args.traces), threads=args.threads,
@@ -153,8 +156,6 @@ def _ab(args: argparse.Namespace) -> int:
                 print(f"mystique ab: error: {e}", file=sys.stderr)
                 results.append({"trace": Path(trace).name, "status": "error", "error": str(e)})
                 failed = True
-                if "exited" in str(e):
-                    break
     finally:
         for w in started:
             w.close()

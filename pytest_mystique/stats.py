@@ -394,8 +394,10 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
     x = np.asarray(differences, dtype=float)
     if len(x) < 2:
         raise ValueError("need at least two rounds to compare")
+    if groups is not None and len(groups) != len(x):
+        raise ValueError(f"{len(groups)} groups for {len(x)} rounds")
     v = float(x.var(ddof=1)) / len(x)
-    noise = 2 * math.log1p(process_noise) ** 2 * (offset_share(groups) if groups else 1.0)
+    noise = 2 * math.log1p(process_noise) ** 2 * (offset_share(groups) if groups is not None else 1.0)
     df = (v + noise) ** 2 / (v**2 / (len(x) - 1)) if v > 0 else math.inf
     se = math.sqrt(v + noise)
     return _verdict(float(x.mean()), se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=len(x),

@@ -9,6 +9,7 @@ average out (:mod:`.stats`). Each request is one JSON object per line; each answ
   -> counts, versions
 * ``{"cmd": "warmup", "seconds": 0.3, "iterations": 3}`` -> ``{"per_iter_s": ...}``
 * ``{"cmd": "segment", "iters": N, "probe": false}`` -> ``{"samples_s": [...], "probe_s": [...]}``
+* ``{"cmd": "unload"}`` -> ``{"ok": true}``: the loaded replay let go (its memory back to the machine)
 * ``{"cmd": "quit"}``
 
 Errors come back as ``{"error": "..."}``; the worker keeps serving. Only this package's own
@@ -17,6 +18,7 @@ functions are reachable through the protocol: a request names a trace file, neve
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -68,6 +70,12 @@ def _serve(stdin, stdout) -> None:
                         "prepare_s": prepare_s,
                         "torch": torch.__version__, "python": platform.python_version(),
                         "executable": sys.executable})  # fmt: skip
+            elif cmd == "unload":
+                replay = None
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                answer({"ok": True})
             elif cmd in ("warmup", "segment") and replay is None:
                 answer({"error": "no trace loaded"})
             elif cmd == "warmup":
@@ -114,6 +122,9 @@ class Worker:
         if "error" in reply:
             raise MystiqueError(req.get("trace") or self.python, reply["error"])
         return reply
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def _last_words(self) -> str:
         """The end of what the worker wrote to stderr, or a hint when it wrote nothing."""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from bad_inputs import set_op_schema
 
@@ -67,16 +68,62 @@ def test_a_pair_of_workers_that_cannot_load_is_left_out(tmp_path):
     dying = tmp_path / "dying-python"
     dying.write_text('#!/bin/sh\necho "no memory left for this worker" >&2\nexit 3\n')
     dying.chmod(0o755)
-    pairs = [(Worker(sys.executable, 1), Worker(sys.executable, 1)), (Worker(sys.executable, 1), Worker(str(dying), 1))]
+    started = []
     try:
-        r = ab_trace(pairs, bundled("cnn_infer"), budget_s=2)
+        for exe in (sys.executable, sys.executable, sys.executable, str(dying)):
+            started.append(Worker(exe, 1))
+        r = ab_trace([started[:2], started[2:]], bundled("cnn_infer"), budget_s=2)
+        assert r["pairs"] == 1 and r["pair_rounds"] == [r["rounds"]] and r["status"] in ("same", "unsure")
+        [note] = r["notes"]
+        assert note.startswith("worker pair 2 left out:") and "exit status 3: no memory left for this worker" in note
+        # every worker let go of the trace at the end
+        with pytest.raises(MystiqueError, match="no trace loaded"):
+            started[0].request(cmd="segment", iters=1)
     finally:
-        for pair in pairs:
-            for w in pair:
-                w.close()
-    assert r["pairs"] == 1 and r["pair_rounds"] == [r["rounds"]] and r["status"] in ("same", "unsure")
+        for w in started:
+            w.close()
+
+
+class ScriptedWorker:
+    """A stand-in for a replay worker: it answers the protocol with an iteration time of its own
+    (a process's offset, a slower environment) and fails where told, as a real one does."""
+
+    def __init__(self, per_iter_s: float, fail: str | None = None, seed: int = 0):
+        self.per_iter_s, self.fail, self.calls = per_iter_s, fail, []
+        self.rng = np.random.default_rng(seed)
+
+    def request(self, **req):
+        self.calls.append(req["cmd"])
+        if req["cmd"] == self.fail:
+            raise MystiqueError("scripted-python", "replay worker exited (exit status -9: killed)")
+        if req["cmd"] == "load":
+            return {"ops_total": 10, "ops_replayed": 10, "skipped": [], "torch": "x", "python": "3"}
+        if req["cmd"] == "warmup":
+            return {"per_iter_s": self.per_iter_s, "iterations": 3}
+        if req["cmd"] == "segment":
+            return {"samples_s": list(self.per_iter_s * (1 + 0.002 * self.rng.random(req["iters"])))}
+        return {"ok": True}
+
+
+@pytest.mark.parametrize("fail", ["warmup", "segment"])
+def test_a_pair_that_fails_later_is_left_out_and_the_rest_decide(fail):
+    """Three pairs, B 20% slower in each (one worker of pair 3 with an offset of its own); the
+    second pair's B dies at its warm-up or at its first segment. The rounds go on with pairs 1 and
+    3, which find B slower; every worker is asked to let go of the trace at the end."""
+    pairs = [(ScriptedWorker(0.010, seed=1), ScriptedWorker(0.012, seed=2)),
+             (ScriptedWorker(0.010, seed=3), ScriptedWorker(0.012, fail=fail, seed=4)),
+             (ScriptedWorker(0.0102, seed=5), ScriptedWorker(0.012, seed=6))]  # fmt: skip
+    r = ab_trace(pairs, bundled("cnn_infer"), budget_s=5)
+    assert r["status"] == "slower" and 1.15 < r["comparison"]["ratio"] < 1.22
+    assert r["pairs"] == 2 and sum(r["pair_rounds"]) == r["rounds"] and len(r["pair_ratios"]) == 2
     [note] = r["notes"]
-    assert note.startswith("worker pair 2 left out:") and "exit status 3: no memory left for this worker" in note
+    assert note.startswith("worker pair 2 left out:") and "exit status -9" in note
+    assert all(w.calls[-1] == "unload" for pair in pairs for w in pair)
+    assert pairs[1][0].calls.count("segment") <= 1 and "segment" not in pairs[1][1].calls[pairs[1][1].calls.index(fail) + 1:]
+    # the first pair's failure is the trace's
+    pairs[0][1].fail = fail
+    with pytest.raises(MystiqueError, match="exit status -9"):
+        ab_trace(pairs, bundled("cnn_infer"), budget_s=5)
 
 
 def test_slower_environment_is_caught_and_fails(tmp_path):

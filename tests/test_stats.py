@@ -115,13 +115,14 @@ def test_offset_share_of_several_worker_pairs():
 
 def test_worker_pairs_average_their_offsets_without_false_alarms():
     """Offsets of 2% a process: one pair's interval must count them whole, and misses a +8%
-    slowdown a third of the time; three pairs' rounds average them, so the interval narrows
+    slowdown two times in five; three pairs' rounds average them, so the interval narrows
     (catching nearly all) while identical sides still alarm about as rarely as the level says
-    (1% a side)."""
+    (1% a side: 8 of 400 expected; counting only a ninth of the offsets' variance for three
+    pairs, as a share of 1/k² would, raises about 30)."""
     rng = np.random.default_rng(11)
     for pairs in (1, 3):
         alarms = sum(simulated_ab(pairs, 0.0, rng) in ("slower", "faster") for _ in range(400))
-        assert alarms <= 12, (pairs, alarms)  # (3%; 11 and 4 with this seed)
+        assert alarms <= 16, (pairs, alarms)  # (4%; 11 and 4 with this seed)
     caught = {pairs: sum(simulated_ab(pairs, 0.08, rng) == "slower" for _ in range(300)) for pairs in (1, 3)}
     assert caught[1] < 0.85 * 300 and caught[3] > 0.95 * 300, caught  # (184 and 293)
 
