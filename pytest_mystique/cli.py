@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from .defaults import (
 from .errors import MystiqueError
 from .measure import OPS_WARMUP, inside_operators, per_op_medians, profiled_calls, torch_threads
 from .memory import replay_peak_bytes, trace_peak_bytes
-from .report import skipped_lines
+from .report import json_text, skipped_lines
 from .runner import Options, host_share_note, release, replay_file, with_original_timing
 from .sidecar import same_device_kind
 from .units import fmt_bytes, fmt_seconds
@@ -56,7 +55,7 @@ def _replay(args: argparse.Namespace) -> int:
     finally:
         release(run)
     if args.json:
-        print(json.dumps(summary, indent=None if args.compact else 2, default=str))
+        print(json_text(summary, indent=None if args.compact else 2))
         return 0
     print(f"{summary['trace']}: {summary['ops_replayed']}/{summary['ops_total']} ops replayed on {summary['device']} "
           f"({_threads(summary['threads'])})")  # fmt: skip
@@ -160,7 +159,7 @@ def _ab(args: argparse.Namespace) -> int:
         for w in started:
             w.close()
     if args.json:
-        print(json.dumps(results, indent=2, default=str))
+        print(json_text(results))
     else:
         first = next((r for r in results if "a" in r), None)
         if first:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 from pathlib import Path
 
@@ -192,9 +193,26 @@ def benchmark_json(results: list[dict], machine_info: dict, commit_info: dict) -
     }
 
 
+def json_text(obj, indent: int | None = 2) -> str:
+    """``obj`` as strict JSON: a float that is not finite (an interval without an upper end, an
+    infinite count of degrees of freedom) is written null, as JSON has no Infinity or NaN and
+    other readers than Python's refuse them; objects JSON has no type for are written as text."""
+
+    def strict(x):
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {k: strict(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [strict(v) for v in x]
+        return x
+
+    return json.dumps(strict(obj), indent=indent, default=str, allow_nan=False)
+
+
 def write_benchmark_json(path: str | os.PathLike, results: list[dict]) -> None:
     from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
     from pytest_benchmark.utils import get_commit_info
 
     data = benchmark_json(results, pytest_benchmark_generate_machine_info(), get_commit_info())
-    atomic_write(Path(path), json.dumps(data, indent=2, default=str))
+    atomic_write(Path(path), json_text(data))

@@ -50,7 +50,7 @@ def test_same_environment_twice_is_not_slower():
     out = run_ab("--python", sys.executable, "--python", sys.executable, str(bundled("mlp_train")), "--budget", "6",
                  "--workers", "2", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
-    [r] = json.loads(out.stdout)
+    [r] = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert r["status"] in ("same", "unsure")
     ops = len(select_ops(load_trace(bundled("mlp_train"))))  # 58: cross_entropy_loss through its parts
     assert r["a"]["ops_replayed"] == r["b"]["ops_replayed"] == r["a"]["ops_total"] == ops == 58

@@ -1,6 +1,7 @@
 """The `mystique` command line."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -9,17 +10,30 @@ import pytest
 from bad_inputs import set_op_schema
 
 from pytest_mystique.cli import main
+from pytest_mystique.report import json_text
 
 from conftest import corpus, read_json, write_json
 
 MYSTIQUE = [sys.executable, "-m", "pytest_mystique.cli"]
 
 
+def strict_json_refuses(constant: str):
+    raise AssertionError(f"{constant} is not JSON: other readers than Python's refuse it")
+
+
+def test_json_output_is_strict_json():
+    """An interval without an upper end or an infinite count of degrees of freedom is written
+    null: jq and JavaScript refuse Infinity and NaN."""
+    text = json_text({"ci_high": math.inf, "df": -math.inf, "x": [math.nan, 1.5, (2, 3.0)], "path": Path("a/b")})
+    assert json.loads(text, parse_constant=strict_json_refuses) == {"ci_high": None, "df": None,
+                                                                    "x": [None, 1.5, [2, 3.0]], "path": "a/b"}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["llama_train", "vit_infer", "distilbert_train"])
 def test_replay_json_replays_every_op_of_cpu_corpus(name, capsys):
     assert main(["replay", str(corpus(f"{name}.json.gz")), "--device", "cpu", "--iters", "3", "--warmup", "1",
                  "--threads", "1", "--json"]) == 0  # fmt: skip
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out, parse_constant=strict_json_refuses)
     assert out["trace"] == name and out["device"] == "cpu"
     assert out["ops_total"] > 0 and out["ops_replayed"] == out["ops_total"]
     assert out["ops_skipped"] == 0 and out["skipped"] == []
