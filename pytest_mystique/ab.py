@@ -28,7 +28,6 @@ from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TO
 from .errors import MystiqueError, ReplayError
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
 from .stats import Spending, compare_paired, offset_share, segment_level
-from .worker import Worker
 
 MAX_ROUNDS = 60
 #: Each worker's turn lasts about this long.
@@ -47,7 +46,7 @@ def ab_trace(workers: list, trace: str | Path, *, budget_s: float = DEFAULT_BUDG
     whose load, warm-up or segment fails (out of memory beside the others, a worker that died,
     other ops replayed than the first pair's) is left out from then on, with a note; the first
     pair's failure is the trace's error. Every worker lets go of the trace at the end."""
-    pairs = [tuple(workers)] if isinstance(workers[0], Worker) else [tuple(p) for p in workers]
+    pairs = [tuple(p) for p in workers] if isinstance(workers[0], (list, tuple)) else [tuple(workers)]
     try:
         return _rounds(pairs, trace, trace_b or trace, budget_s=budget_s, tolerance=tolerance, alpha=alpha,
                        threads=threads, device=device, seed=seed, process_noise=process_noise)  # fmt: skip

@@ -125,7 +125,8 @@ def _capture(args: argparse.Namespace) -> int:
 
 def _ab(args: argparse.Namespace) -> int:
     from . import report
-    from .ab import Worker, ab_trace
+    from .ab import ab_trace
+    from .worker import Worker
 
     if len(args.python) != 2:
         print("mystique ab: error: give --python exactly twice (A, then B)", file=sys.stderr)

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from bad_inputs import set_op_schema
 
-from pytest_mystique.ab import Worker, ab_trace
+from pytest_mystique.ab import ab_trace
 from pytest_mystique.errors import MystiqueError, ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.trace import load_trace
+from pytest_mystique.worker import Worker
 
 from conftest import bundled, corpus, read_json, write_json
 
@@ -120,6 +121,9 @@ def test_a_pair_that_fails_later_is_left_out_and_the_rest_decide(fail):
     assert note.startswith("worker pair 2 left out:") and "exit status -9" in note
     assert all(w.calls[-1] == "unload" for pair in pairs for w in pair)
     assert pairs[1][0].calls.count("segment") <= 1 and "segment" not in pairs[1][1].calls[pairs[1][1].calls.index(fail) + 1:]
+    # one pair given flat, [A, B], as before there were pairs: identical sides are the same
+    same = ab_trace([ScriptedWorker(0.010, seed=7), ScriptedWorker(0.010, seed=8)], bundled("cnn_infer"), budget_s=5)
+    assert same["status"] == "same" and same["pairs"] == 1 and not same["notes"]
     # the first pair's failure is the trace's
     pairs[0][1].fail = fail
     with pytest.raises(MystiqueError, match="exit status -9"):
