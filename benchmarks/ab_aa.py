@@ -3,9 +3,10 @@
 Runs ``--runs`` comparisons of each bundled trace (or of the traces given) per condition and per
 count of worker pairs (``--workers 1 3``: each run starts that many fresh pairs of workers of this
 Python, as ``mystique ab --python X --python X --workers K`` does; the counts alternate run by
-run, so a slow spell of the host meets them all; 1 unless given, where the command's default is 3). The conditions: A/A, and with ``--slowed 0.05
-0.10`` B replaying a copy of the trace in which ops run twice, chosen so that it runs that much
-slower alternated with the original in one process (the slowdown measured so is printed). Per
+run, so a slow spell of the host meets them all; 1 unless given, where the command's default is
+3). The conditions: A/A, and with ``--slowed 0.05 0.10`` B replaying a copy of the trace in which
+ops run twice, chosen so that it runs that much slower alternated with the original in one
+process (the slowdown measured so is printed). Per
 condition, pairs and trace: the verdicts counted, the scatter of the estimated log ratio B / A
 between runs (sd), the median standard error of a run's own rounds (the process noise the
 interval adds left out), the mean ratio, and the rounds run. A run's interval counts each worker's
@@ -33,7 +34,7 @@ from stat_power import slowed_copy  # noqa: E402
 
 from pytest_mystique.ab import ab_trace  # noqa: E402
 from pytest_mystique.defaults import DEFAULT_NOISE  # noqa: E402
-from pytest_mystique.stats import offset_share  # noqa: E402
+from pytest_mystique.stats import offset_variance  # noqa: E402
 from pytest_mystique.trace import trace_stem  # noqa: E402
 from pytest_mystique.worker import Worker  # noqa: E402
 
@@ -71,9 +72,9 @@ def main() -> None:
                         b, _ = copies[trace_stem(t)]
                         r = ab_trace(pairs, t, trace_b=b, budget_s=args.budget, seed=run, process_noise=args.noise)
                         c = r["comparison"]
-                        share = offset_share([j for j, n in enumerate(r["pair_rounds"]) for _ in range(n)])
-                        noise = 2 * math.log1p(args.noise) ** 2 * share
-                        sampling = math.sqrt(max(c["se"] ** 2 - noise, 0.0))  # without the noise counted
+                        groups = [j for j, n in enumerate(r["pair_rounds"]) for _ in range(n)]
+                        # the run's own sampling error, without the offsets' noise its interval counts
+                        sampling = math.sqrt(max(c["se"] ** 2 - offset_variance(args.noise, groups), 0.0))
                         rows[(cond, k, trace_stem(t))].append({"status": r["status"], "log": math.log(c["ratio"]),
                                                                "se": sampling, "rounds": r["rounds"]})  # fmt: skip
                         print(f"# run {run + 1}, {k} pair(s), {cond}: {trace_stem(t)}: {r['status']} {c['ratio']:.4f} "

@@ -27,7 +27,7 @@ from pathlib import Path
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
 from .errors import MystiqueError, ReplayError
 from .sampling import FIRST_LOOK, MAX_SEGMENT_ITERS, look_points
-from .stats import Spending, compare_paired, offset_share, segment_level
+from .stats import Spending, compare_paired, offset_variance, segment_level
 
 MAX_ROUNDS = 60
 #: Each worker's turn lasts about this long.
@@ -130,8 +130,9 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         spent = time.perf_counter() - start
         final = k == points[-1] or spent * 1.5 > budget_s
         diffs = [b - a for a, b in zip(*levels)]
-        noise = math.log1p(process_noise) * math.sqrt(offset_share(pair_of))
-        settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < noise / 2
+        # sampling error under half of one worker's share of the offsets: more rounds would not narrow the interval
+        worker_sd = math.sqrt(offset_variance(process_noise, pair_of) / 2)
+        settled = len(diffs) > 2 and statistics.stdev(diffs) / math.sqrt(len(diffs)) < worker_sd / 2
         cmp = compare_paired(diffs, tolerance=tolerance, alpha=spending.at(k / points[-1], final or settled),
                              final=final or settled, process_noise=process_noise, groups=pair_of,
                              calibrated=False,

@@ -397,11 +397,18 @@ def compare_paired(differences, *, tolerance: float = DEFAULT_TOLERANCE,
     if groups is not None and len(groups) != len(x):
         raise ValueError(f"{len(groups)} groups for {len(x)} rounds")
     v = float(x.var(ddof=1)) / len(x)
-    noise = 2 * math.log1p(process_noise) ** 2 * (offset_share(groups) if groups is not None else 1.0)
+    noise = offset_variance(process_noise, groups)
     df = (v + noise) ** 2 / (v**2 / (len(x) - 1)) if v > 0 else math.inf
     se = math.sqrt(v + noise)
     return _verdict(float(x.mean()), se, df, tolerance, alpha(se) if callable(alpha) else alpha, final, n_baseline=len(x),
                     n_current=len(x), process_noise=process_noise, process_sd=process_noise, **extra)  # fmt: skip
+
+
+def offset_variance(process_noise: float, groups: Sequence[int] | None = None) -> float:
+    """What the worker processes' own offsets add to the variance of a paired mean (log scale):
+    ``process_noise`` for each of a pair's two workers, times :func:`offset_share` of the rounds'
+    pairs (``groups``; one pair where None)."""
+    return 2 * math.log1p(process_noise) ** 2 * (offset_share(groups) if groups is not None else 1.0)
 
 
 def offset_share(groups: Sequence[int]) -> float:
