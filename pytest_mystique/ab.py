@@ -64,7 +64,10 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
     infos: dict[int, list[dict]] = {}
     per_iter: dict[int, list[float]] = {}
 
-    def leave_out(j: int, why: str) -> None:
+    def leave_out(j: int, why: MystiqueError | str) -> None:
+        """Pair ``j`` takes no more part; the first pair's failure is the trace's."""
+        if j == 0 and isinstance(why, MystiqueError):
+            raise why
         notes.append(f"worker pair {j + 1} left out: {why}")
         infos.pop(j, None)
         per_iter.pop(j, None)
@@ -73,9 +76,7 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         try:
             got = [w.request(cmd="load", trace=str(t), device=device, threads=threads) for w, t in zip(pair, (trace, trace_b))]
         except MystiqueError as e:
-            if j == 0:
-                raise
-            leave_out(j, str(e))
+            leave_out(j, e)
             continue
         if j == 0:
             _same_ops(trace, got)
@@ -88,9 +89,7 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         try:
             per_iter[j] = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in pairs[j]]
         except MystiqueError as e:
-            if j == 0:
-                raise
-            leave_out(j, str(e))
+            leave_out(j, e)
     times = [t for ts in per_iter.values() for t in ts]
     m = min(MAX_SEGMENT_ITERS, max(5, math.ceil(SEGMENT_S / max(min(times), 1e-9))))
     block = max(1, min(m, round(BLOCK_S / max(max(times), 1e-9))))
@@ -119,9 +118,7 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
                     for i in (i for i in order if len(got[i]) < m):
                         got[i] += pairs[j][i].request(cmd="segment", iters=min(block, m - len(got[i])))["samples_s"]
             except MystiqueError as e:
-                if j == 0:
-                    raise
-                leave_out(j, str(e))
+                leave_out(j, e)
                 continue
             pair_of.append(j)
             for i in (0, 1):
