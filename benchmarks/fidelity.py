@@ -83,11 +83,10 @@ def main() -> int:
     # timed ones (held for the rounds below) after them: a trace then meets the process as the
     # plugin leaves it between items, with no other replay held. (The DDP ResNet's load took
     # 0.29 s after two held replays and a freed one, 0.18 s after freed ones only.)
-    timed_last = sorted(range(len(paths)), key=lambda i: load_sidecar(resolve_job(paths[i])[0]) is not None)
-    for index in timed_last:
-        path = paths[index]
-        first, ranks, job = resolve_job(path)
-        side = load_sidecar(first)
+    jobs = [resolve_job(path) for path in paths]
+    sides = [load_sidecar(first) for first, _, _ in jobs]
+    for index in sorted(range(len(paths)), key=lambda i: sides[i] is not None):
+        path, (first, ranks, job), side = paths[index], jobs[index], sides[index]
         orig = side if side and side.get("threads", args.threads) == args.threads else None
         before = resident_kib("VmRSS") if reset_resident_peak() else None
         replay, load_s = prepare_file(first, Options(device="cpu", threads=args.threads), ranks=ranks, name=job)
