@@ -13,7 +13,10 @@ percent between two processes of the same environment, most for convolutions), w
 of rounds of one pair removes; the interval counts it as known noise (``--noise``), as the plugin
 does. The rounds cycle through the pairs (every pair once in a random order, then again), so the
 estimate averages several processes' offsets, and the noise counted shrinks with them
-(:func:`.stats.offset_share`): pyperf's answer to the same problem, many processes.
+(:func:`.stats.offset_share`): pyperf's answer to the same problem, many processes. Both workers
+of a pair run on the same CPUs (:func:`.worker.cpu_sets`; different pairs on different ones) and
+which of them loads and warms up first is drawn for each pair, so that neither a CPU's own speed
+nor the order of setting up falls on one side only.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .defaults import DEFAULT_ALPHA, DEFAULT_BUDGET_S, DEFAULT_NOISE, DEFAULT_TOLERANCE, SEGMENT_S
@@ -72,9 +76,22 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         infos.pop(j, None)
         per_iter.pop(j, None)
 
+    setup_rng = random.Random(f"{seed}:setup")
+
+    def each_side(pair: tuple, ask: Callable[..., dict]) -> list[dict]:
+        """``ask(worker, side)`` for A (side 0) and B (side 1) of a pair, the side that goes first
+        drawn at random: a side that always loaded or warmed up first (on a machine that had more
+        free memory then, say) would differ from the other in all pairs alike, which no number of
+        pairs averages out."""
+        got: list[dict] = [{}, {}]
+        for i in setup_rng.sample((0, 1), 2):
+            got[i] = ask(pair[i], i)
+        return got
+
     for j, pair in enumerate(pairs):
         try:
-            got = [w.request(cmd="load", trace=str(t), device=device, threads=threads) for w, t in zip(pair, (trace, trace_b))]
+            got = each_side(pair, lambda w, i: w.request(cmd="load", trace=str((trace, trace_b)[i]), device=device,
+                                                         threads=threads))  # fmt: skip
         except MystiqueError as e:
             leave_out(j, e)
             continue
@@ -87,7 +104,7 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         infos[j] = got
     for j in list(infos):
         try:
-            per_iter[j] = [w.request(cmd="warmup", seconds=0.3)["per_iter_s"] for w in pairs[j]]
+            per_iter[j] = [r["per_iter_s"] for r in each_side(pairs[j], lambda w, i: w.request(cmd="warmup", seconds=0.3))]
         except MystiqueError as e:
             leave_out(j, e)
     times = [t for ts in per_iter.values() for t in ts]
@@ -142,7 +159,8 @@ def _rounds(pairs: list[tuple], trace, trace_b, *, budget_s: float, tolerance: f
         "trace": Path(trace).name, "file": str(trace), "status": cmp.verdict, "comparison": cmp.as_dict(),
         "rounds": len(levels[0]), "segment_iters": m, "seconds": time.perf_counter() - start,
         "pairs": len(ran), "pair_ratios": [math.exp(statistics.mean(d)) for d in by_pair],
-        "pair_rounds": [len(d) for d in by_pair], "notes": notes,
+        "pair_rounds": [len(d) for d in by_pair], "pair_cpus": [getattr(pairs[j][0], "cpus", None) for j in ran],
+        "notes": notes,
         "a": infos[0][0] | {"median_s": _median(medians[0])}, "b": infos[0][1] | {"median_s": _median(medians[1])},
     }  # fmt: skip
 

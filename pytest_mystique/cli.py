@@ -126,7 +126,7 @@ def _capture(args: argparse.Namespace) -> int:
 def _ab(args: argparse.Namespace) -> int:
     from . import report
     from .ab import ab_trace
-    from .worker import Worker
+    from .worker import Worker, cpu_sets
 
     if len(args.python) != 2:
         print("mystique ab: error: give --python exactly twice (A, then B)", file=sys.stderr)
@@ -138,8 +138,9 @@ def _ab(args: argparse.Namespace) -> int:
     results, failed = [], False
     try:
         try:
-            for _ in range(args.workers * 2):
-                started.append(Worker(args.python[len(started) % 2], args.threads))
+            for cpus in cpu_sets(args.workers, args.threads):  # a pair shares its CPUs
+                for python in args.python:
+                    started.append(Worker(python, args.threads, cpus))
         except MystiqueError as e:
             print(f"mystique ab: error: {e}", file=sys.stderr)
             return 2

@@ -90,10 +90,25 @@ def _serve(stdin, stdout) -> None:
             answer({"error": message(e)})
 
 
+def cpu_sets(pairs: int, threads: int) -> list[set[int] | None]:
+    """The CPUs for each of ``pairs`` pairs of workers of ``threads`` threads each: both workers of
+    a pair share one set (they never run at once), so that what one CPU does differently (another
+    tenant on its core, its cache's state) falls on A and B alike instead of on one side; the pairs
+    take the CPUs this process may use in turn, so that different pairs see different CPUs. None
+    (no pinning) where a pair would need every CPU or the system has no affinities."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return [None] * pairs
+    if threads >= len(allowed):
+        return [None] * pairs
+    return [{allowed[(j * threads + i) % len(allowed)] for i in range(threads)} for j in range(pairs)]
+
+
 class Worker:
     """One replay worker process in the environment of ``python``."""
 
-    def __init__(self, python: str, threads: int):
+    def __init__(self, python: str, threads: int, cpus: set[int] | None = None):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
         self.stderr = tempfile.TemporaryFile()
         try:
@@ -105,6 +120,14 @@ class Worker:
             self.stderr.close()
             raise MystiqueError(python, f"cannot start a replay worker: {e.strerror or e}") from None
         self.python = python
+        #: the CPUs it runs on, where it was pinned (None: wherever the system puts it)
+        self.cpus: list[int] | None = None
+        if cpus:
+            try:  # before the worker has started its threads, which inherit the set
+                os.sched_setaffinity(self.proc.pid, cpus)
+                self.cpus = sorted(cpus)
+            except (AttributeError, OSError):  # (a system without affinities, or CPUs taken away since)
+                pass
 
     def request(self, **req) -> dict:
         try:

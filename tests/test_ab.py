@@ -14,7 +14,7 @@ from pytest_mystique.ab import ab_trace
 from pytest_mystique.errors import MystiqueError, ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.trace import load_trace
-from pytest_mystique.worker import Worker
+from pytest_mystique.worker import Worker, cpu_sets
 
 from conftest import bundled, corpus, read_json, write_json
 
@@ -48,11 +48,16 @@ def run_ab(*args, timeout=300):
 
 
 def test_same_environment_twice_is_not_slower():
+    # a stricter alpha than the default's 1%: this is one A/A run in a suite that CI runs once per
+    # change, and a false alarm there would stop everything (ab_aa.py measures the default's rate)
     out = run_ab("--python", sys.executable, "--python", sys.executable, str(bundled("mlp_train")), "--budget", "6",
-                 "--workers", "2", "--json")  # fmt: skip
+                 "--workers", "2", "--alpha", "0.002", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     [r] = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert r["status"] in ("same", "unsure")
+    # a pair's two workers share CPUs; the pairs take this process's CPUs in turn
+    allowed = sorted(os.sched_getaffinity(0))
+    assert r["pair_cpus"] == ([[allowed[0]], [allowed[1]]] if len(allowed) > 1 else [None, None])
     ops = len(select_ops(load_trace(bundled("mlp_train"))))  # 58: cross_entropy_loss through its parts
     assert r["a"]["ops_replayed"] == r["b"]["ops_replayed"] == r["a"]["ops_total"] == ops == 58
     assert r["rounds"] >= 4 and r["a"]["torch"] == r["b"]["torch"]
@@ -80,6 +85,28 @@ def test_a_pair_of_workers_that_cannot_load_is_left_out(tmp_path):
         # every worker let go of the trace at the end
         with pytest.raises(MystiqueError, match="no trace loaded"):
             started[0].request(cmd="segment", iters=1)
+    finally:
+        for w in started:
+            w.close()
+
+
+def test_a_pair_of_workers_is_pinned_to_the_same_cpus():
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("one CPU: nothing to pin to")
+    sets = cpu_sets(3, 1)
+    assert sets == [{allowed[0]}, {allowed[1]}, {allowed[2 % len(allowed)]}]
+    assert cpu_sets(2, len(allowed)) == [None, None]  # a pair that needs every CPU is not pinned
+    started = [Worker(sys.executable, 1, sets[0]), Worker(sys.executable, 1, sets[0]), Worker(sys.executable, 1, sets[1])]
+    try:
+        started.append(Worker(sys.executable, 1))
+        assert started[-1].cpus is None  # unpinned unless asked
+        # the worker's threads (torch's among them) start after the pinning and inherit it
+        started[0].request(cmd="load", trace=str(bundled("mlp_train")), threads=1)
+        for w, cpus in zip(started, (sets[0], sets[0], sets[1])):
+            assert w.cpus == sorted(cpus)
+            tids = os.listdir(f"/proc/{w.proc.pid}/task")
+            assert {frozenset(os.sched_getaffinity(int(t))) for t in tids} == {frozenset(cpus)}
     finally:
         for w in started:
             w.close()
