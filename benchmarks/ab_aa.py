@@ -36,7 +36,7 @@ from pytest_mystique.ab import ab_trace  # noqa: E402
 from pytest_mystique.defaults import DEFAULT_NOISE  # noqa: E402
 from pytest_mystique.stats import offset_variance  # noqa: E402
 from pytest_mystique.trace import trace_stem  # noqa: E402
-from pytest_mystique.worker import Worker  # noqa: E402
+from pytest_mystique.worker import start_pairs  # noqa: E402
 
 
 def main() -> None:
@@ -62,11 +62,8 @@ def main() -> None:
     rows: dict[tuple[str, int, str], list[dict]] = collections.defaultdict(list)
     for run in range(args.runs):
         for k in args.workers:
-            started: list[Worker] = []
+            pairs = start_pairs([sys.executable, sys.executable], k, 1)  # pinned as mystique ab pins them
             try:
-                while len(started) < 2 * k:
-                    started.append(Worker(sys.executable, 1))
-                pairs = [tuple(started[i:i + 2]) for i in range(0, 2 * k, 2)]
                 for cond, copies in conditions.items():
                     for t in traces:
                         b, _ = copies[trace_stem(t)]
@@ -80,7 +77,7 @@ def main() -> None:
                         print(f"# run {run + 1}, {k} pair(s), {cond}: {trace_stem(t)}: {r['status']} {c['ratio']:.4f} "
                               f"[{c['ci_low']:.4f}, {c['ci_high']:.4f}] rounds {r['rounds']}", flush=True)  # fmt: skip
             finally:
-                for w in started:
+                for w in (w for pair in pairs for w in pair):
                     w.close()
     print(f"{'condition':9} {'pairs':>5} {'trace':18} {'true':>6} {'runs':>4} {'same':>4} {'unsure':>6} {'slower':>6} "
           f"{'faster':>6} {'sd log':>7} {'med se':>7} {'mean B/A':>8} {'rounds':>6}")  # fmt: skip

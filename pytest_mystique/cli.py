@@ -126,7 +126,7 @@ def _capture(args: argparse.Namespace) -> int:
 def _ab(args: argparse.Namespace) -> int:
     from . import report
     from .ab import ab_trace
-    from .worker import Worker, cpu_sets
+    from .worker import start_pairs
 
     if len(args.python) != 2:
         print("mystique ab: error: give --python exactly twice (A, then B)", file=sys.stderr)
@@ -134,17 +134,14 @@ def _ab(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("mystique ab: error: --workers must be 1 or more", file=sys.stderr)
         return 2
-    started: list[Worker] = []
+    try:
+        pairs = start_pairs(args.python, args.workers, args.threads)
+    except MystiqueError as e:
+        print(f"mystique ab: error: {e}", file=sys.stderr)
+        return 2
+    started = [w for pair in pairs for w in pair]
     results, failed = [], False
     try:
-        try:
-            for cpus in cpu_sets(args.workers, args.threads):  # a pair shares its CPUs
-                for python in args.python:
-                    started.append(Worker(python, args.threads, cpus))
-        except MystiqueError as e:
-            print(f"mystique ab: error: {e}", file=sys.stderr)
-            return 2
-        pairs = [tuple(started[i:i + 2]) for i in range(0, len(started), 2)]
         for trace in args.traces:
             pairs = [pair for pair in pairs if all(w.alive() for w in pair)]  # (a dead one was reported)
             if not pairs:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 from .errors import MystiqueError, message
 
@@ -103,6 +104,22 @@ def cpu_sets(pairs: int, threads: int) -> list[set[int] | None]:
     if threads >= len(allowed):
         return [None] * pairs
     return [{allowed[(j * threads + i) % len(allowed)] for i in range(threads)} for j in range(pairs)]
+
+
+def start_pairs(pythons: Sequence[str], pairs: int, threads: int) -> list[tuple[Worker, Worker]]:
+    """``pairs`` pairs of workers, one of each of the two ``pythons`` (A, B) in a pair, the two of
+    a pair pinned to the same CPUs (:func:`cpu_sets`). Where a worker cannot start, those started
+    before it are closed and the error raised."""
+    started: list[Worker] = []
+    try:
+        for cpus in cpu_sets(pairs, threads):
+            for python in pythons:
+                started.append(Worker(python, threads, cpus))
+    except MystiqueError:
+        for w in started:
+            w.close()
+        raise
+    return [(started[i], started[i + 1]) for i in range(0, len(started), 2)]
 
 
 class Worker:
