@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_mystique.distributed import DistributedReplay, resolve_job  # noqa: E402
-from pytest_mystique.measure import measure, time_replay  # noqa: E402
+from pytest_mystique.measure import gc_paused, measure, time_replay  # noqa: E402
 from pytest_mystique.memory import replay_peak_bytes, trace_peak_bytes  # noqa: E402
 from pytest_mystique.report import format_table  # noqa: E402
 from pytest_mystique.runner import Options, prepare_file  # noqa: E402
@@ -61,15 +61,17 @@ def replay_devices(replay) -> set[str]:
 
 
 def wall_samples(replay, device: torch.device, iters: int) -> list[float]:
-    """The same iterations timed by the host clock, with a device synchronisation after each."""
+    """The same iterations timed by the host clock, with a device synchronisation after each, and
+    Python's collector paused as the events' timing pauses it."""
     out = []
-    for _ in range(iters):
-        replay.between_iterations()
-        torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        replay.run()
-        torch.cuda.synchronize(device)
-        out.append(time.perf_counter() - t0)
+    with gc_paused():
+        for _ in range(iters):
+            replay.between_iterations()
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            replay.run()
+            torch.cuda.synchronize(device)
+            out.append(time.perf_counter() - t0)
     return out
 
 

@@ -160,3 +160,19 @@ def test_ranks_sharing_a_gpu_run_their_collectives_through_gloo():
     assert backend_for(gpu, shared_gpu=True) == "cpu:gloo,cuda:gloo"
     assert backend_for(gpu) == "cpu:gloo,cuda:nccl"
     assert backend_for(torch.device("cpu"), shared_gpu=True) == "gloo"
+
+
+def test_the_one_process_group_is_destroyed_at_exit():
+    """The in-process group a single-rank trace's collectives run on is destroyed when the process
+    ends: NCCL warned "destroy_process_group() was not called before program exit" after the DDP
+    ResNet's replay on an H200. (atexit runs its functions last registered first, so the check,
+    registered before the group is made, sees the state after the group's own exit handler.)"""
+    code = (
+        "import atexit, torch, torch.distributed as dist\n"
+        "from pytest_mystique.collectives import local_world\n"
+        "atexit.register(lambda: print('initialized at exit:', dist.is_initialized()))\n"
+        "assert local_world(torch.device('cpu')) and dist.is_initialized()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialized at exit: False" in done.stdout
