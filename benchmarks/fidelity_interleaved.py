@@ -48,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -516,6 +517,12 @@ def timer_label(timer: str) -> str:
     return "" if timer == "profiler" else f" ({timer} timer)"
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's type and the first line of its text that is not empty."""
+    text = next((line for line in str(e).splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {text[:300]}"
+
+
 def compare_model(name: str, build, device: torch.device, tmp: Path, args) -> tuple[str, float, float | None]:
     """Build model ``name`` on ``device``, capture its step (or take its bundled trace), alternate
     the step with the trace's replay: the table's line, |ratio - 1| of the whole step, and of the
@@ -552,8 +559,12 @@ def compare_model(name: str, build, device: torch.device, tmp: Path, args) -> tu
     extra, op_err = "", None
     if args.ops:
         measure = functools.partial(inside_kernels, device=device) if cuda else None
-        got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure,
-                                          timer=args.op_timer)  # fmt: skip
+        try:
+            got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure,
+                                              timer=args.op_timer)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - the step's ratio stands; the operators' measure is reported failed
+            got, extra = None, f"  ops FAILED: {first_line(e)}"
+            traceback.print_exc()
         if got is not None:
             o, r = got
             op_err = abs(r.ops_s / o.ops_s - 1)
@@ -575,6 +586,8 @@ def main() -> int:
                     help="leave out the capture's record of the index inputs' spread (ids drawn uniformly)")
     ap.add_argument("--device", default="cpu", help="cuda[:N]: build, capture, run and replay on that GPU")
     args = ap.parse_args()
+    if args.rounds < 2:
+        ap.error("--rounds must be at least 2 (the ratios' spread needs two rounds)")
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -597,7 +610,8 @@ def main() -> int:
         try:
             line, err, op_err = compare_model(name, table[name], device, tmp, args)
         except Exception as e:  # noqa: BLE001 - one model's failure is reported, the others go on
-            print(f"{name:<20} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
+            traceback.print_exc()
+            print(f"{name:<20} FAILED: {first_line(e)}", flush=True)
             failed.append(name)
             continue
         print(line, flush=True)
