@@ -277,7 +277,7 @@ def rank_main(spec: dict, conn) -> None:
 
     import torch.distributed as dist
 
-    from .collectives import Comms
+    from .collectives import Comms, end_world
     from .measure import per_op_medians, steady_allocator
     from .replay import Replay
     from .trace import load_trace
@@ -337,11 +337,7 @@ def rank_main(spec: dict, conn) -> None:
         except OSError:
             pass
     finally:
-        try:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - the process is ending anyway
-            pass
+        end_world()
 
 
 def _ranges(ranks: list[int]) -> str:
