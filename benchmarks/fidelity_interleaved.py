@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_traces  # noqa: E402
 
+from pytest_mystique.errors import reason  # noqa: E402
 from pytest_mystique.measure import OP_TIMERS, InsideOperators, inside_operators_alternated, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
@@ -517,12 +518,6 @@ def timer_label(timer: str) -> str:
     return "" if timer == "profiler" else f" ({timer} timer)"
 
 
-def first_line(e: BaseException) -> str:
-    """An exception's type and the first line of its text that is not empty."""
-    text = next((line for line in str(e).splitlines() if line.strip()), "")
-    return f"{type(e).__name__}: {text[:300]}"
-
-
 def compare_model(name: str, build, device: torch.device, tmp: Path, args) -> tuple[str, float, float | None]:
     """Build model ``name`` on ``device``, capture its step (or take its bundled trace), alternate
     the step with the trace's replay: the table's line, |ratio - 1| of the whole step, and of the
@@ -563,7 +558,7 @@ def compare_model(name: str, build, device: torch.device, tmp: Path, args) -> tu
             got = inside_operators_alternated((step, run_replay), args.ops, (None, replay.between_iterations), measure,
                                               timer=args.op_timer)  # fmt: skip
         except Exception as e:  # noqa: BLE001 - the step's ratio stands; the operators' measure is reported failed
-            got, extra = None, f"  ops FAILED: {first_line(e)}"
+            got, extra = None, f"  ops FAILED: {reason(e)}"
             traceback.print_exc()
         if got is not None:
             o, r = got
@@ -611,7 +606,7 @@ def main() -> int:
             line, err, op_err = compare_model(name, table[name], device, tmp, args)
         except Exception as e:  # noqa: BLE001 - one model's failure is reported, the others go on
             traceback.print_exc()
-            print(f"{name:<20} FAILED: {first_line(e)}", flush=True)
+            print(f"{name:<20} FAILED: {reason(e)}", flush=True)
             failed.append(name)
             continue
         print(line, flush=True)
