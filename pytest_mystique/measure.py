@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .defaults import DEFAULT_ITERS, DEFAULT_WARMUP  # noqa: F401 - re-exported
 
@@ -252,6 +253,26 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
     return InsideOperators(statistics.median(ops), statistics.median(shares))
 
 
+class OperatorWatch(TorchDispatchMode):
+    """A dispatch mode that looks at a step's operator calls and changes nothing of what runs (the
+    base of :func:`inside_operators_dispatch`'s clock and of the capture helper's look at a step's
+    inputs, :func:`.recorder._record_inputs`).
+
+    * A higher-order operator (``torch.cond``, flex_attention's) comes to it as one call, and runs
+      as it would (torch refuses one under a mode that does not say it takes them).
+    * torch.compile'd code compiles with the mode off and runs under it: the mode sees the
+      operators the compiled code calls, which are those a trace records of it. By default torch
+      refuses to compile under a mode and runs the Python instead, and where it must compile (an
+      eager flex_attention or ``torch.cond`` compiles its operator with ``fullgraph=True``) the call
+      fails; in torch 2.13 that refusal also made the same calls fail later, outside any mode."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+
 def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOperators | None:
     """:func:`inside_operators` taken by another instrument: a clock read around every operator
     call where the dispatcher hands it to Python (a ``TorchDispatchMode``: below autograd, so the
@@ -267,13 +288,9 @@ def inside_operators_dispatch(fn, *, calls: int = 3, between=None) -> InsideOper
     benchmarks/RESULTS.md). ``share`` is of the
     call's time under the mode, whose own Python lengthens it. ``ops`` counts the last call's
     operator calls by operator. ``record_function`` labels are not operators. CPU time only."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     clock = time.perf_counter_ns
 
-    class Clock(TorchDispatchMode):
-        supports_higher_order_operators = True  # (timed as one call; without it torch.cond raises here)
-
+    class Clock(OperatorWatch):
         def __init__(self):
             super().__init__()
             self.ns = 0

@@ -217,9 +217,10 @@ def _record_inputs(step, result: Captured) -> None:
 
     Only where the trace's operators read such inputs; a step that fails under the mode (or a
     compiler that refuses it) leaves the sidecar as it was, with a warning."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch._ops import HigherOrderOperator
     from torch.utils._pytree import tree_leaves
 
+    from .measure import OperatorWatch
     from .packed import is_packed, packed_record, takes_packed
     from .trace import Unstrided, tensors_of
 
@@ -248,7 +249,7 @@ def _record_inputs(step, result: Captured) -> None:
     # trace counts it as made there
     fresh = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift.default}
 
-    class Inputs(TorchDispatchMode):
+    class Inputs(OperatorWatch):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             leaves = tree_leaves((args, kwargs or {}))
             scalars = []
@@ -265,7 +266,7 @@ def _record_inputs(step, result: Captured) -> None:
                         kind = ("sparse_inputs" if "layout" in record else
                                 "float_inputs" if t.dtype.is_floating_point else "index_inputs")  # fmt: skip
                         found[kind].append(record)
-            if func not in fresh:
+            if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
             found["packed_weights"].extend(packed_record(func, x) for x in leaves
                                            if isinstance(x, torch.ScriptObject) and is_packed(x._type().qualified_name()))  # fmt: skip
