@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from .errors import TraceError
-from .trace import ListValue, Node, Trace, Unstrided, storages_of, tensors_of
+from .trace import ListValue, Node, TensorRef, Trace, Unstrided, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 CASTS = ("aten::to", "aten::_to_copy")
@@ -129,7 +129,11 @@ def select_ops(trace: Trace) -> list[Node]:
         wrapped |= level
         through |= level
         outermost = _outermost(trace, above, through)
+    if idle := {n.id for n in outermost if _storageless(n) and _gives_back_its_input(n, parts)}:
+        through |= idle  # (nothing inside them: they leave the selection)
+        outermost = [n for n in outermost if n.id not in idle]
     trace.unwrapped = sorted(wrapped)
+    trace.idle_wrappers = sorted(idle)
     opened = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
@@ -150,6 +154,29 @@ def _storageless(node: Node) -> bool:
         return _has_storageless(node.inputs) or _has_storageless(node.outputs)
     except (TraceError, RecursionError):  # (a malformed nested operator shows nothing)
         return False
+
+
+def _gives_back_its_input(node: Node, parts: dict[int, set[str]] | None) -> bool:
+    """``node``, a call on tensors recorded without storage, ran no operator inside it, writes
+    nothing, and returns only tensors it was given (``aten::to`` to the type a tensor has already
+    returns the tensor itself): a call that did nothing at its level, as a ``torch.func`` transform
+    records one on a wrapper tensor (an eager flex_attention's ``vmap`` over its score function).
+    There is nothing to replay (and the wrapper cannot be rebuilt): it is listed, not run."""
+    if parts is not None and node.id in parts or "!" in node.op_schema or not node.outputs:
+        return False
+    given = {v.tensor_id for v in _tensor_values(node.inputs)}
+    return all(isinstance(v, (TensorRef, Unstrided)) and v.tensor_id in given for v in node.outputs)
+
+
+def _tensor_values(values) -> list[TensorRef | Unstrided]:
+    """The tensors among ``values``, with or without storage, those inside lists too."""
+    found = []
+    for v in values:
+        if isinstance(v, (TensorRef, Unstrided)):
+            found.append(v)
+        elif isinstance(v, ListValue):
+            found += _tensor_values(v.items)
+    return found
 
 
 def _wraps(parts: set[str] | None) -> bool:

@@ -237,6 +237,11 @@ class Planner:
                               f"through the calls they made (a torch.func transform, vmap or grad, records each operator "
                               f"at each of its levels on wrapper tensors, down to the call on the tensors they wrap): "
                               f"{self._commonest(self.trace.unwrapped)}"] += 1  # fmt: skip
+        if self.trace.idle_wrappers:
+            self.report.notes[f"{len(self.trace.idle_wrappers)} operator call(s) on tensors recorded without storage not "
+                              f"replayed: each returned the tensor it was given and ran nothing inside it (a call that "
+                              f"did nothing at its level of a torch.func transform): "
+                              f"{self._commonest(self.trace.idle_wrappers)}"] += 1  # fmt: skip
         if self.trace.around_casts:
             self.report.notes[f"{len(self.trace.around_casts)} operator(s) replayed through their parts, as parts of "
                               f"them ran under torch.autocast (their inputs cast to a lower precision, which a call "
@@ -263,11 +268,11 @@ class Planner:
             return derived.get(key)
 
         self.factory.pass_back(sources_of)
+        self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
         self._skew_indices(list(int_inputs))
         self._scale_floats(list(float_inputs))
         self._exact_scalars(planned, scalar_reads, written)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
-        self._overwritten(first_write)
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)
         if not backward:
@@ -324,6 +329,10 @@ class Planner:
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
+
+    def _unfilled(self, ref: TensorRef) -> bool:
+        """``ref`` lies in an input allocation that is left unfilled (:meth:`_overwritten`)."""
+        return (ref.storage_id, ref.dtype) in self.factory.overwritten
 
     def _overwritten(self, first_write: dict[tuple[int, str], list[tuple[int, int]] | None]) -> None:
         """Input allocations whose every element ops write without reading it (``out=`` arguments:
@@ -609,12 +618,14 @@ class Planner:
         record holds the input's values (a small one) or its quantiles, those are drawn from
         instead (:meth:`.tensors.TensorFactory.fill`): the shape of the spread passes too (see
         :func:`.recorder._float_scale`). A record whose values reach beyond +-1e4 (an attention
-        mask's stand-in for -inf) keeps the rules."""
+        mask's stand-in for -inf) keeps the rules. The record of an input that an op writes whole
+        before any reads it (compiled code's ``out=`` buffers, whose recorded bytes are whatever lay
+        there) is passed over: it is left unfilled (:meth:`_overwritten`)."""
         records = list(self.sidecar().get("float_inputs", [])) if float_inputs else []
         scaled = kept = 0
         for ref in float_inputs:
             record = take_record(records, ref.shape, ref.dtype)
-            if record is None or "std" not in record:
+            if record is None or "std" not in record or self._unfilled(ref):
                 continue
             low, high, mean = record["low"], record["high"], record["mean"]
             if max(abs(low), abs(high)) > _SCALE_LIMIT:
@@ -699,7 +710,7 @@ class Planner:
         skewed = bagged = by_rows = 0
         for ref in int_inputs:
             record = take_record(records, ref.shape, ref.dtype)
-            if record is None:
+            if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
             steps = record.get("steps")
