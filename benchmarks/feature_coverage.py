@@ -3,7 +3,8 @@
 Each case is a small step using one feature (sparse gradients, torch.compile, dynamic and static
 quantization, eager and through export, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
 sampling, data-dependent shapes, linear algebra, torch.func's transforms, parametrizations, random
-layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics, losses, ...), captured here with the capture helper and
+layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics, losses, an eager
+flex_attention, torch.cond, a decoding loop with a growing key/value cache, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
 iterations ran. The last line counts the cases that replay every op.
@@ -407,6 +408,58 @@ def integer_arithmetic():
         + torch.gcd(i, j).sum() + (i << 2).sum() + ((i > 500) & ~(j < 10)).sum() + i.clamp(10, 900).sum()  # fmt: skip
 
 
+def flex_attention_eager():
+    """flex_attention without torch.compile: its operator compiles with the eager backend, and
+    the trace holds its score function's vmap levels, on wrapper tensors without storage."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
+    q, k, v = (torch.randn(2, 4, 128, 32) for _ in range(3))
+    bias = torch.randn(4)  # (a per-head bias the score function reads)
+
+    def alibi_causal(score, b, h, q_idx, kv_idx):
+        return torch.where(q_idx >= kv_idx, score + bias[h] * (kv_idx - q_idx), -float("inf"))
+
+    return lambda: flex_attention(q, k, v, score_mod=alibi_causal)
+
+
+def control_flow_cond():
+    """torch.cond picks a branch from the data (it compiles its branches in eager mode too)."""
+    gate, up = nn.Linear(64, 64), nn.Linear(64, 64)
+    x = torch.randn(16, 64)
+
+    @torch.no_grad()
+    def step():
+        return torch.cond(x.mean() > 0, lambda t: gate(t).relu(), lambda t: up(t).tanh(), (x,))
+
+    return step
+
+
+def kv_cache_decode():
+    """Greedy decoding of 12 tokens with a growing key/value cache (the cache concatenated each step,
+    the next token an argmax of the last logits): the shapes grow step by step."""
+    dim, heads, vocab = 64, 4, 256
+    emb, qkv, out, head = nn.Embedding(vocab, dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim), nn.Linear(dim, vocab)
+    prompt = torch.randint(0, vocab, (2, 16))
+
+    @torch.no_grad()
+    def step():
+        tokens, keys, values = prompt, None, None
+        for _ in range(12):
+            h = emb(tokens)
+            q, k, v = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in qkv(h).chunk(3, -1))
+            keys = k if keys is None else torch.cat([keys, k], 2)
+            values = v if values is None else torch.cat([values, v], 2)
+            a = F.scaled_dot_product_attention(q, keys, values, is_causal=keys.shape[2] == q.shape[2])
+            logits = head(h + out(a.transpose(1, 2).flatten(2)))
+            tokens = logits[:, -1:].argmax(-1)
+        return tokens
+
+    return step
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -415,7 +468,8 @@ CASES = {f.__name__: f for f in (
     upsampling_decoder, weighted_embedding_bag, packed_lstm, checkpointing, top_p_sampling, vision_ops,
     linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm, gradient_penalty, per_sample_gradients,
     reparametrized_weights, random_layers, scatter_reductions, video_cnn, recurrent_cells, order_statistics,
-    interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic)}  # fmt: skip
+    interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic,
+    flex_attention_eager, control_flow_cond, kv_cache_decode)}  # fmt: skip
 
 
 def main() -> int:

@@ -5,6 +5,7 @@ import gzip
 import json
 import platform
 import time
+import warnings
 
 import pytest
 import torch
@@ -310,3 +311,69 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
                                                           "low": 1, "high": 7,
                                                           "hot": [[1, 0.5], [2, 0.75], [3, 1.0]]}  # fmt: skip
+
+
+def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_path):
+    """An eager flex_attention compiles its operator with ``fullgraph=True``. Under the capture's
+    dispatch mode that compile was refused, and in torch 2.13 the step's later calls failed too,
+    so the capture crashed; the mode now lets torch.compile'd code run under it. The trace holds
+    the score function's ``vmap`` levels, on wrapper tensors without storage: an ``aten::to``
+    that returned its wrapper and ran nothing is listed and not run (it was a skipped op)."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
+
+    def causal(score, b, h, q_idx, kv_idx):
+        return torch.where(q_idx >= kv_idx, score, -float("inf"))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # (a record refused is a warning)
+        warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
+        res = capture_step(lambda: flex.flex_attention(q, k, v, score_mod=causal), tmp_path / "flex.json",
+                           warmup=1, runs=3, min_warmup_s=0)  # fmt: skip
+    side = load_sidecar(res.path)
+    assert {tuple(r["shape"]) for r in side["float_inputs"]} == {(1, 2, 64, 16)}
+    assert side["original_ops_s"] > 0
+    replay = Replay(load_trace(res.path), "cpu").prepare()
+    assert not replay.report.skipped and replay.report.ops_replayed == replay.report.ops_total
+    idle = [n for n in replay.report.notes if "returned the tensor it was given and ran nothing" in n]
+    assert len(idle) == 1 and "aten::to" in idle[0]
+
+
+def test_a_step_with_torch_cond_is_captured_with_its_inputs(tmp_path):
+    """``torch.cond`` in eager mode compiles its branches too: its capture crashed as an eager
+    flex_attention's did, and now records the step's inputs and replays every op. The dispatch
+    timer, run first, once left torch.cond failing in every later call."""
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    @torch.no_grad()
+    def step():
+        return torch.cond(x.sum() > 0, lambda t: lin(t).relu(), lambda t: lin(t).sigmoid(), (x,))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert inside_operators_dispatch(step, calls=1).ops["cond"] == 1
+        res = capture_step(step, tmp_path / "cond.json", warmup=1, runs=3, min_warmup_s=0)
+    side = load_sidecar(res.path)
+    assert (8, 32) in {tuple(r["shape"]) for r in side["float_inputs"]} and side["original_ops_s"] > 0
+    replay = Replay(load_trace(res.path), "cpu").prepare()
+    assert not replay.report.skipped and replay.report.ops_replayed == replay.report.ops_total > 0
+
+
+def test_an_input_written_whole_first_passes_its_record_over(tmp_path):
+    """Compiled code hands the operators buffers it allocated outside them as ``out=`` arguments,
+    and the capture records their bytes, which are whatever lay there (here the last call's
+    product; in an Inductor buffer, anything). The replay leaves such an input unfilled, so its
+    record is passed over, and the next input of its shape still gets its own record."""
+    x, w = torch.randn(8, 16), torch.randn(16, 8)
+    buf, z = torch.empty(8, 8), torch.randn(8, 8) * 5 + 40
+
+    def step():
+        torch.mm(x, w, out=buf)
+        return buf + z
+
+    res = capture_step(step, tmp_path / "out.json", warmup=1, runs=3, min_warmup_s=0)
+    assert [r["shape"] for r in load_sidecar(res.path)["float_inputs"]] == [[8, 16], [16, 8], [8, 8], [8, 8]]
+    replay = Replay(load_trace(res.path), "cpu").prepare()
+    assert any("left unfilled" in n for n in replay.report.notes)
+    bounds = {ref.shape: b for ref, b in replay.factory.float_bounds.items()}
+    assert len(replay.factory.float_bounds) == 3 and 30 < bounds[(8, 8)][0] < 40 < bounds[(8, 8)][1] < 50
