@@ -235,8 +235,18 @@ def _allgather(dist, g, a):
     return [a["output_tensors"][0]], None
 
 
+def _gather_single(dist):
+    """torch 2.13 renamed ``all_gather_into_tensor`` to ``all_gather_single`` (the old name warns)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _scatter_single(dist):
+    """torch 2.13 renamed ``reduce_scatter_tensor`` to ``reduce_scatter_single`` (the old name warns)."""
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def _allgather_base(dist, g, a):
-    dist.all_gather_into_tensor(a["output_tensor"], a["input_tensor"], group=g)
+    _gather_single(dist)(a["output_tensor"], a["input_tensor"], group=g)
     return a["output_tensor"], None
 
 
@@ -249,7 +259,7 @@ def _allgather_coalesced(dist, g, a):
 
 def _allgather_into_tensor_coalesced(dist, g, a):
     for out, inp in zip(a["outputs"], a["inputs"]):
-        dist.all_gather_into_tensor(out, inp, group=g)
+        _gather_single(dist)(out, inp, group=g)
     return None
 
 
@@ -259,13 +269,13 @@ def _reduce_scatter(dist, g, a):
 
 
 def _reduce_scatter_base(dist, g, a):
-    dist.reduce_scatter_tensor(a["output_tensor"], a["input_tensor"], op=_sum(dist), group=g)
+    _scatter_single(dist)(a["output_tensor"], a["input_tensor"], op=_sum(dist), group=g)
     return a["output_tensor"], None
 
 
 def _reduce_scatter_tensor_coalesced(dist, g, a):
     for out, inp in zip(a["outputs"], a["inputs"]):
-        dist.reduce_scatter_tensor(out, inp, op=_sum(dist), group=g)
+        _scatter_single(dist)(out, inp, op=_sum(dist), group=g)
     return None
 
 

@@ -134,7 +134,7 @@ def select_ops(trace: Trace) -> list[Node]:
         outermost = [n for n in outermost if n.id not in idle]
     trace.unwrapped = sorted(wrapped)
     trace.idle_wrappers = sorted(idle)
-    opened = _hidden_outputs(trace, above, outermost, through)
+    opened, trace.kept_collectives = _hidden_outputs(trace, above, outermost, through)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
     open_above = _open_above(above, through | opened)
@@ -243,7 +243,8 @@ def _open_above(above: dict[int, int | None], through: set[int]):
     return open_above
 
 
-def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int]) -> set[int]:
+def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node],
+                    through: set[int]) -> tuple[set[int], set[int]]:  # fmt: skip
     """Selected operators to look through because a later operator reads memory that only one of
     their inner operators made. A composite operator returns some of what its parts make and
     keeps the rest for the backward pass: ``cross_entropy_loss`` its ``log_softmax``'s
@@ -254,13 +255,18 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     the logits of the step before as log-probabilities, and its gradients overflowed). Its parts
     are replayed instead, down to the one that makes the memory read (each part is looked at the
     same way). Memory counts as made inside only where the operator does not read it itself: the
-    transposed weight ``linear`` makes is a view of its own input, which the replay has anyway."""
+    transposed weight ``linear`` makes is a view of its own input, which the replay has anyway.
+    A collective stays whole: its communication is no operator among its parts (gloo runs a
+    reduce-scatter as a clone of its input and an all-reduce of it, and FSDP2 reads the clone),
+    so opened, it would not communicate at all. Such collectives are returned beside the
+    operators to open; the memory read is a seeded input of the replay."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
     last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
     tops: dict[int, int | None] = {}
     seen: dict[int, set[int]] = {}
     opens: set[int] = set()
+    kept: set[int] = set()  # collectives that a later operator reads memory of that they made inside
 
     def exposed(nid: int) -> set[int]:  # the storages an operator reads or returns
         if nid not in seen:
@@ -285,6 +291,9 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                 # (ids are reused once the memory is freed)
                 if ref.placement not in {r.placement for r in tensors_of(by_id[maker].outputs)}:
                     continue
+                if by_id[outer].op_schema.startswith("c10d::"):
+                    kept.add(outer)
+                    continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:
                     inner.append(above[inner[-1]])
@@ -294,7 +303,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                     opens.add(nid)
         for sid in node.output_storages():
             last[sid] = node.id
-    return opens
+    return opens, kept
 
 
 def enclosing_ops(trace: Trace) -> dict[int, int]:

@@ -1,12 +1,13 @@
-"""Record a DDP training step (gloo, CPU) of N ranks with pytest-mystique's capture helper: one
-trace per rank, ``OUT/rank-<N>.json.gz``, each with its timing sidecar.
+"""Record a data-parallel training step (gloo, CPU) of N ranks with pytest-mystique's capture
+helper: one trace per rank, ``OUT/rank-<N>.json.gz``, each with its timing sidecar.
 
-Usage: python scripts/capture_ddp.py OUT_DIR [--world 2]
+Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2]
 
 The ranks are started with torch's multiprocessing and join through a ``file://`` rendezvous, so
 nothing listens on a port. The traces hold the job's process groups (``process_group:init``)
-and the gradient all-reduce that DDP issues, which ``pytest --mystique`` replays with one
-process per rank.
+and the collectives of the wrapper, which ``pytest --mystique`` replays with one process per rank:
+DDP's gradient all-reduce (SGD with momentum), or FSDP2's (``fully_shard``, each linear layer a
+unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def rank_main(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
+def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = "ddp") -> None:
     from pytest_mystique import capture_step
 
     torch.set_num_threads(1)
@@ -30,17 +31,26 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))  # fmt: skip
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    if wrap == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in (*(m for m in model if isinstance(m, torch.nn.Linear)), model):
+            fully_shard(layer, mesh=mesh)
+        wrapped, opt = model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(wrapped.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
 
     def step():
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        torch.nn.functional.cross_entropy(wrapped(x), y).backward()
         opt.step()
 
     capture_step(step, os.path.join(out_dir, f"rank-{rank}.json.gz"), warmup=3, runs=10,
-                 what=f"DDP MLP training step, rank {rank} of {world} (gloo)")  # fmt: skip
+                 what=f"{wrap.upper()} MLP training step, rank {rank} of {world} (gloo)")  # fmt: skip
     dist.destroy_process_group()
 
 
@@ -48,10 +58,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2"), default="ddp")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(rank_main, args=(args.world, os.path.join(tmp, "rendezvous"), os.path.abspath(args.out)),
+        mp.start_processes(rank_main, args=(args.world, os.path.join(tmp, "rendezvous"), os.path.abspath(args.out),
+                                            args.wrap),
                            nprocs=args.world, start_method="spawn")  # fmt: skip
 
 

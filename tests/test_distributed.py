@@ -71,6 +71,29 @@ def test_ddp_two_ranks_one_item(tmp_path, ddp_job):
     assert res["ddp_2rank"]["status"] in ("same", "faster", "unsure", "slower"), out.stdout[-2000:]
 
 
+def test_fsdp2_two_ranks_replay_their_all_gathers_and_reduce_scatters(tmp_path):
+    """FSDP2 (``fully_shard``, one unit per linear layer) all-gathers each unit's parameters before
+    its forward and backward passes and reduce-scatters its gradients, copying them into the
+    collectives' buffers with its own ``fsdp::`` operators (which a rank loads from
+    torch.distributed.fsdp): both ranks replay every op, collectives included."""
+    out = tmp_path / "fsdp2_2rank"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
+                           "--wrap", "fsdp2"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = {n["name"] for n in read_json(out / "rank-0.json.gz")["nodes"]}
+    assert {"fsdp::chunk_cat", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"} <= names, sorted(names)
+    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
+                           "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
+    assert [r["rank"] for r in got["ranks"]] == [0, 1]
+    # each of the 3 units: all-gathers before its forward and its backward pass, a reduce-scatter after; gloo
+    # runs the reduce-scatter as an all-reduce of a clone of its input, which FSDP2 reads: replayed whole
+    assert [r["collectives"] for r in got["ranks"]] == [9, 9], got["ranks"]
+    assert any("collective(s) replayed whole" in n for n in got["notes"]), got["notes"]
+
+
 def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
     job = tmp_path / "traces" / "ddp_2rank"
     shutil.copytree(ddp_job, job)
