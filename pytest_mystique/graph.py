@@ -129,12 +129,14 @@ def select_ops(trace: Trace) -> list[Node]:
         wrapped |= level
         through |= level
         outermost = _outermost(trace, above, through)
-    if idle := {n.id for n in outermost if _storageless(n) and _gives_back_its_input(n, parts)}:
+    # (``bare``: the calls on wrapper tensors still selected, each replayed whole unless it did nothing)
+    if idle := {n.id for n in bare if _gives_back_its_input(n, parts)}:
         through |= idle  # (nothing inside them: they leave the selection)
         outermost = [n for n in outermost if n.id not in idle]
     trace.unwrapped = sorted(wrapped)
     trace.idle_wrappers = sorted(idle)
-    opened, trace.kept_collectives = _hidden_outputs(trace, above, outermost, through)
+    opened, kept = _hidden_outputs(trace, above, outermost, through)
+    trace.kept_collectives = sorted(kept)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
     open_above = _open_above(above, through | opened)
@@ -291,14 +293,14 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                 # (ids are reused once the memory is freed)
                 if ref.placement not in {r.placement for r in tensors_of(by_id[maker].outputs)}:
                     continue
-                if by_id[outer].op_schema.startswith("c10d::"):
-                    kept.add(outer)
-                    continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:
                     inner.append(above[inner[-1]])
                 for nid in reversed(inner):  # from ``outer`` in
                     if nid == maker or ref.storage_id in exposed(nid):
+                        break
+                    if by_id[nid].op_schema.startswith("c10d::"):
+                        kept.add(nid)
                         break
                     opens.add(nid)
         for sid in node.output_storages():

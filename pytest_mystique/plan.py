@@ -242,7 +242,7 @@ class Planner:
                               f"tensor made inside them (gloo runs a reduce-scatter as a clone of its input and an "
                               f"all-reduce of the clone, which FSDP2 reads): that tensor is a seeded input, as its "
                               f"communication is no operator to replay it through: "
-                              f"{self._commonest(sorted(self.trace.kept_collectives))}"] += 1  # fmt: skip
+                              f"{self._commonest(self.trace.kept_collectives)}"] += 1  # fmt: skip
         if self.trace.idle_wrappers:
             self.report.notes[f"{len(self.trace.idle_wrappers)} operator call(s) on tensors recorded without storage not "
                               f"replayed: each returned the tensor it was given and ran nothing inside it (a call that "
