@@ -114,6 +114,8 @@ def select_ops(trace: Trace) -> list[Node]:
         return list(trace.selected)
     above = _op_parents(trace)
     through = _redispatching(trace)
+    through |= (calling := _calling_collectives(trace, above))
+    trace.around_collectives = sorted(calling)
     around = _around_casts(trace, above, through) if through else set()
     through |= around
     outermost = _outermost(trace, above, through)
@@ -142,6 +144,26 @@ def select_ops(trace: Trace) -> list[Node]:
     open_above = _open_above(above, through | opened)
     trace.around_casts = sorted(a for a in around if open_above(a))  # (not inside one replayed whole)
     return list(trace.selected)
+
+
+def _calling_collectives(trace: Trace, above: dict[int, int | None]) -> set[int]:
+    """Operators that ran a collective (``c10d::*``) inside them: torch's functional collectives
+    (``_c10d_functional::all_reduce``, which DTensor's tensor parallelism and compiled code call),
+    whose own call names its process group by a name that is the original job's, runs the
+    communication as an async ``c10d::allreduce_`` of a clone, and returns before it ends. Their
+    parts are replayed instead, the collective on the replay's groups (:mod:`.collectives`). Replayed
+    whole on one rank and through its parts on another (a trace writer nests a rank's record of the
+    clone's use differently from the other's), the ranks called different collectives and waited
+    on each other for ever."""
+    found: set[int] = set()
+    for node in trace.nodes:
+        if node.is_op and node.op_schema.startswith("c10d::"):
+            up = above.get(node.id)
+            while up is not None and up not in found:
+                if not trace.by_id[up].op_schema.startswith("c10d::"):
+                    found.add(up)
+                up = above.get(up)
+    return found
 
 
 def _storageless(node: Node) -> bool:

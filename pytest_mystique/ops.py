@@ -96,11 +96,12 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
 #: names are ever imported, and only when a trace uses their namespace and the package is installed.
 #: (``quantized_decomposed``: the quantize and dequantize ops of a model quantized through export,
 #: PT2E, which torch defines in a module it imports only for that; ``fsdp``: FSDP2's copies in and
-#: out of its collectives' buffers, defined by torch's own fully_shard.)
+#: out of its collectives' buffers, defined by torch's own fully_shard; ``_c10d_functional``: the
+#: functional collectives' ``_wrap_tensor_autograd``, defined in Python beside the ones in C++.)
 OP_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision", "torchaudio": "torchaudio",
                 "torchrec": "torchrec", "torch_scatter": "torch_scatter", "torch_sparse": "torch_sparse",
                 "torchao": "torchao", "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
-                "fsdp": "torch.distributed.fsdp"}  # fmt: skip
+                "fsdp": "torch.distributed.fsdp", "_c10d_functional": "torch.distributed._functional_collectives"}  # fmt: skip
 _loaded: dict[str, bool | str | None] = {}
 
 

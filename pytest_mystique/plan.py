@@ -237,6 +237,10 @@ class Planner:
                               f"through the calls they made (a torch.func transform, vmap or grad, records each operator "
                               f"at each of its levels on wrapper tensors, down to the call on the tensors they wrap): "
                               f"{self._commonest(self.trace.unwrapped)}"] += 1  # fmt: skip
+        if self.trace.around_collectives:
+            self.report.notes[f"{len(self.trace.around_collectives)} operator(s) that ran a collective inside them "
+                              f"(torch's functional collectives) replayed through their parts, the collective on the "
+                              f"replay's process groups: {self._commonest(self.trace.around_collectives)}"] += 1  # fmt: skip
         if self.trace.kept_collectives:
             self.report.notes[f"{len(self.trace.kept_collectives)} collective(s) replayed whole though a later op reads a "
                               f"tensor made inside them (gloo runs a reduce-scatter as a clone of its input and an "

@@ -1,13 +1,15 @@
 """Record a data-parallel training step (gloo, CPU) of N ranks with pytest-mystique's capture
 helper: one trace per rank, ``OUT/rank-<N>.json.gz``, each with its timing sidecar.
 
-Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2]
+Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2|tp]
 
 The ranks are started with torch's multiprocessing and join through a ``file://`` rendezvous, so
 nothing listens on a port. The traces hold the job's process groups (``process_group:init``)
 and the collectives of the wrapper, which ``pytest --mystique`` replays with one process per rank:
-DDP's gradient all-reduce (SGD with momentum), or FSDP2's (``fully_shard``, each linear layer a
-unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients.
+DDP's gradient all-reduce (SGD with momentum), FSDP2's (``fully_shard``, each linear layer a
+unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients, or
+tensor parallelism's (DTensor: the first two linear layers split by columns, then rows, SGD) all-
+reduce of the second one's partial sums, through torch's functional collectives.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))  # fmt: skip
-    if wrap == "fsdp2":
+    if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,))
+        wrapped = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elif wrap == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -58,7 +67,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--wrap", choices=("ddp", "fsdp2"), default="ddp")
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "tp"), default="ddp")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

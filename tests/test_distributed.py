@@ -10,6 +10,7 @@ import pytest
 from pytest_mystique.collectives import backend_for
 from pytest_mystique.distributed import rank_of, resolve_job
 from pytest_mystique.errors import TraceError
+from pytest_mystique.graph import select_ops
 from pytest_mystique.ops import load_op_library
 from pytest_mystique.trace import load_trace
 
@@ -92,6 +93,38 @@ def test_fsdp2_two_ranks_replay_their_all_gathers_and_reduce_scatters(tmp_path):
     # runs the reduce-scatter as an all-reduce of a clone of its input, which FSDP2 reads: replayed whole
     assert [r["collectives"] for r in got["ranks"]] == [9, 9], got["ranks"]
     assert any("collective(s) replayed whole" in n for n in got["notes"]), got["notes"]
+
+
+def test_tensor_parallel_ranks_call_the_same_collective_however_the_writer_nested_it(tmp_path):
+    """Tensor parallelism (DTensor) all-reduces a row-split layer's partial sums through torch's
+    functional collective, ``_c10d_functional::all_reduce``, which runs ``c10d::allreduce_`` on a
+    clone inside it and returns a ``_wrap_tensor_autograd`` of the clone. In one capture the writer
+    recorded that wrapping inside the all-reduce on rank 0 and beside it on rank 1: rank 0 replayed
+    the all-reduce through its parts (a later op reads the clone), rank 1 whole, on a group named as
+    the original job's, and the two ranks waited on each other until killed. An operator that ran
+    a collective is now always replayed through its parts, the collective on the replay's groups;
+    ``_wrap_tensor_autograd`` loads from torch's functional collectives (it was skipped)."""
+    out = tmp_path / "tp_2rank"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
+                           "--wrap", "tp"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = read_json(out / "rank-1.json.gz")
+    nodes = {n["id"]: n for n in data["nodes"]}
+    [reduce] = [n for n in data["nodes"] if n["name"] == "_c10d_functional::all_reduce"]
+    for n in data["nodes"]:
+        if n["name"] == "_c10d_functional::_wrap_tensor_autograd" and n["ctrl_deps"] == reduce["id"]:
+            n["ctrl_deps"] = nodes[reduce["id"]]["ctrl_deps"]  # (as rank 1's was in that capture)
+    write_json(out / "rank-1.json.gz", data)
+    for rank in (0, 1):
+        names = [n.name for n in select_ops(load_trace(out / f"rank-{rank}.json.gz"))]
+        assert "c10d::allreduce_" in names and "_c10d_functional::all_reduce" not in names, (rank, names)
+    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
+                           "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
+    assert [r["collectives"] for r in got["ranks"]] == [1, 1], got["ranks"]
+    assert any("ran a collective inside them" in n for n in got["notes"]), got["notes"]
 
 
 def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
