@@ -5,9 +5,11 @@ ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
 ``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
 thread/process roots) have no schema and are descended through. Operators nested inside a
 selected operator are its implementation and run when it runs, so they are not selected again,
-with three exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
-(:func:`_redispatching`), a call on ``torch.func``'s wrapper tensors (:func:`_storageless`), and a
-composite whose parts made a tensor that a later operator reads (:func:`_hidden_outputs`).
+with four exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
+(:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`), a call
+on ``torch.func``'s wrapper tensors (:func:`_storageless`; one that ran nothing and returned its
+input is not selected at all, :func:`_gives_back_its_input`), and a composite whose parts made a
+tensor that a later operator reads (:func:`_hidden_outputs`; a collective stays whole).
 """
 
 from __future__ import annotations
@@ -108,16 +110,17 @@ def _autocast_made(node: Node) -> bool:
 
 def select_ops(trace: Trace) -> list[Node]:
     """Outermost operator nodes in execution (id) order (computed once per trace), looking
-    through operators that only cast their inputs and call themselves again (autocast) and
-    operators inside which a tensor was made that a later operator reads (:func:`_hidden_outputs`)."""
+    through operators that only cast their inputs and call themselves again (autocast), operators
+    that ran a collective, calls on ``torch.func``'s wrappers, and operators inside which a tensor
+    was made that a later operator reads (:func:`_hidden_outputs`)."""
     if trace.selected is not None:
         return list(trace.selected)
     above = _op_parents(trace)
     through = _redispatching(trace)
-    through |= (calling := _calling_collectives(trace, above))
-    trace.around_collectives = sorted(calling)
     around = _around_casts(trace, above, through) if through else set()
     through |= around
+    through |= (calling := _calling_collectives(trace, above))
+    trace.around_collectives = sorted(calling)
     outermost = _outermost(trace, above, through)
     wrapped: set[int] = set()
     parts: dict[int, set[str]] | None = None

@@ -228,34 +228,27 @@ class Planner:
         if self.trace.orphans:
             self.report.notes[f"{self.trace.orphans} node(s) name a parent the trace does not hold (the writer lost it): "
                               f"read as top-level"] += 1  # fmt: skip
-        if self.trace.opened:
-            self.report.notes[f"{len(self.trace.opened)} operator(s) replayed through their parts, as a later op reads a "
-                              f"tensor one of their parts made and they do not return (saved for the backward pass): "
-                              f"{self._commonest(self.trace.opened)}"] += 1  # fmt: skip
-        if self.trace.unwrapped:
-            self.report.notes[f"{len(self.trace.unwrapped)} operator call(s) on tensors recorded without storage replayed "
-                              f"through the calls they made (a torch.func transform, vmap or grad, records each operator "
-                              f"at each of its levels on wrapper tensors, down to the call on the tensors they wrap): "
-                              f"{self._commonest(self.trace.unwrapped)}"] += 1  # fmt: skip
-        if self.trace.around_collectives:
-            self.report.notes[f"{len(self.trace.around_collectives)} operator(s) that ran a collective inside them "
-                              f"(torch's functional collectives) replayed through their parts, the collective on the "
-                              f"replay's process groups: {self._commonest(self.trace.around_collectives)}"] += 1  # fmt: skip
-        if self.trace.kept_collectives:
-            self.report.notes[f"{len(self.trace.kept_collectives)} collective(s) replayed whole though a later op reads a "
-                              f"tensor made inside them (gloo runs a reduce-scatter as a clone of its input and an "
-                              f"all-reduce of the clone, which FSDP2 reads): that tensor is a seeded input, as its "
-                              f"communication is no operator to replay it through: "
-                              f"{self._commonest(self.trace.kept_collectives)}"] += 1  # fmt: skip
-        if self.trace.idle_wrappers:
-            self.report.notes[f"{len(self.trace.idle_wrappers)} operator call(s) on tensors recorded without storage not "
-                              f"replayed: each returned the tensor it was given and ran nothing inside it (a call that "
-                              f"did nothing at its level of a torch.func transform): "
-                              f"{self._commonest(self.trace.idle_wrappers)}"] += 1  # fmt: skip
-        if self.trace.around_casts:
-            self.report.notes[f"{len(self.trace.around_casts)} operator(s) replayed through their parts, as parts of "
-                              f"them ran under torch.autocast (their inputs cast to a lower precision, which a call "
-                              f"outside autocast would not do): {self._commonest(self.trace.around_casts)}"] += 1  # fmt: skip
+        t = self.trace  # the operators op selection looked through or left out (graph.select_ops), by why
+        for ids, what in (
+            (t.opened, "operator(s) replayed through their parts, as a later op reads a tensor one of their parts "
+                       "made and they do not return (saved for the backward pass)"),
+            (t.unwrapped, "operator call(s) on tensors recorded without storage replayed through the calls they made "
+                          "(a torch.func transform, vmap or grad, records each operator at each of its levels on "
+                          "wrapper tensors, down to the call on the tensors they wrap)"),
+            (t.around_collectives, "operator(s) that ran a collective inside them (torch's functional collectives) "
+                                   "replayed through their parts, the collective on the replay's process groups"),
+            (t.kept_collectives, "collective(s) replayed whole though a later op reads a tensor made inside them (gloo "
+                                 "runs a reduce-scatter as a clone of its input and an all-reduce of the clone, which "
+                                 "FSDP2 reads): that tensor is a seeded input, as its communication is no operator to "
+                                 "replay it through"),
+            (t.idle_wrappers, "operator call(s) on tensors recorded without storage not replayed: each returned the "
+                              "tensor it was given and ran nothing inside it (a call that did nothing at its level of "
+                              "a torch.func transform)"),
+            (t.around_casts, "operator(s) replayed through their parts, as parts of them ran under torch.autocast "
+                             "(their inputs cast to a lower precision, which a call outside autocast would not do)"),
+        ):  # fmt: skip
+            if ids:
+                self.report.notes[f"{len(ids)} {what}: {self._commonest(ids)}"] += 1
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "
