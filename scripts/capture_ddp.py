@@ -33,18 +33,18 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))  # fmt: skip
-    if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
+    if wrap != "ddp":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         mesh = init_device_mesh("cpu", (world,))
+    if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
         wrapped = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif wrap == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh("cpu", (world,))
         for layer in (*(m for m in model if isinstance(m, torch.nn.Linear)), model):
             fully_shard(layer, mesh=mesh)
         wrapped, opt = model, torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -405,43 +405,20 @@ def test_a_model_quantized_through_export_replays_its_quantize_and_dequantize_op
             "aten::conv2d"} <= names, names  # fmt: skip
 
 
-_FSDP2_STEP = """
-import sys, torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from pytest_mystique.recorder import capture_step
-dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
-torch.manual_seed(0)
-nn = torch.nn
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
-mesh = init_device_mesh("cpu", (1,))
-for layer in (model[0], model[2], model):
-    fully_shard(layer, mesh=mesh)
-opt = torch.optim.AdamW(model.parameters())
-x = torch.randn(16, 32)
-def step():
-    opt.zero_grad()
-    model(x).square().mean().backward()
-    opt.step()
-capture_step(step, sys.argv[1], warmup=2, runs=1, min_warmup_s=0)
-dist.destroy_process_group()
-"""
-
-
 def test_an_fsdp2_training_step_replays_the_ops_of_fully_shards_own_namespace(tmp_path):
     """FSDP2 (``fully_shard``) copies gradients into its reduce-scatter buffer with
     ``fsdp::chunk_cat``, an operator torch registers only when its FSDP module is imported: a
     replay imports it for that namespace (before, those ops were skipped as not registered). Here
-    one process (a world of one), captured in a process of its own with a gloo group."""
+    one process (a world of one) of ``scripts/capture_ddp.py --wrap fsdp2``: its three linear
+    layers are three units, and each copies its gradients in once."""
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed")
-    path = tmp_path / "fsdp2.json.gz"
-    done = subprocess.run([sys.executable, "-c", _FSDP2_STEP, str(path), str(tmp_path / "pg")], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(tmp_path), "--world", "1",
+                           "--wrap", "fsdp2"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    got = replayed_in_a_fresh_process(path, "torch.distributed.fsdp")
+    got = replayed_in_a_fresh_process(tmp_path / "rank-0.json.gz", "torch.distributed.fsdp")
     assert got["loaded"] and not got["skipped"] and got["replayed"] == got["total"], got
-    assert got["names"].count("fsdp::chunk_cat") == 2, got["names"]
+    assert got["names"].count("fsdp::chunk_cat") == 3, got["names"]
 
 
 def _quantized_cnn():
