@@ -5,8 +5,9 @@ ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
 ``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
 thread/process roots) have no schema and are descended through. Operators nested inside a
 selected operator are its implementation and run when it runs, so they are not selected again,
-with four exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
-(:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`), a call
+with five exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
+(:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`), an
+operator this torch does not have (a custom operator of the program's own, :func:`_not_in_this_torch`), a call
 on ``torch.func``'s wrapper tensors (:func:`_storageless`; one that ran nothing and returned its
 input is not selected at all, :func:`_gives_back_its_input`), and a composite whose parts made a
 tensor that a later operator reads (:func:`_hidden_outputs`; a collective stays whole).
@@ -17,6 +18,8 @@ from __future__ import annotations
 import re
 
 from .errors import TraceError
+from .ops import Unsupported, parse_op_name, resolve
+from .substitute import substitute_for
 from .trace import ListValue, Node, TensorRef, Trace, Unstrided, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
@@ -111,7 +114,7 @@ def _autocast_made(node: Node) -> bool:
 def select_ops(trace: Trace) -> list[Node]:
     """Outermost operator nodes in execution (id) order (computed once per trace), looking
     through operators that only cast their inputs and call themselves again (autocast), operators
-    that ran a collective, calls on ``torch.func``'s wrappers, and operators inside which a tensor
+    that ran a collective, operators this torch does not have that ran others, calls on ``torch.func``'s wrappers, and operators inside which a tensor
     was made that a later operator reads (:func:`_hidden_outputs`)."""
     if trace.selected is not None:
         return list(trace.selected)
@@ -121,6 +124,7 @@ def select_ops(trace: Trace) -> list[Node]:
     through |= around
     through |= (calling := _calling_collectives(trace, above))
     trace.around_collectives = sorted(calling)
+    through |= (missing := _not_in_this_torch(trace, above))
     outermost = _outermost(trace, above, through)
     wrapped: set[int] = set()
     parts: dict[int, set[str]] | None = None
@@ -146,6 +150,7 @@ def select_ops(trace: Trace) -> list[Node]:
     trace.opened = sorted(opened)
     open_above = _open_above(above, through | opened)
     trace.around_casts = sorted(a for a in around if open_above(a))  # (not inside one replayed whole)
+    trace.not_in_torch = sorted(m for m in missing if open_above(m))
     return list(trace.selected)
 
 
@@ -167,6 +172,39 @@ def _calling_collectives(trace: Trace, above: dict[int, int | None]) -> set[int]
                     found.add(up)
                 up = above.get(up)
     return found
+
+
+def _not_in_this_torch(trace: Trace, above: dict[int, int | None]) -> set[int]:
+    """Operators that this torch does not have (:func:`.ops.resolve` refuses their schema: a custom
+    operator the program defined in its own code with ``torch.library``, the operator of a library
+    not installed here, one a later torch removed) and that ran operators inside them, and have no
+    portable substitute (:mod:`.substitute`). Their parts are what they ran, as the trace recorded
+    it: those are replayed in their place, where the operator alone would be skipped. Each distinct
+    schema is resolved once."""
+    unknown: dict[str, bool] = {}
+    candidates: set[int] = set()
+    for node in trace.nodes:
+        if node.is_op:
+            missing = unknown.get(node.op_schema)
+            if missing is None:
+                missing = unknown[node.op_schema] = _lacking(node)
+            if missing:
+                candidates.add(node.id)
+    if not candidates:
+        return set()
+    return {up for node in trace.nodes if node.is_op and (up := above.get(node.id)) in candidates}
+
+
+def _lacking(node: Node) -> bool:
+    try:
+        resolve(node.op_schema)
+        return False
+    except Unsupported:
+        pass
+    try:
+        return substitute_for(node.name, parse_op_name(node.op_schema).overload) is None
+    except Unsupported:  # (a malformed schema)
+        return True
 
 
 def _storageless(node: Node) -> bool:

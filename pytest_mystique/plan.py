@@ -246,6 +246,10 @@ class Planner:
                               "a torch.func transform)"),
             (t.around_casts, "operator(s) replayed through their parts, as parts of them ran under torch.autocast "
                              "(their inputs cast to a lower precision, which a call outside autocast would not do)"),
+            (t.not_in_torch, "operator(s) this torch does not have (a custom operator defined in the program's own "
+                             "code, or one of a library not installed here) replayed through the operators they ran "
+                             "inside them, as the trace recorded them (work of theirs that called no operator is not "
+                             "replayed)"),
         ):  # fmt: skip
             if ids:
                 self.report.notes[f"{len(ids)} {what}: {self._commonest(ids)}"] += 1

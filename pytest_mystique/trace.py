@@ -251,6 +251,7 @@ class Trace:
     idle_wrappers: list[int] = field(default_factory=list, init=False, repr=False)  # calls on wrappers that did nothing
     around_collectives: list[int] = field(default_factory=list, init=False, repr=False)  # ... as they ran a collective
     kept_collectives: list[int] = field(default_factory=list, init=False, repr=False)  # ... whose inner outputs are read
+    not_in_torch: list[int] = field(default_factory=list, init=False, repr=False)  # ... as this torch lacks them
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
     sha256: str | None = field(default=None, init=False)  # of the file's bytes, as load_trace read them
 

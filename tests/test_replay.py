@@ -371,7 +371,8 @@ def replayed_in_a_fresh_process(path, module: str) -> dict:
     code = ("import json, sys; from pytest_mystique.replay import Replay; from pytest_mystique.trace import load_trace; "
             "r = Replay(load_trace(sys.argv[1]), 'cpu').prepare(); r.run(); "
             "print(json.dumps({'loaded': sys.argv[2] in sys.modules, 'skipped': r.report.skipped_list(), "
-            "'names': [s.name for s in r.steps], 'total': r.report.ops_total, 'replayed': r.report.ops_replayed}))")  # fmt: skip
+            "'names': [s.name for s in r.steps], 'total': r.report.ops_total, 'replayed': r.report.ops_replayed, "
+            "'notes': list(r.report.notes)}))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code, str(path), module], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -419,6 +420,58 @@ def test_an_fsdp2_training_step_replays_the_ops_of_fully_shards_own_namespace(tm
     got = replayed_in_a_fresh_process(tmp_path / "rank-0.json.gz", "torch.distributed.fsdp")
     assert got["loaded"] and not got["skipped"] and got["replayed"] == got["total"], got
     assert got["names"].count("fsdp::chunk_cat") == 3, got["names"]
+
+
+def test_a_custom_operator_of_the_programs_own_replays_through_the_operators_it_ran(tmp_path):
+    """A custom operator that a program defines in its own code (``torch.library.custom_op``, with
+    a backward of its own through ``register_autograd``; one that writes its input) is registered
+    only in that program's process: a replay elsewhere cannot call it. The trace records what it
+    ran inside it, and those operators are replayed in its place, with a note naming it (before,
+    each was skipped as not registered in this torch, its time missing from the step)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    @torch.library.custom_op("mystique_test::swiglu", mutates_args=())
+    def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.silu(a) * b
+
+    @swiglu.register_fake
+    def _(a, b):
+        return torch.empty_like(a)
+
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad * b * torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))), grad * F.silu(a)
+
+    swiglu.register_autograd(backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
+
+    @torch.library.custom_op("mystique_test::halve_", mutates_args=("x",))
+    def halve_(x: torch.Tensor) -> None:
+        x.mul_(0.5)
+
+    torch.manual_seed(0)
+    gate, up, down = nn.Linear(32, 64), nn.Linear(32, 64), nn.Linear(64, 32)
+    opt = torch.optim.SGD([*gate.parameters(), *up.parameters(), *down.parameters()], lr=0.01)
+    x = torch.randn(8, 32)
+
+    def step():
+        opt.zero_grad()
+        y = down(swiglu(gate(x), up(x)))
+        y.pow(2).mean().backward()
+        opt.step()
+        with torch.no_grad():
+            halve_(down.weight)
+
+    path = tmp_path / "custom.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    assert {"mystique_test::swiglu", "mystique_test::halve_"} <= {n.name for n in load_trace(path).nodes}
+    got = replayed_in_a_fresh_process(path, "torch")
+    assert not got["skipped"] and got["replayed"] == got["total"], got
+    names = got["names"]
+    assert not any(n.startswith("mystique_test::") for n in names), names
+    assert "aten::silu" in names and "aten::mul_" in names, names
+    (note,) = [n for n in got["notes"] if "this torch does not have" in n]
+    assert note.endswith("mystique_test::swiglu x1, mystique_test::halve_ x1") or note.endswith(
+        "mystique_test::halve_ x1, mystique_test::swiglu x1"), note
 
 
 def _quantized_cnn():
