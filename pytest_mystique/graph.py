@@ -9,7 +9,7 @@ with five exceptions, whose parts are selected in their place: an automatic mixe
 (:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`), an
 operator this torch does not have (a custom operator of the program's own, :func:`_not_in_this_torch`), a call
 on ``torch.func``'s wrapper tensors (:func:`_storageless`; one that ran nothing and returned its
-input is not selected at all, :func:`_gives_back_its_input`), and a composite whose parts made a
+input, or a boolean about it, is not selected at all, :func:`_idle`), and a composite whose parts made a
 tensor that a later operator reads (:func:`_hidden_outputs`; a collective stays whole).
 """
 
@@ -20,7 +20,7 @@ import re
 from .errors import TraceError
 from .ops import Unsupported, parse_op_name, resolve
 from .substitute import substitute_for
-from .trace import ListValue, Node, TensorRef, Trace, Unstrided, storages_of, tensors_of
+from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 
 #: Casts an automatic mixed precision wrapper makes before it calls the op again.
 CASTS = ("aten::to", "aten::_to_copy")
@@ -33,6 +33,17 @@ def child_op_names(trace: Trace) -> dict[int, set[str]]:
     for node in trace.nodes:
         if node.is_op:
             names.setdefault(node.parent, set()).add(node.name)
+    return names
+
+
+def _inner_op_names(trace: Trace, above: dict[int, int | None]) -> dict[int, set[str]]:
+    """The names of the operators each operator ran inside it with no operator between them,
+    through labels (a nested jagged tensor's ``aten::sin`` runs its values' under a
+    ``PythonSubclass`` label), by the outer operator's id."""
+    names: dict[int, set[str]] = {}
+    for node in trace.nodes:
+        if node.is_op and (up := above.get(node.id)) is not None:
+            names.setdefault(up, set()).add(node.name)
     return names
 
 
@@ -130,8 +141,8 @@ def select_ops(trace: Trace) -> list[Node]:
     parts: dict[int, set[str]] | None = None
     # (one level of torch.func's wrappers a pass: vmap over grad is two, each op's calls nested)
     while bare := [n for n in outermost if _storageless(n)]:
-        if parts is None:
-            parts = child_op_names(trace)
+        if parts is None:  # (a tensor subclass's __torch_dispatch__ runs its parts under a label)
+            parts = _inner_op_names(trace, above)
         level = {n.id for n in bare if _wraps(parts.get(n.id))}
         if not level:
             break
@@ -139,7 +150,7 @@ def select_ops(trace: Trace) -> list[Node]:
         through |= level
         outermost = _outermost(trace, above, through)
     # (``bare``: the calls on wrapper tensors still selected, each replayed whole unless it did nothing)
-    if idle := {n.id for n in bare if _gives_back_its_input(n, parts)}:
+    if idle := {n.id for n in bare if _idle(n, parts)}:
         through |= idle  # (nothing inside them: they leave the selection)
         outermost = [n for n in outermost if n.id not in idle]
     trace.unwrapped = sorted(wrapped)
@@ -221,16 +232,31 @@ def _storageless(node: Node) -> bool:
         return False
 
 
-def _gives_back_its_input(node: Node, parts: dict[int, set[str]] | None) -> bool:
+def _idle(node: Node, parts: dict[int, set[str]] | None) -> bool:
     """``node``, a call on tensors recorded without storage, ran no operator inside it, writes
     nothing, and returns only tensors it was given (``aten::to`` to the type a tensor has already
-    returns the tensor itself): a call that did nothing at its level, as a ``torch.func`` transform
-    records one on a wrapper tensor (an eager flex_attention's ``vmap`` over its score function).
-    There is nothing to replay (and the wrapper cannot be rebuilt): it is listed, not run."""
+    returns the tensor itself) or only numbers and booleans about its tensors (the checks
+    forward-mode AD makes, ``is_same_size`` and ``_has_same_storage_numel``): a call that did
+    nothing at its level, as a ``torch.func`` transform records one on a wrapper tensor (an eager
+    flex_attention's ``vmap`` over its score function, ``hessian``'s ``jacfwd``). Or it makes or
+    takes apart a nested jagged tensor (:data:`JAGGED_WRAPPING`). There is nothing to replay (and
+    the wrapper cannot be rebuilt): it is listed, not run."""
     if parts is not None and node.id in parts or "!" in node.op_schema or not node.outputs:
         return False
+    if node.name in JAGGED_WRAPPING:
+        return True
     given = {v.tensor_id for v in _tensor_values(node.inputs)}
+    if all(isinstance(v, Scalar) and v.type in ("Bool", "Int", "Double") for v in node.outputs):
+        return True
     return all(isinstance(v, (TensorRef, Unstrided)) and v.tensor_id in given for v in node.outputs)
+
+
+#: The operators that make a nested jagged tensor (a Python tensor subclass, recorded without
+#: storage) of its values and offsets, or read its parts or cached lengths back: no kernel runs in
+#: them, and the replay has no such wrapper to give them; the operators on its values replay.
+JAGGED_WRAPPING = frozenset({"aten::_nested_view_from_jagged", "aten::_nested_get_values", "aten::_nested_get_offsets",
+                             "aten::_nested_get_lengths", "aten::_nested_get_ragged_idx", "aten::_nested_get_jagged_dummy",
+                             "aten::_nested_get_min_seqlen", "aten::_nested_get_max_seqlen"})  # fmt: skip
 
 
 def _tensor_values(values) -> list[TensorRef | Unstrided]:

@@ -62,7 +62,8 @@ def _storage_bytes(objs, seen: set[int]) -> int:
         o = stack.pop()
         if isinstance(o, torch.Tensor) and o.layout == torch.sparse_coo:
             stack.extend((o._indices(), o._values()))
-        elif isinstance(o, torch.Tensor) and o.layout == torch.strided:  # (other layouts' memory is not counted)
+        elif isinstance(o, torch.Tensor) and o.layout == torch.strided and not o._is_zerotensor():
+            # (other layouts' memory is not counted; a zero tensor of forward-mode AD has none)
             st = o.untyped_storage()
             key = st.data_ptr()
             if key not in seen and st.nbytes():

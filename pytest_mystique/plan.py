@@ -234,7 +234,8 @@ class Planner:
                        "made and they do not return (saved for the backward pass)"),
             (t.unwrapped, "operator call(s) on tensors recorded without storage replayed through the calls they made "
                           "(a torch.func transform, vmap or grad, records each operator at each of its levels on "
-                          "wrapper tensors, down to the call on the tensors they wrap)"),
+                          "wrapper tensors, down to the call on the tensors they wrap; a tensor subclass, a nested jagged "
+                          "tensor, calls it again on the plain tensors it holds)"),
             (t.around_collectives, "operator(s) that ran a collective inside them (torch's functional collectives) "
                                    "replayed through their parts, the collective on the replay's process groups"),
             (t.kept_collectives, "collective(s) replayed whole though a later op reads a tensor made inside them (gloo "
@@ -242,8 +243,9 @@ class Planner:
                                  "FSDP2 reads): that tensor is a seeded input, as its communication is no operator to "
                                  "replay it through"),
             (t.idle_wrappers, "operator call(s) on tensors recorded without storage not replayed: each returned the "
-                              "tensor it was given and ran nothing inside it (a call that did nothing at its level of "
-                              "a torch.func transform)"),
+                              "tensor it was given, or only a number or boolean about its tensors, and ran nothing "
+                              "inside it (a call that did nothing at its level of a torch.func transform), or made or "
+                              "took apart a nested jagged tensor's wrapper"),
             (t.around_casts, "operator(s) replayed through their parts, as parts of them ran under torch.autocast "
                              "(their inputs cast to a lower precision, which a call outside autocast would not do)"),
             (t.not_in_torch, "operator(s) this torch does not have (a custom operator defined in the program's own "

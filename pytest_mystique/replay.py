@@ -891,8 +891,11 @@ def _dynamic_here(p: PlannedOp) -> bool:
 
 
 def _address(v: Any) -> int:
-    """The address of ``v``'s allocation (0: not a strided tensor, or no memory)."""
-    return v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.layout == torch.strided else 0
+    """The address of ``v``'s allocation (0: not a strided tensor, or no memory: a zero tensor of
+    forward-mode AD, ``_efficientzerotensor``, has a storage without any)."""
+    if isinstance(v, torch.Tensor) and v.layout == torch.strided and not v._is_zerotensor():
+        return v.untyped_storage().data_ptr()
+    return 0
 
 
 #: Ops whose indices count from the end where negative, down to minus the size

@@ -1620,6 +1620,64 @@ def test_torch_func_transforms_replay_the_calls_on_the_tensors_their_wrappers_ho
     replay.run()
 
 
+def test_a_hessian_replays_its_forward_mode_zero_tensors_and_leaves_out_its_checks_on_wrappers(tmp_path):
+    """``torch.func.hessian`` (forward-mode ``jacfwd`` over ``jacrev``) makes zero tensors of
+    forward-mode AD (``aten::_efficientzerotensor``: a storage without memory, whose address torch
+    refuses to give) and checks its wrappers' sizes and storages (``is_same_size``,
+    ``_has_same_storage_numel``, which return a boolean and run nothing). Before, the build
+    failed on the first zero tensor ("invalid python storage") and lost the whole trace; with that
+    fixed, 13 checks on wrappers were skipped. Now every op replays and the checks are listed."""
+    w, x = torch.randn(16), torch.randn(32, 16)
+    path = tmp_path / "hessian.json.gz"
+    capture_step(lambda: torch.func.hessian(lambda w: torch.sigmoid(x @ w).log().sum())(w), path,
+                 warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    trace = load_trace(path)
+    assert "aten::_efficientzerotensor" in {n.name for n in select_ops(trace)}
+    idle = {trace.by_id[i].name for i in trace.idle_wrappers}
+    assert {"aten::is_same_size", "aten::_has_same_storage_numel"} <= idle, idle
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("or only a number or boolean about its tensors" in n for n in rep.notes), rep.notes
+    replay.run()
+    assert replay_peak_bytes(replay) > 0
+
+
+def test_a_nested_jagged_tensors_step_replays_the_ops_on_its_values(tmp_path):
+    """A nested jagged tensor is a Python tensor subclass: the trace records each operator on it
+    (without storage) and, under a ``PythonSubclass`` label, the same operator on the plain tensor
+    of its values; its backward makes and takes apart such tensors (``_nested_view_from_jagged``,
+    ``_nested_get_offsets``...), which run no kernel. The replay runs the calls on the values, and
+    lists the wrapping calls as not replayed; before, 9 of 59 ops were skipped."""
+    torch.manual_seed(0)
+    nn, F = torch.nn, torch.nn.functional
+    up, down = nn.Linear(32, 96), nn.Linear(32, 32)
+    opt = torch.optim.SGD([*up.parameters(), *down.parameters()], lr=0.01)
+    rows = [torch.randn(n, 32) for n in (17, 40, 9)]
+
+    def step():
+        opt.zero_grad()
+        x = torch.nested.nested_tensor(rows, layout=torch.jagged)
+        out = down(F.gelu(F.layer_norm(up(x), (96,))).chunk(3, dim=-1)[0])
+        out.values().pow(2).mean().backward()
+        opt.step()
+
+    path = tmp_path / "jagged.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    trace = load_trace(path)
+    selected = select_ops(trace)
+    names = {n.name for n in selected}
+    assert {"aten::linear", "aten::native_layer_norm", "aten::gelu", "aten::gelu_backward"} <= names, sorted(names)
+    assert not any(isinstance(v, Unstrided) for n in selected for v in (*n.inputs, *n.outputs))
+    assert {"aten::_nested_view_from_jagged", "aten::_nested_get_offsets"} <= {
+        trace.by_id[i].name for i in trace.idle_wrappers}  # fmt: skip
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("made or took apart a nested jagged tensor's wrapper" in n for n in rep.notes), rep.notes
+    replay.run()
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
