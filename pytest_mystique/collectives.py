@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .graph import select_ops
 from .ops import Unsupported
 from .trace import ListValue, Node, Scalar, TensorRef, Trace
 
@@ -125,6 +127,9 @@ class Comms:
         for n in trace.nodes:
             if n.name == COMMS:
                 self.comms_of.setdefault(n.parent, n)
+        self._p2p_marks: tuple[set[int], int | None] | None = None  # (see _p2p)
+        self.sends: list[Any] = []  # point-to-point sends not yet waited on
+        self.recvs: list[Any] = []  # ... and receives
         for spec in self.topology.groups:
             if not spec.ranks or sorted(spec.ranks) == list(range(world_size)):
                 group = dist.group.WORLD
@@ -159,7 +164,7 @@ class Comms:
         except RuntimeError as e:
             raise Unsupported(f"cannot parse the collective's schema: {str(e).splitlines()[0][:120]}") from None
         name = schema.name.split("::", 1)[1]
-        impl = _IMPLS.get(name)
+        impl = self._p2p_call(node, name == "send") if name in P2P else _IMPLS.get(name)
         if impl is None:
             raise Unsupported(f"collective c10d::{name} is not supported by the replayer")
         group = self.group_for(node)
@@ -191,6 +196,19 @@ class Comms:
             return impl(dist, group, dict(zip(names, values)))
 
         return Collective(call, schema), args
+
+
+    def _p2p_call(self, node: Node, sending: bool):
+        """The call of a send or receive of ``node``: see :func:`_p2p`. The selection's runs of
+        adjacent sends and receives, and its last one, are found at the first."""
+        if self._p2p_marks is None:
+            selected = select_ops(self.trace)
+            p2p = [n.name[len("c10d::"):] in P2P and n.name.startswith("c10d::") for n in selected]
+            ends = {n.id for i, n in enumerate(selected) if p2p[i] and (i + 1 == len(selected) or not p2p[i + 1])}
+            last = max((i for i, is_p2p in enumerate(p2p) if is_p2p), default=None)
+            self._p2p_marks = (ends, selected[last].id if last is not None else None)
+        ends, last = self._p2p_marks
+        return functools.partial(_p2p, self, sending, node.id in ends, node.id == last)
 
 
 class Collective:
@@ -309,17 +327,35 @@ def _barrier(dist, g, a):
     return None
 
 
-def _send(dist, g, a):
-    dst = global_rank(dist, g, a.get("dstRank", a.get("dst_rank", 0)))
-    for t in a["tensors"]:
-        dist.send(t, dst=dst, group=g)
-    return None
+#: Point-to-point operators (pipeline parallelism's activations and gradients between stages).
+P2P = ("send", "recv_")
 
 
-def _recv(dist, g, a):
-    src = global_rank(dist, g, a.get("srcRank", a.get("src_rank", 0)))
+def _p2p(comms: Comms, sending: bool, ends_run: bool, last: bool, dist, g, a):
+    """A send or a receive, started without waiting (``isend``, ``irecv``), as a program's batch
+    of them is (``batch_isend_irecv``: a pipeline stage's schedule sends one microbatch's
+    activations and receives another's gradients at once). Gloo completes a send only once its
+    peer posted the receive: replayed one by one, two stages that each send before they receive
+    would wait on each other for ever. The receives are waited on where the run of adjacent sends
+    and receives they are in ends (``ends_run``: the ops after it read what they received); the
+    sends at the last one of the step (``last``), as a schedule waits on its sends by the end of
+    its step."""
+    peer = global_rank(dist, g, a.get("dst", a.get("dstRank", a.get("dst_rank"))) if sending
+                       else a.get("src", a.get("srcRank", a.get("src_rank"))))  # fmt: skip
+    tag = a.get("tag", 0)
     for t in a["tensors"]:
-        dist.recv(t, src=src, group=g)
+        if sending:
+            comms.sends.append(dist.isend(t, peer, group=g, tag=tag))
+        else:
+            comms.recvs.append(dist.irecv(t, peer, group=g, tag=tag))
+    if ends_run or last:
+        pending, comms.recvs = comms.recvs, []
+        for work in pending:
+            work.wait()
+    if last:
+        pending, comms.sends = comms.sends, []
+        for work in pending:
+            work.wait()
     return None
 
 
@@ -329,7 +365,7 @@ _IMPLS = {
     "allgather_into_tensor_coalesced_": _allgather_into_tensor_coalesced, "reduce_scatter_": _reduce_scatter,
     "_reduce_scatter_base_": _reduce_scatter_base, "reduce_scatter_tensor_coalesced_": _reduce_scatter_tensor_coalesced,
     "alltoall_base_": _alltoall_base, "alltoall_": _alltoall, "gather_": _gather, "scatter_": _scatter,
-    "barrier": _barrier, "monitored_barrier_": _barrier, "send": _send, "recv_": _recv,
+    "barrier": _barrier, "monitored_barrier_": _barrier,
 }  # fmt: skip
 
 def backend_for(device: torch.device, shared_gpu: bool = False) -> str:

@@ -287,7 +287,10 @@ def _has_storageless(values) -> bool:
 
 
 def _op_parents(trace: Trace) -> dict[int, int | None]:
-    """Each node's nearest ancestor that is an operator (None for a top-level one), through labels."""
+    """Each node's nearest ancestor that is an operator (None for a top-level one), through labels.
+    A collective's is the nearest that is not a collective: no collective runs another, and one
+    recorded inside another was nested there by the trace's writer (a pipeline stage's batch of
+    sends and receives: each receive inside the send before it, though it ran beside it)."""
     by_id = trace.by_id
     above: dict[int, int | None] = {}
     for node in trace.nodes:  # parent links were checked acyclic at load time
@@ -303,6 +306,12 @@ def _op_parents(trace: Trace) -> dict[int, int | None]:
         for child in reversed(chain):
             parent = by_id[child.parent]
             above[child.id] = parent.id if parent.is_op else above[parent.id]
+    for node in trace.nodes:
+        if node.is_op and node.op_schema.startswith("c10d::"):
+            up = above[node.id]
+            while up is not None and by_id[up].op_schema.startswith("c10d::"):
+                up = above[up]
+            above[node.id] = up
     return above
 
 

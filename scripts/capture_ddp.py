@@ -1,7 +1,7 @@
 """Record a data-parallel training step (gloo, CPU) of N ranks with pytest-mystique's capture
 helper: one trace per rank, ``OUT/rank-<N>.json.gz``, each with its timing sidecar.
 
-Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2|tp]
+Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2|tp|pp]
 
 The ranks are started with torch's multiprocessing and join through a ``file://`` rendezvous, so
 nothing listens on a port. The traces hold the job's process groups (``process_group:init``)
@@ -9,7 +9,9 @@ and the collectives of the wrapper, which ``pytest --mystique`` replays with one
 DDP's gradient all-reduce (SGD with momentum), FSDP2's (``fully_shard``, each linear layer a
 unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients, or
 tensor parallelism's (DTensor: the first two linear layers split by columns, then rows, SGD) all-
-reduce of the second one's partial sums, through torch's functional collectives.
+reduce of the second one's partial sums, through torch's functional collectives, or pipeline
+parallelism's (``torch.distributed.pipelining``: rank r runs stage r of the layers, a 1F1B schedule
+over 4 microbatches, SGD) sends and receives of activations and gradients between the stages.
 """
 
 from __future__ import annotations
@@ -33,6 +35,31 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))  # fmt: skip
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    if wrap == "pp":  # pipeline parallelism: rank r runs stage r of the layers, 4 microbatches (1F1B)
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        layers = list(model)
+        cut = [0, *[len(layers) * (r + 1) // world for r in range(world)]]
+        stage_model = torch.nn.Sequential(*layers[cut[rank]:cut[rank + 1]])
+        stage = PipelineStage(stage_model, rank, world, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=torch.nn.functional.cross_entropy)
+        opt = torch.optim.SGD(stage_model.parameters(), lr=0.01, momentum=0.9)
+
+        def step():
+            opt.zero_grad()
+            if rank == 0:
+                schedule.step(x)
+            elif rank == world - 1:
+                schedule.step(target=y)
+            else:
+                schedule.step()
+            opt.step()
+
+        capture_step(step, os.path.join(out_dir, f"rank-{rank}.json.gz"), warmup=3, runs=10,
+                     what=f"PP MLP training step, stage {rank} of {world} (gloo)")  # fmt: skip
+        dist.destroy_process_group()
+        return
     if wrap != "ddp":
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -51,7 +78,6 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
     else:
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(wrapped.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
 
     def step():
         opt.zero_grad()
@@ -67,7 +93,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "tp"), default="ddp")
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "tp", "pp"), default="ddp")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

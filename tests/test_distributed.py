@@ -127,6 +127,32 @@ def test_tensor_parallel_ranks_call_the_same_collective_however_the_writer_neste
     assert any("ran a collective inside them" in n for n in got["notes"]), got["notes"]
 
 
+def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each_other(tmp_path):
+    """Pipeline parallelism (torch.distributed.pipelining, 1F1B over 4 microbatches): stage 0
+    sends activations and receives gradients, stage 1 the reverse, each pair in one batch
+    (``batch_isend_irecv``). The trace's writer recorded each receive of a batch inside the send
+    before it, so only 5 and 1 of the ranks' 8 point-to-point ops were selected; and gloo ends a
+    send only once its peer posted the receive, so sends replayed one by one left both stages
+    sending, for ever. A collective is now never taken as another's part, and sends and receives
+    start without waiting (the receives are waited on where their run of them ends, the sends at
+    the step's end): both ranks replay every op and 8 point-to-point ops each."""
+    out = tmp_path / "pp_2rank"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
+                           "--wrap", "pp"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for rank in (0, 1):
+        trace = load_trace(out / f"rank-{rank}.json.gz")
+        recorded = [n.name for n in trace.nodes if n.name in ("c10d::send", "c10d::recv_")]
+        selected = [n.name for n in select_ops(trace) if n.name in ("c10d::send", "c10d::recv_")]
+        assert recorded.count("c10d::send") == recorded.count("c10d::recv_") == 4 and selected == recorded, (rank, selected)
+    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
+                           "--iters", "3", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
+    assert [r["collectives"] for r in got["ranks"]] == [8, 8], got["ranks"]
+
+
 def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
     job = tmp_path / "traces" / "ddp_2rank"
     shutil.copytree(ddp_job, job)
