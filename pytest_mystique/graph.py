@@ -478,6 +478,16 @@ def _inside(trace: Trace, label: str) -> set[int]:
 COMPILED_REGION = "Torch-Compiled Region"
 
 
+#: The range ``torch.profiler.profile`` records around each of its steps (``prof.step()``).
+PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
+
+
+def profiler_steps(trace: Trace) -> list[str]:
+    """The names of the profiler's step ranges the trace holds (an execution trace taken through
+    ``torch.profiler.profile`` with a schedule of several active steps holds each of them)."""
+    return [n.name for n in trace.nodes if not n.is_op and PROFILER_STEP.fullmatch(n.name)]
+
+
 def compiled_regions(trace: Trace) -> int:
     """How many times the step ran code ``torch.compile`` generated for a CPU, whose fused
     kernels are plain C++ functions, not operators: the trace holds only the operators they call.

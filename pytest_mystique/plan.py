@@ -25,7 +25,15 @@ from .collectives import Comms, tensor_refs
 from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
-from .graph import backward_ops, compiled_regions, enclosing_ops, inner_ops, optimizer_step_ops, select_ops
+from .graph import (
+    backward_ops,
+    compiled_regions,
+    enclosing_ops,
+    inner_ops,
+    optimizer_step_ops,
+    profiler_steps,
+    select_ops,
+)
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
 from .sidecar import sidecar_path, take_record
@@ -255,6 +263,11 @@ class Planner:
         ):  # fmt: skip
             if ids:
                 self.report.notes[f"{len(ids)} {what}: {self._commonest(ids)}"] += 1
+        steps = profiler_steps(self.trace)
+        if len(steps) > 1:
+            self.report.notes[f"the trace holds {len(steps)} of the profiler's steps ({', '.join(steps[:3])}"
+                              f"{', ...' if len(steps) > 3 else ''}): an iteration replays them all, and its time is "
+                              f"theirs together"] += 1  # fmt: skip
         compiled = compiled_regions(self.trace)
         if compiled:
             self.report.notes[f"{compiled} run(s) of torch.compile'd code: the kernels it generated for a CPU are not "

@@ -1678,6 +1678,30 @@ def test_a_nested_jagged_tensors_step_replays_the_ops_on_its_values(tmp_path):
     replay.run()
 
 
+def test_a_trace_of_several_profiler_steps_says_an_iteration_replays_them_all(tmp_path):
+    """An execution trace taken through ``torch.profiler.profile`` (its ``execution_trace_observer``)
+    holds every active step of the profiler's schedule, each in its ``ProfilerStep#N`` range: an
+    iteration of the replay runs all of them, and the report says so (of one step, nothing)."""
+    from torch.profiler import ExecutionTraceObserver, profile, schedule
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    x = torch.randn(8, 32)
+    found = {}
+    for active in (1, 2):
+        path = tmp_path / f"active{active}.json"
+        observer = ExecutionTraceObserver().register_callback(str(path))
+        with profile(schedule=schedule(wait=1, warmup=1, active=active, repeat=1), execution_trace_observer=observer) as p:
+            for _ in range(2 + active):
+                model(x).sum().backward()
+                p.step()
+        replay = Replay(load_trace(path), "cpu").prepare()
+        assert replay.report.ops_skipped == 0 and replay.report.ops_replayed == replay.report.ops_total
+        found[active] = [n for n in replay.report.notes if "of the profiler's steps" in n]
+    assert not found[1], found[1]
+    assert found[2] == ["the trace holds 2 of the profiler's steps (ProfilerStep#2, ProfilerStep#3): an iteration "
+                        "replays them all, and its time is theirs together"], found[2]  # fmt: skip
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
