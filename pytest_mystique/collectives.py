@@ -197,7 +197,6 @@ class Comms:
 
         return Collective(call, schema), args
 
-
     def _p2p_call(self, node: Node, sending: bool):
         """The call of a send or receive of ``node``: see :func:`_p2p`. The selection's runs of
         adjacent sends and receives, and its last one, are found at the first."""

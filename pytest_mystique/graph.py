@@ -5,17 +5,21 @@ ancestor that does. Labels (``record_function`` ranges, ``ProfilerStep#N``,
 ``autograd::engine::evaluate_function: ...``, ``...Backward0``, optimizer ranges, the
 thread/process roots) have no schema and are descended through. Operators nested inside a
 selected operator are its implementation and run when it runs, so they are not selected again,
-with five exceptions, whose parts are selected in their place: an automatic mixed precision wrapper
-(:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`), an
-operator this torch does not have (a custom operator of the program's own, :func:`_not_in_this_torch`), a call
-on ``torch.func``'s wrapper tensors (:func:`_storageless`; one that ran nothing and returned its
-input, or a boolean about it, is not selected at all, :func:`_idle`), and a composite whose parts made a
-tensor that a later operator reads (:func:`_hidden_outputs`; a collective stays whole).
+with five exceptions, whose parts are selected in their place: an automatic mixed precision
+wrapper (:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`),
+an operator this torch does not have (a custom operator of the program's own,
+:func:`_not_in_this_torch`), a call on ``torch.func``'s wrapper tensors or a tensor subclass's
+(:func:`_storageless`; one that ran nothing and returned its input, or a boolean about it, is not
+selected at all, :func:`_idle`), and a composite whose parts made a tensor that a later operator
+reads (:func:`_hidden_outputs`; a collective stays whole). A collective recorded inside another
+is selected on its own (:func:`_op_parents`).
 """
 
 from __future__ import annotations
 
 import re
+
+import torch
 
 from .errors import TraceError
 from .ops import Unsupported, parse_op_name, resolve
@@ -125,8 +129,9 @@ def _autocast_made(node: Node) -> bool:
 def select_ops(trace: Trace) -> list[Node]:
     """Outermost operator nodes in execution (id) order (computed once per trace), looking
     through operators that only cast their inputs and call themselves again (autocast), operators
-    that ran a collective, operators this torch does not have that ran others, calls on ``torch.func``'s wrappers, and operators inside which a tensor
-    was made that a later operator reads (:func:`_hidden_outputs`)."""
+    that ran a collective, operators this torch does not have that ran others, calls on
+    ``torch.func``'s wrappers, and operators inside which a tensor was made that a later operator
+    reads (:func:`_hidden_outputs`)."""
     if trace.selected is not None:
         return list(trace.selected)
     above = _op_parents(trace)
@@ -203,7 +208,41 @@ def _not_in_this_torch(trace: Trace, above: dict[int, int | None]) -> set[int]:
                 candidates.add(node.id)
     if not candidates:
         return set()
-    return {up for node in trace.nodes if node.is_op and (up := above.get(node.id)) in candidates}
+    parts: dict[int, list[Node]] = {}
+    for node in trace.nodes:
+        if node.is_op and (up := above.get(node.id)) in candidates:
+            parts.setdefault(up, []).append(node)
+    return {nid for nid, inner in parts.items() if _parts_made_its_results(trace.by_id[nid], inner)}
+
+
+def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
+    """``node`` gives or writes a tensor, and each of those was last returned, inside it, by one
+    of ``parts`` that computes (not an allocation nor a fill): the parts did its work, as a custom
+    operator written in Python does. An extension's kernel that allocates its output, or zeroes a
+    counter, through an operator and computes in its own code does not pass: replayed through
+    those parts, its work would be missing, where a skip says so."""
+    try:
+        results = tensors_of(node.outputs)
+        if "!" in node.op_schema:
+            schema = torch._C.parse_schema(node.op_schema)
+            for arg, value in zip(schema.arguments, node.inputs):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    results += tensors_of([value])
+    except (RuntimeError, TraceError, RecursionError):  # (a schema torch cannot read: nothing known)
+        return False
+    last: dict[int, str] = {}  # storage id -> the last part that returned a tensor in it
+    for part in parts:
+        for ref in tensors_of(part.outputs):
+            last[ref.storage_id] = part.name
+    return bool(results) and all(last.get(ref.storage_id, _ALLOCATING) not in _NOT_COMPUTING for ref in results)
+
+
+_ALLOCATING = "aten::empty"
+#: Operators that allocate or fill a tensor without computing its values from others.
+_NOT_COMPUTING = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                            "aten::new_empty_strided", "aten::empty_permuted", "aten::zeros", "aten::zeros_like",
+                            "aten::zero_", "aten::fill_", "aten::ones", "aten::ones_like", "aten::full",
+                            "aten::full_like", "aten::new_zeros", "aten::new_ones", "aten::new_full"})  # fmt: skip
 
 
 def _lacking(node: Node) -> bool:
@@ -245,9 +284,9 @@ def _idle(node: Node, parts: dict[int, set[str]] | None) -> bool:
         return False
     if node.name in JAGGED_WRAPPING:
         return True
-    given = {v.tensor_id for v in _tensor_values(node.inputs)}
     if all(isinstance(v, Scalar) and v.type in ("Bool", "Int", "Double") for v in node.outputs):
         return True
+    given = {v.tensor_id for v in _tensor_values(node.inputs)}
     return all(isinstance(v, (TensorRef, Unstrided)) and v.tensor_id in given for v in node.outputs)
 
 

@@ -335,7 +335,7 @@ def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_p
     assert side["original_ops_s"] > 0
     replay = Replay(load_trace(res.path), "cpu").prepare()
     assert not replay.report.skipped and replay.report.ops_replayed == replay.report.ops_total
-    idle = [n for n in replay.report.notes if "returned the tensor it was given and ran nothing" in n]
+    idle = [n for n in replay.report.notes if "returned the tensor it was given, or only a number" in n]
     assert len(idle) == 1 and "aten::to" in idle[0]
 
 

@@ -86,6 +86,9 @@ def test_dlrm_rank_replays_its_fbgemm_ops_and_keeps_tables_unfilled():
 
 
 def test_unregistered_ops_are_counted_with_reasons():
+    """An operator this torch lacks is skipped with the reason, also where it ran an operator
+    inside it that did not do its work: FBGEMM's bounds check, renamed, zeroes its warning counter
+    through ``aten::zero_`` and checks the indices it writes in its own kernel."""
     data = read_json(corpus("multirank/dlrm_8rank/rank-0.json.gz"))
     for node in data["nodes"]:
         if node["name"] == "fbgemm::bounds_check_indices":
@@ -1414,8 +1417,8 @@ def test_memory_that_a_freed_output_held_is_not_read_as_a_view_of_it(tmp_path):
 
 
 def test_memory_a_skipped_operator_allocated_is_not_read_as_a_view_of_what_lay_there(tmp_path):
-    """A composite the replay cannot run (here ``matmul``, renamed to an operator this torch lacks)
-    is skipped, but in the original it allocated its output, often where an ``exp`` output had just
+    """A composite the replay cannot run (here ``matmul``, pointed at ``aten::mm``, which refuses
+    its 3-D input) is skipped, but in the original it allocated its output, often where an ``exp`` output had just
     been freed (same address, same storage id), and made it a view inside itself. Its reader gets a
     seeded input: the skipped op's inner view is no evidence, and the allocation ends what lay there.
     Whether the allocator reuses the place depends on the heap's history (the tests run before in
@@ -1446,7 +1449,7 @@ def test_memory_a_skipped_operator_allocated_is_not_read_as_a_view_of_what_lay_t
                 if _is_tensor_value(v) and v[1] in moving:
                     v[1] = moving[v[1]]
     assert moved == 12, moved
-    set_op_schema(data, "matmul", "mylib::matmul_fast(Tensor self, Tensor other) -> Tensor")
+    set_op_schema(data, "matmul", "aten::mm(Tensor self, Tensor mat2) -> Tensor")
     trace = parse_trace(data, "skipped")
     storages = [[o.storage_id for n in trace.nodes if n.name == op for o in n.outputs] for op in ("aten::exp", "aten::matmul")]
     assert storages[0] == storages[1], storages
