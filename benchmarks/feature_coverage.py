@@ -4,7 +4,9 @@ Each case is a small step using one feature (sparse gradients, torch.compile, dy
 quantization, eager and through export, torchao's int8 and float8 layers, autocast, foreach and fused optimizers, packed sequences, activation checkpointing,
 sampling, data-dependent shapes, linear algebra, torch.func's transforms, parametrizations, random
 layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics, losses, an eager
-flex_attention, torch.cond, a decoding loop with a growing key/value cache, ...), captured here with the capture helper and
+flex_attention, torch.cond, a decoding loop with a growing key/value cache, quantization-aware
+training, L-BFGS and Adafactor, a spectrogram, a nested jagged tensor, an exported module,
+torch.distributions, torch.func.hessian, a custom autograd Function, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
 iterations ran. The last line counts the cases that replay every op.
@@ -460,6 +462,129 @@ def kv_cache_decode():
     return step
 
 
+def fake_quant_training():
+    """Quantization-aware training (eager mode, the x86 backend): fake-quantized activations and
+    weights, moving-average observers."""
+    import warnings
+
+    import torch.ao.quantization as q
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    model = nn.Sequential(q.QuantStub(), nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 14 * 14, 10),
+                          q.DeQuantStub()).train()  # fmt: skip
+    model.qconfig = q.get_default_qat_qconfig("x86")
+    q.prepare_qat(model, inplace=True)
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
+    return _train(model, lambda: F.cross_entropy(model(x), y))
+
+
+def lbfgs_closure():
+    """L-BFGS: a step re-evaluates the loss and its gradient through a closure, several times."""
+    lin, x, y = nn.Linear(32, 1), torch.randn(64, 32), torch.randn(64, 1)
+    opt = torch.optim.LBFGS(lin.parameters(), max_iter=4)
+
+    def closure():
+        opt.zero_grad()
+        loss = F.mse_loss(lin(x), y)
+        loss.backward()
+        return loss
+
+    return lambda: opt.step(closure)
+
+
+def adafactor():
+    """Adafactor's factored second moments (row and column statistics of each matrix)."""
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64))
+    x = torch.randn(32, 64)
+    return _train(model, lambda: model(x).pow(2).mean(), torch.optim.Adafactor(model.parameters()))
+
+
+def spectrogram():
+    """An audio front end: a short-time Fourier transform, a mel projection and the inverse transform."""
+    wave, window, mel = torch.randn(2, 16000, requires_grad=True), torch.hann_window(400), torch.rand(201, 40)
+
+    def step():
+        spec = torch.stft(wave, 400, 160, window=window, return_complex=True)
+        feats = ((spec.abs() ** 2).transpose(1, 2) @ mel).log1p()
+        back = torch.istft(spec, 400, 160, window=window, length=16000)
+        (feats.mean() + back.pow(2).mean()).backward()
+
+    return step
+
+
+def nested_jagged():
+    """A nested jagged tensor (a Python tensor subclass) of three sequences through linear layers,
+    a layer norm and GELU, trained: its operators run again on the values it holds."""
+    up, down = nn.Linear(32, 96), nn.Linear(32, 32)
+    opt = torch.optim.SGD([*up.parameters(), *down.parameters()], lr=0.01)
+    rows = [torch.randn(n, 32) for n in (17, 40, 9)]
+
+    def step():
+        opt.zero_grad()
+        x = torch.nested.nested_tensor(rows, layout=torch.jagged)
+        down(F.gelu(F.layer_norm(up(x), (96,))).chunk(3, dim=-1)[0]).values().pow(2).mean().backward()
+        opt.step()
+
+    return step
+
+
+def exported_module():
+    """A model exported with torch.export and run as the module it gives (its graph's aten calls)."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(8, 4)).eval()  # fmt: skip
+    x = torch.randn(2, 3, 16, 16)
+    exported = torch.export.export(model, (x,)).module()
+    return lambda: exported(x)
+
+
+def distributions():
+    """torch.distributions: a reparametrised Normal sample, a Categorical sample, log-probabilities,
+    a KL divergence and an entropy, differentiated."""
+    mu, logits = torch.randn(64, 8, requires_grad=True), torch.randn(64, 5, requires_grad=True)
+    D = torch.distributions
+
+    def step():
+        normal, cat = D.Normal(mu, torch.ones(8)), D.Categorical(logits=logits)
+        z, a = normal.rsample(), cat.sample()
+        loss = D.kl_divergence(normal, D.Normal(0.0, 1.0)).sum() - normal.log_prob(z).sum() - cat.log_prob(a).sum()
+        (loss - cat.entropy().sum()).backward()
+
+    return step
+
+
+def hessian_forward_mode():
+    """torch.func.hessian (forward-mode jacfwd over jacrev): zero tensors of forward-mode AD and
+    the checks it makes on its wrappers."""
+    w, x = torch.randn(16), torch.randn(32, 16)
+    return lambda: torch.func.hessian(lambda w: torch.sigmoid(x @ w).log().sum())(w)
+
+
+def custom_autograd_function():
+    """A Python autograd.Function with its own backward, and an exponential moving average of the
+    weights (swa_utils.AveragedModel) after each step."""
+
+    class ScaledRelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.clamp(min=0) * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * (x > 0) * 2
+
+    lin, x = nn.Linear(64, 64), torch.randn(32, 64)
+    ema = torch.optim.swa_utils.AveragedModel(lin, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.99))
+    train = _train(lin, lambda: ScaledRelu.apply(lin(x)).sum())
+
+    def step():
+        train()
+        ema.update_parameters(lin)
+
+    return step
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -469,7 +594,8 @@ CASES = {f.__name__: f for f in (
     linear_algebra, bucketing, ctc_loss, causal_attention_rmsnorm, gradient_penalty, per_sample_gradients,
     reparametrized_weights, random_layers, scatter_reductions, video_cnn, recurrent_cells, order_statistics,
     interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic,
-    flex_attention_eager, control_flow_cond, kv_cache_decode)}  # fmt: skip
+    flex_attention_eager, control_flow_cond, kv_cache_decode, fake_quant_training, lbfgs_closure, adafactor,
+    spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function)}  # fmt: skip
 
 
 def main() -> int:
