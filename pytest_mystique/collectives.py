@@ -185,6 +185,8 @@ class Comms:
                 kind = "value"
             args.append((arg, kind, val))
         names = [a[0].name for a in args]
+        if name in P2P:
+            self._check_peer(node, group, dict(zip(names, (val for _, _, val in args))))
         nested = [i for i, a in enumerate(args) if a[1] == "tensors2"]
         dist = self.dist
 
@@ -196,6 +198,14 @@ class Comms:
             return impl(dist, group, dict(zip(names, values)))
 
         return Collective(call, schema), args
+
+    def _check_peer(self, node: Node, group, recorded: dict) -> None:
+        """A send's or receive's recorded peer is a rank of its group other than this one."""
+        peer = next((recorded[k] for k in _PEER_NAMES if k in recorded), None)
+        peer = peer.value if isinstance(peer, Scalar) else None
+        size = self.dist.get_world_size(group)
+        if type(peer) is not int or not 0 <= peer < size or peer == self.dist.get_rank(group):
+            raise Unsupported(f"{node.name}: its peer rank ({peer!r}) is not another rank of its group of {size}")
 
     def _p2p_call(self, node: Node, sending: bool):
         """The call of a send or receive of ``node``: see :func:`_p2p`. The selection's runs of
@@ -328,6 +338,8 @@ def _barrier(dist, g, a):
 
 #: Point-to-point operators (pipeline parallelism's activations and gradients between stages).
 P2P = ("send", "recv_")
+#: The names their peer's rank had in the schemas of torch's releases.
+_PEER_NAMES = ("dst", "src", "dstRank", "srcRank", "dst_rank", "src_rank")
 
 
 def _p2p(comms: Comms, sending: bool, ends_run: bool, last: bool, dist, g, a):
@@ -339,8 +351,7 @@ def _p2p(comms: Comms, sending: bool, ends_run: bool, last: bool, dist, g, a):
     and receives they are in ends (``ends_run``: the ops after it read what they received); the
     sends at the last one of the step (``last``), as a schedule waits on its sends by the end of
     its step."""
-    peer = global_rank(dist, g, a.get("dst", a.get("dstRank", a.get("dst_rank"))) if sending
-                       else a.get("src", a.get("srcRank", a.get("src_rank"))))  # fmt: skip
+    peer = global_rank(dist, g, next(a[k] for k in _PEER_NAMES if k in a))
     tag = a.get("tag", 0)
     for t in a["tensors"]:
         if sending:

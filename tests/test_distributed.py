@@ -151,6 +151,19 @@ def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each
     got = json.loads(done.stdout)
     assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
     assert [r["collectives"] for r in got["ranks"]] == [8, 8], got["ranks"]
+    # stage 0's file alone, its process group made a world of one: its peer is no rank there, and
+    # each of its sends and receives is skipped with that reason (not sent to rank 0, itself)
+    data = read_json(out / "rank-0.json.gz")
+    for node in data["nodes"]:
+        if node["name"] == "## process_group:init ##":
+            node["inputs"]["values"] = [v.replace('"group_size": 2', '"group_size": 1') for v in node["inputs"]["values"]]
+    write_json(tmp_path / "stage0.json.gz", data)
+    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(tmp_path / "stage0.json.gz"),
+                           "--json", "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    skipped = json.loads(done.stdout)["skipped"]
+    assert {(s["op"], s["count"]) for s in skipped} == {("c10d::send", 4), ("c10d::recv_", 4)}, skipped
+    assert all("its peer rank (1) is not another rank of its group of 1" in s["reason"] for s in skipped), skipped
 
 
 def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
