@@ -11,8 +11,9 @@ an operator this torch does not have (a custom operator of the program's own,
 :func:`_not_in_this_torch`), a call on ``torch.func``'s wrapper tensors or a tensor subclass's
 (:func:`_storageless`; one that ran nothing and returned its input, or a boolean about it, is not
 selected at all, :func:`_idle`), and a composite whose parts made a tensor that a later operator
-reads (:func:`_hidden_outputs`; a collective stays whole). A collective recorded inside another
-is selected on its own (:func:`_op_parents`).
+reads (:func:`_hidden_outputs`; a collective stays whole). An operator that the trace's writer
+recorded inside a collective that did not run it (another collective, the next operators after
+an asynchronous send) is selected on its own (:func:`_op_parents`).
 """
 
 from __future__ import annotations
@@ -329,7 +330,9 @@ def _op_parents(trace: Trace) -> dict[int, int | None]:
     """Each node's nearest ancestor that is an operator (None for a top-level one), through labels.
     A collective's is the nearest that is not a collective: no collective runs another, and one
     recorded inside another was nested there by the trace's writer (a pipeline stage's batch of
-    sends and receives: each receive inside the send before it, though it ran beside it)."""
+    sends and receives: each receive inside the send before it, though it ran beside it); so is
+    that of an operator the writer nested in a collective that did not run it
+    (:func:`_unnest_from_collective`)."""
     by_id = trace.by_id
     above: dict[int, int | None] = {}
     for node in trace.nodes:  # parent links were checked acyclic at load time
@@ -345,13 +348,35 @@ def _op_parents(trace: Trace) -> dict[int, int | None]:
         for child in reversed(chain):
             parent = by_id[child.parent]
             above[child.id] = parent.id if parent.is_op else above[parent.id]
+    inside: dict[int, list[Node]] = {}  # collective -> the other operators recorded directly inside it
     for node in trace.nodes:
         if node.is_op and node.op_schema.startswith("c10d::"):
             up = above[node.id]
             while up is not None and by_id[up].op_schema.startswith("c10d::"):
                 up = above[up]
             above[node.id] = up
+        elif node.is_op and (up := above[node.id]) is not None and by_id[up].op_schema.startswith("c10d::"):
+            inside.setdefault(up, []).append(node)
+    for cid, parts in inside.items():
+        _unnest_from_collective(by_id[cid], parts, above)
     return above
+
+
+def _unnest_from_collective(collective: Node, parts: list[Node], above: dict[int, int | None]) -> None:
+    """Give the operators that the trace's writer recorded inside ``collective`` but that did not
+    run in it the collective's own place (``above``). After an asynchronous send, torch's writer
+    nests the next operators of the program (a pipeline stage's forward pass of its next
+    microbatch) in it until it completes. A collective's own parts read its tensors or what its
+    parts made, or read no tensor at all (an allocation of its buffer); an operator that reads
+    tensors, none of them those, ran beside it, and so do the operators after it that read only
+    what it made."""
+    own = storages_of(collective.inputs) | storages_of(collective.outputs)
+    for part in parts:
+        read = storages_of(part.inputs)
+        if not read or read & own:
+            own |= storages_of(part.outputs)
+        else:
+            above[part.id] = above[collective.id]
 
 
 def _outermost(trace: Trace, above: dict[int, int | None], through: set[int]) -> list[Node]:

@@ -133,13 +133,27 @@ def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each
     (``batch_isend_irecv``). The trace's writer recorded each receive of a batch inside the send
     before it, so only 5 and 1 of the ranks' 8 point-to-point ops were selected; and gloo ends a
     send only once its peer posted the receive, so sends replayed one by one left both stages
-    sending, for ever. A collective is now never taken as another's part, and sends and receives
-    start without waiting (the receives are waited on where their run of them ends, the sends at
+    sending, for ever. A collective is now never taken as another's part, nor is an operator that
+    reads none of its tensors (the writer nests the program's next operators in an asynchronous
+    send), and sends and receives start without waiting (the receives are waited on where their run of them ends, the sends at
     the step's end): both ranks replay every op and 8 point-to-point ops each."""
     out = tmp_path / "pp_2rank"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
                            "--wrap", "pp"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    # After an asynchronous send the writer nests the program's next operators in it until it
+    # completes (seen once: stage 0's forward pass of its next microbatch inside its first send,
+    # which was then kept whole and those operators never ran); the first send's next linear layer
+    # is moved inside it here, as it was there
+    data = read_json(out / "rank-0.json.gz")
+    nodes = {n["id"]: n for n in data["nodes"]}
+    send = min(n["id"] for n in data["nodes"] if n["name"] == "c10d::send")
+    moved = min(n["id"] for n in data["nodes"] if n["name"] == "aten::linear" and n["id"] > send
+                and nodes[n["ctrl_deps"]]["name"].startswith("[pytorch|profiler"))  # fmt: skip
+    nodes[moved]["ctrl_deps"] = send
+    write_json(out / "rank-0.json.gz", data)
+    trace = load_trace(out / "rank-0.json.gz")
+    assert moved in {n.id for n in select_ops(trace)} and not trace.kept_collectives
     for rank in (0, 1):
         trace = load_trace(out / f"rank-{rank}.json.gz")
         recorded = [n.name for n in trace.nodes if n.name in ("c10d::send", "c10d::recv_")]
