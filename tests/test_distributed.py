@@ -25,6 +25,22 @@ def run_pytest(cwd, *args, timeout=600):
     return out, {b["name"]: b["extra_info"] for b in results}
 
 
+def capture_job(out, world: int = 2, wrap: str = "ddp") -> None:
+    """Record ``scripts/capture_ddp.py``'s job of ``world`` ranks under ``wrap`` into ``out``."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", str(world),
+                           "--wrap", wrap], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def replayed(path, iters: int = 2, warmup: int | None = 1) -> dict:
+    """``mystique replay PATH --json``'s summary (every rank of a multi-rank job: one process each)."""
+    more = ["--warmup", str(warmup)] if warmup is not None else []
+    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(path), "--json", "--iters",
+                           str(iters), *more], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 @pytest.fixture(scope="module")
 def ddp_job(tmp_path_factory):
     """A 2-rank DDP training step recorded by the capture helper (gloo, one trace per rank)."""
@@ -33,9 +49,7 @@ def ddp_job(tmp_path_factory):
     # the job is recorded again, at most three times in all
     for _ in range(3):
         out = tmp_path_factory.mktemp("ddp") / "ddp_2rank"
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
+        capture_job(out)
         try:
             for rank_file in sorted(out.glob("rank-*.json.gz")):
                 load_trace(rank_file)
@@ -78,15 +92,10 @@ def test_fsdp2_two_ranks_replay_their_all_gathers_and_reduce_scatters(tmp_path):
     collectives' buffers with its own ``fsdp::`` operators (which a rank loads from
     torch.distributed.fsdp): both ranks replay every op, collectives included."""
     out = tmp_path / "fsdp2_2rank"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
-                           "--wrap", "fsdp2"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    capture_job(out, wrap="fsdp2")
     names = {n["name"] for n in read_json(out / "rank-0.json.gz")["nodes"]}
     assert {"fsdp::chunk_cat", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"} <= names, sorted(names)
-    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
-                           "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout)
+    got = replayed(out / "rank-0.json.gz", iters=2)
     assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
     assert [r["rank"] for r in got["ranks"]] == [0, 1]
     # each of the 3 units: all-gathers before its forward and its backward pass, a reduce-scatter after; gloo
@@ -105,9 +114,7 @@ def test_tensor_parallel_ranks_call_the_same_collective_however_the_writer_neste
     a collective is now always replayed through its parts, the collective on the replay's groups;
     ``_wrap_tensor_autograd`` loads from torch's functional collectives (it was skipped)."""
     out = tmp_path / "tp_2rank"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
-                           "--wrap", "tp"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    capture_job(out, wrap="tp")
     data = read_json(out / "rank-1.json.gz")
     nodes = {n["id"]: n for n in data["nodes"]}
     [reduce] = [n for n in data["nodes"] if n["name"] == "_c10d_functional::all_reduce"]
@@ -118,10 +125,7 @@ def test_tensor_parallel_ranks_call_the_same_collective_however_the_writer_neste
     for rank in (0, 1):
         names = [n.name for n in select_ops(load_trace(out / f"rank-{rank}.json.gz"))]
         assert "c10d::allreduce_" in names and "_c10d_functional::all_reduce" not in names, (rank, names)
-    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
-                           "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout)
+    got = replayed(out / "rank-0.json.gz", iters=2)
     assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
     assert [r["collectives"] for r in got["ranks"]] == [1, 1], got["ranks"]
     assert any("ran a collective inside them" in n for n in got["notes"]), got["notes"]
@@ -138,9 +142,7 @@ def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each
     send), and sends and receives start without waiting (the receives are waited on where their run of them ends, the sends at
     the step's end): both ranks replay every op and 8 point-to-point ops each."""
     out = tmp_path / "pp_2rank"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(out), "--world", "2",
-                           "--wrap", "pp"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    capture_job(out, wrap="pp")
     # After an asynchronous send the writer nests the program's next operators in it until it
     # completes (seen once: stage 0's forward pass of its next microbatch inside its first send,
     # which was then kept whole and those operators never ran); the first send's next linear layer
@@ -159,10 +161,7 @@ def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each
         recorded = [n.name for n in trace.nodes if n.name in ("c10d::send", "c10d::recv_")]
         selected = [n.name for n in select_ops(trace) if n.name in ("c10d::send", "c10d::recv_")]
         assert recorded.count("c10d::send") == recorded.count("c10d::recv_") == 4 and selected == recorded, (rank, selected)
-    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(out / "rank-0.json.gz"), "--json",
-                           "--iters", "3", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout)
+    got = replayed(out / "rank-0.json.gz", iters=3)
     assert got["world_size"] == 2 and got["ops_skipped"] == 0 and got["ops_replayed"] == got["ops_total"], got["skipped"]
     assert [r["collectives"] for r in got["ranks"]] == [8, 8], got["ranks"]
     # stage 0's file alone, its process group made a world of one: its peer is no rank there, and
@@ -172,10 +171,7 @@ def test_pipeline_stages_replay_their_sends_and_receives_without_waiting_on_each
         if node["name"] == "## process_group:init ##":
             node["inputs"]["values"] = [v.replace('"group_size": 2', '"group_size": 1') for v in node["inputs"]["values"]]
     write_json(tmp_path / "stage0.json.gz", data)
-    done = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(tmp_path / "stage0.json.gz"),
-                           "--json", "--iters", "2", "--warmup", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    skipped = json.loads(done.stdout)["skipped"]
+    skipped = replayed(tmp_path / "stage0.json.gz")["skipped"]
     assert {(s["op"], s["count"]) for s in skipped} == {("c10d::send", 4), ("c10d::recv_", 4)}, skipped
     assert all("its peer rank (1) is not another rank of its group of 1" in s["reason"] for s in skipped), skipped
 
@@ -194,13 +190,8 @@ def test_broken_rank_fails_its_job_only(tmp_path, ddp_job):
 def test_single_rank_collectives_replay_on_a_one_process_group(tmp_path):
     """A world-size-1 DDP trace: its all-reduce runs on an in-process group, nothing skipped."""
     job = tmp_path / "solo"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "capture_ddp.py"), str(job), "--world", "1"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(job / "rank-0.json.gz"),
-                          "--iters", "3", "--json"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout)
+    capture_job(job, world=1)
+    summary = replayed(job / "rank-0.json.gz", iters=3, warmup=None)
     assert "ranks" not in summary  # one process
     assert summary["ops_skipped"] == 0 and summary["ops_replayed"] == summary["ops_total"]
 
@@ -210,10 +201,7 @@ def test_allgather_corpus_trace_on_two_ranks():
     folder = corpus("multirank/allgather_2rank")
     first, ranks, _ = resolve_job(folder)
     assert ranks is None and first.name.endswith(".json.gz")
-    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(folder), "--iters", "3", "--json"],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    s = json.loads(out.stdout)
+    s = replayed(folder, iters=3, warmup=None)
     assert s["world_size"] == 2 and s["ops_skipped"] == 0
     assert [r["collectives"] for r in s["ranks"]] == [10, 10]
     assert any("rank 0's trace" in note for note in s["notes"])
@@ -251,10 +239,7 @@ def test_missing_peer_group_is_reported(tmp_path):
     job = tmp_path / "job"
     job.mkdir()
     write_json(job / "allgather.json.gz", data)
-    out = subprocess.run([sys.executable, "-m", "pytest_mystique.cli", "replay", str(job), "--iters", "2", "--json"],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    s = json.loads(out.stdout)
+    s = replayed(job, warmup=None)
     assert s["ops_skipped"] == 20
     assert all("process group 12345" in x["reason"] for x in s["skipped"])
 
