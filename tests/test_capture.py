@@ -364,8 +364,9 @@ def test_an_input_written_whole_first_passes_its_record_over(tmp_path):
     and the capture records their bytes, which are whatever lay there (here the last call's
     product; in an Inductor buffer, anything). The replay leaves such an input unfilled, so its
     record is passed over, and the next input of its shape still gets its own record."""
-    x, w = torch.randn(8, 16), torch.randn(16, 8)
-    buf, z = torch.empty(8, 8), torch.randn(8, 8) * 5 + 40
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(8, 16, generator=gen), torch.randn(16, 8, generator=gen)
+    buf, z = torch.empty(8, 8), torch.rand(8, 8, generator=gen) * 8 + 36  # (all between 36 and 44)
 
     def step():
         torch.mm(x, w, out=buf)
