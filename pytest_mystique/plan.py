@@ -426,6 +426,8 @@ class Planner:
                 how = "the capture's record of them" if recorded else "the op's shapes, with a bias"
                 self.report.notes[f"{node.name}: packed weights (an opaque object in a trace) rebuilt from {how}, "
                                   f"seeded"] += 1  # fmt: skip
+            elif arg.type == "Storage" and node.name == "aten::set_":
+                values.append(self._fresh_storage(node))
             else:
                 values.append(self._convert(arg, val))
             if arg.kwarg_only:
@@ -452,6 +454,21 @@ class Planner:
         if alt is not None:
             return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _fresh_storage(self, node: Node) -> Any:
+        """The storage that ``set_`` points its tensor at, which a trace records as an opaque
+        object: the bytes a program made in Python (``all_gather_object`` pickles each object into
+        one, ``torch.ByteTensor(storage)``). A storage of the size the op's output spans stands in,
+        allocated once and seeded; the work that made the bytes is the program's Python, not an
+        operator."""
+        out = next(iter(tensors_of(node.outputs)), None)
+        if out is None:
+            raise Unsupported("argument 'source' is a storage and the op's output is not recorded: its size is unknown")
+        nbytes = (out.offset + out.extent()) * out.itemsize if out.numel else 0
+        storage = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=self.device).untyped_storage()
+        self.report.notes[f"{node.name}: a storage the program made in Python (a pickled object's bytes) is an opaque "
+                          f"object in a trace: a seeded one of the size its output spans stands in"] += 1  # fmt: skip
+        return storage
 
     def _ranges_inside(self, node: Node) -> None:
         """Floating ranges that the parts of ``node`` ask of its inputs: a composite that reads a

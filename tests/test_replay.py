@@ -1705,6 +1705,34 @@ def test_a_trace_of_several_profiler_steps_says_an_iteration_replays_them_all(tm
                         "replays them all, and its time is theirs together"], found[2]  # fmt: skip
 
 
+def test_a_tensor_set_onto_a_storage_the_program_made_reads_a_seeded_one_of_its_size(tmp_path):
+    """``all_gather_object`` pickles each object and points a byte tensor at the pickle's bytes
+    (``torch.ByteTensor(storage)``: ``aten::set_`` with a storage, an opaque object in a trace).
+    The replay gives ``set_`` a seeded storage of the size its output spans, and the ops that
+    read the bytes run on them; before, ``set_`` was skipped ("cannot be rebuilt from a trace")."""
+    import pickle
+    import warnings
+
+    buf = pickle.dumps({"loss": 0.25, "step": 3, "rank": 0})
+
+    def step():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # (TypedStorage is deprecated)
+            t = torch.ByteTensor(torch.ByteStorage._from_buffer(buf))  # as torch.distributed's _object_to_tensor
+        return torch.cat([t, t]).sum()
+
+    path = tmp_path / "pickled.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert "aten::set_" in [s.name for s in replay.steps]
+    assert any("a storage the program made in Python" in n for n in rep.notes), rep.notes
+    seen = []
+    replay.run(after_step=lambda step, result: seen.append(result) if step.name == "aten::cat" else None)
+    assert seen[0].shape == (2 * len(buf),) and seen[0].dtype == torch.uint8
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
