@@ -41,47 +41,41 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
 
         layers = list(model)
         cut = [0, *[len(layers) * (r + 1) // world for r in range(world)]]
-        stage_model = torch.nn.Sequential(*layers[cut[rank]:cut[rank + 1]])
+        stage_model = torch.nn.Sequential(*layers[cut[rank] : cut[rank + 1]])
         stage = PipelineStage(stage_model, rank, world, torch.device("cpu"))
         schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=torch.nn.functional.cross_entropy)
         opt = torch.optim.SGD(stage_model.parameters(), lr=0.01, momentum=0.9)
+        inputs, target = ((x,) if rank == 0 else ()), ({"target": y} if rank == world - 1 else {})
 
-        def step():
-            opt.zero_grad()
-            if rank == 0:
-                schedule.step(x)
-            elif rank == world - 1:
-                schedule.step(target=y)
-            else:
-                schedule.step()
-            opt.step()
+        def forward_backward():
+            schedule.step(*inputs, **target)
 
-        capture_step(step, os.path.join(out_dir, f"rank-{rank}.json.gz"), warmup=3, runs=10,
-                     what=f"PP MLP training step, stage {rank} of {world} (gloo)")  # fmt: skip
-        dist.destroy_process_group()
-        return
-    if wrap != "ddp":
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", (world,))
-    if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        wrapped = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elif wrap == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in (*(m for m in model if isinstance(m, torch.nn.Linear)), model):
-            fully_shard(layer, mesh=mesh)
-        wrapped, opt = model, torch.optim.AdamW(model.parameters(), lr=1e-3)
     else:
-        wrapped = torch.nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(wrapped.parameters(), lr=0.01, momentum=0.9)
+        if wrap != "ddp":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh("cpu", (world,))
+        if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            wrapped = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        elif wrap == "fsdp2":
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in (*(m for m in model if isinstance(m, torch.nn.Linear)), model):
+                fully_shard(layer, mesh=mesh)
+            wrapped, opt = model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+        else:
+            wrapped = torch.nn.parallel.DistributedDataParallel(model)
+            opt = torch.optim.SGD(wrapped.parameters(), lr=0.01, momentum=0.9)
+
+        def forward_backward():
+            torch.nn.functional.cross_entropy(wrapped(x), y).backward()
 
     def step():
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(wrapped(x), y).backward()
+        forward_backward()
         opt.step()
 
     capture_step(step, os.path.join(out_dir, f"rank-{rank}.json.gz"), warmup=3, runs=10,
