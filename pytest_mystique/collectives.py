@@ -164,8 +164,8 @@ class Comms:
         except RuntimeError as e:
             raise Unsupported(f"cannot parse the collective's schema: {str(e).splitlines()[0][:120]}") from None
         name = schema.name.split("::", 1)[1]
-        impl = self._p2p_call(node, name == "send") if name in P2P else _IMPLS.get(name)
-        if impl is None:
+        impl = _IMPLS.get(name)
+        if impl is None and name not in P2P:
             raise Unsupported(f"collective c10d::{name} is not supported by the replayer")
         group = self.group_for(node)
         args = []
@@ -186,7 +186,8 @@ class Comms:
             args.append((arg, kind, val))
         names = [a[0].name for a in args]
         if name in P2P:
-            self._check_peer(node, group, dict(zip(names, (val for _, _, val in args))))
+            peer = self._peer(node, group, dict(zip(names, (val for _, _, val in args))))
+            impl = self._p2p_call(node, name == "send", global_rank(self.dist, group, peer))
         nested = [i for i, a in enumerate(args) if a[1] == "tensors2"]
         dist = self.dist
 
@@ -199,25 +200,27 @@ class Comms:
 
         return Collective(call, schema), args
 
-    def _check_peer(self, node: Node, group, recorded: dict) -> None:
-        """A send's or receive's recorded peer is a rank of its group other than this one."""
+    def _peer(self, node: Node, group, recorded: dict) -> int:
+        """A send's or receive's recorded peer: a rank of its group other than this one."""
         peer = next((recorded[k] for k in _PEER_NAMES if k in recorded), None)
         peer = peer.value if isinstance(peer, Scalar) else None
         size = self.dist.get_world_size(group)
         if type(peer) is not int or not 0 <= peer < size or peer == self.dist.get_rank(group):
             raise Unsupported(f"{node.name}: its peer rank ({peer!r}) is not another rank of its group of {size}")
+        return peer
 
-    def _p2p_call(self, node: Node, sending: bool):
-        """The call of a send or receive of ``node``: see :func:`_p2p`. The selection's runs of
-        adjacent sends and receives, and its last one, are found at the first."""
+    def _p2p_call(self, node: Node, sending: bool, peer: int):
+        """The call of a send or receive of ``node`` with ``peer`` (a global rank): see
+        :func:`_p2p`. The selection's runs of adjacent sends and receives, and its last one, are
+        found at the first."""
         if self._p2p_marks is None:
             selected = select_ops(self.trace)
-            p2p = [n.name[len("c10d::"):] in P2P and n.name.startswith("c10d::") for n in selected]
+            p2p = [n.name in _P2P_OPS for n in selected]
             ends = {n.id for i, n in enumerate(selected) if p2p[i] and (i + 1 == len(selected) or not p2p[i + 1])}
             last = max((i for i, is_p2p in enumerate(p2p) if is_p2p), default=None)
             self._p2p_marks = (ends, selected[last].id if last is not None else None)
         ends, last = self._p2p_marks
-        return functools.partial(_p2p, self, sending, node.id in ends, node.id == last)
+        return functools.partial(_p2p, self, sending, peer, node.id in ends, node.id == last)
 
 
 class Collective:
@@ -338,11 +341,12 @@ def _barrier(dist, g, a):
 
 #: Point-to-point operators (pipeline parallelism's activations and gradients between stages).
 P2P = ("send", "recv_")
+_P2P_OPS = frozenset(f"c10d::{name}" for name in P2P)
 #: The names their peer's rank had in the schemas of torch's releases.
 _PEER_NAMES = ("dst", "src", "dstRank", "srcRank", "dst_rank", "src_rank")
 
 
-def _p2p(comms: Comms, sending: bool, ends_run: bool, last: bool, dist, g, a):
+def _p2p(comms: Comms, sending: bool, peer: int, ends_run: bool, last: bool, dist, g, a):
     """A send or a receive, started without waiting (``isend``, ``irecv``), as a program's batch
     of them is (``batch_isend_irecv``: a pipeline stage's schedule sends one microbatch's
     activations and receives another's gradients at once). Gloo completes a send only once its
@@ -350,8 +354,7 @@ def _p2p(comms: Comms, sending: bool, ends_run: bool, last: bool, dist, g, a):
     would wait on each other for ever. The receives are waited on where the run of adjacent sends
     and receives they are in ends (``ends_run``: the ops after it read what they received); the
     sends at the last one of the step (``last``), as a schedule waits on its sends by the end of
-    its step."""
-    peer = global_rank(dist, g, next(a[k] for k in _PEER_NAMES if k in a))
+    its step. ``peer`` is the global rank of the recorded one, found at the plan."""
     tag = a.get("tag", 0)
     for t in a["tensors"]:
         if sending:
