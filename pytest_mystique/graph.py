@@ -238,12 +238,15 @@ def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
     return bool(results) and all(last.get(ref.storage_id, _ALLOCATING) not in _NOT_COMPUTING for ref in results)
 
 
+#: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
+#: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
+UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+                 "aten::empty_permuted"}
 _ALLOCATING = "aten::empty"
 #: Operators that allocate or fill a tensor without computing its values from others.
-_NOT_COMPUTING = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-                            "aten::new_empty_strided", "aten::empty_permuted", "aten::zeros", "aten::zeros_like",
-                            "aten::zero_", "aten::fill_", "aten::ones", "aten::ones_like", "aten::full",
-                            "aten::full_like", "aten::new_zeros", "aten::new_ones", "aten::new_full"})  # fmt: skip
+_NOT_COMPUTING = frozenset(UNINITIALISED | {"aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_", "aten::ones",
+                                            "aten::ones_like", "aten::full", "aten::full_like", "aten::new_zeros",
+                                            "aten::new_ones", "aten::new_full"})  # fmt: skip
 
 
 def _lacking(node: Node) -> bool:

@@ -36,7 +36,7 @@ def trace_peak_bytes(trace: Trace) -> int:
         for side, values in (("in", node.inputs), ("out", node.outputs)):
             for ref in tensors_of(values):
                 sid = ref.storage_id
-                size[sid] = max(size.get(sid, 0), (ref.offset + ref.extent()) * ref.itemsize)
+                size[sid] = max(size.get(sid, 0), ref.reach_bytes())
                 if sid not in first:
                     first[sid] = i
                     if side == "in":

@@ -26,6 +26,7 @@ from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
 from .graph import (
+    UNINITIALISED,
     backward_ops,
     compiled_regions,
     enclosing_ops,
@@ -52,11 +53,6 @@ from .tensors import (
 )
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
-
-#: Ops whose output holds whatever the memory held: a program that reads it before an op writes it
-#: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
-UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-                 "aten::empty_permuted"}
 
 #: A recorded floating input with values beyond this is no data with a scale (see Planner._scale_floats).
 _SCALE_LIMIT = 1e4
@@ -206,7 +202,7 @@ class Planner:
                         elif ref.numel > 1 and _real_floating(ref):
                             float_inputs.setdefault(ref)
                         key = (ref.storage_id, ref.dtype)
-                        start, stop = ref.offset * ref.itemsize, (ref.offset + ref.extent()) * ref.itemsize
+                        start, stop = ref.offset * ref.itemsize, ref.reach_bytes()
                         spans = first_write.setdefault(key, [])
                         if spans is not None:
                             dense = ref.shape and ref.extent() == math.prod(ref.shape)
@@ -464,8 +460,7 @@ class Planner:
         out = next(iter(tensors_of(node.outputs)), None)
         if out is None:
             raise Unsupported("argument 'source' is a storage and the op's output is not recorded: its size is unknown")
-        nbytes = (out.offset + out.extent()) * out.itemsize if out.numel else 0
-        storage = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=self.device).untyped_storage()
+        storage = self.factory.seeded_bytes(out.reach_bytes() if out.numel else 0).untyped_storage()
         self.report.notes[f"{node.name}: a storage the program made in Python (a pickled object's bytes) is an opaque "
                           f"object in a trace: a seeded one of the size its output spans stands in"] += 1  # fmt: skip
         return storage

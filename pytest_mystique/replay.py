@@ -31,11 +31,12 @@ import torch
 
 from .collectives import Comms
 from .errors import ReplayError, reason
+from .graph import UNINITIALISED
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
 from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
-from .plan import UNINITIALISED, Planner, may_be_number, substitute_of
+from .plan import Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
 from .steps import (
     PlannedOp,

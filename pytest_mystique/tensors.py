@@ -614,7 +614,7 @@ class TensorFactory:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
         if ref.defined:
             key = (ref.storage_id, ref.dtype)
-            need = (ref.offset + ref.extent()) * ref.itemsize
+            need = ref.reach_bytes()
             if need > self.storage_bytes[key]:
                 self.storage_bytes[key] = need
 
@@ -696,7 +696,7 @@ class TensorFactory:
             device = torch.device("cpu") if ref in self.host else self.device
             return torch.full((), self.exact[ref], dtype=dtype, device=device)
         key = (ref.storage_id, ref.dtype)
-        nbytes = max(self.storage_bytes.get(key, 0), (ref.offset + ref.extent()) * ref.itemsize)
+        nbytes = max(self.storage_bytes.get(key, 0), ref.reach_bytes())
         device = self.device
         if ref in self.host and device.type != "cpu":
             device, key = torch.device("cpu"), (ref.storage_id, ref.dtype, "host")
@@ -840,6 +840,12 @@ class TensorFactory:
             t.copy_(block.view(t.shape))
         else:
             _repeat(t.view(-1), block)
+
+    def seeded_bytes(self, n: int) -> torch.Tensor:
+        """``n`` seeded bytes (uninitialised on ``meta``, which has no values)."""
+        if self.device.type == "meta":
+            return torch.empty(n, dtype=torch.uint8, device=self.device)
+        return torch.randint(0, 256, (n,), dtype=torch.uint8, device=self.device, generator=self._seeded_generator())
 
     def _seeded_generator(self) -> torch.Generator:
         if self._generator is None:

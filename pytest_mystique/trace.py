@@ -127,6 +127,10 @@ class TensorRef(msgspec.Struct, frozen=True, gc=False):
         """Elements of storage this tensor reaches, counted from its offset."""
         return _extent(self.shape, self.strides)
 
+    def reach_bytes(self) -> int:
+        """Bytes of storage this tensor reaches, counted from the storage's start."""
+        return (self.offset + self.extent()) * self.itemsize
+
 
 class ListValue(msgspec.Struct, frozen=True, gc=False):
     """``GenericList[...]`` or ``Tuple[...]`` of values."""
