@@ -89,6 +89,7 @@ class Planner:
         self.flag_paths: Counter = Counter()
         self._parts: dict[int, list[Node]] | None = None  # see _ranges_inside
         self._packed: dict[int, dict] | None = None  # see _packed_record
+        self._generators: dict[torch.device, torch.Generator] = {}  # see _generator
 
     def _commonest(self, ids: list[int]) -> str:
         """The four commonest names among the trace's nodes ``ids``, with their counts (for a note)."""
@@ -424,6 +425,8 @@ class Planner:
                                   f"seeded"] += 1  # fmt: skip
             elif arg.type == "Storage" and node.name == "aten::set_":
                 values.append(self._fresh_storage(node))
+            elif arg.type == "Generator" and isinstance(val, Scalar) and val.type == "Generator":
+                values.append(self._generator(node))
             else:
                 values.append(self._convert(arg, val))
             if arg.kwarg_only:
@@ -464,6 +467,25 @@ class Planner:
         self.report.notes[f"{node.name}: a storage the program made in Python (a pickled object's bytes) is an opaque "
                           f"object in a trace: a seeded one of the size its output spans stands in"] += 1  # fmt: skip
         return storage
+
+    def _generator(self, node: Node) -> torch.Generator | None:
+        """The random number generator an op draws from where the program gave it one
+        (``torch.randn(..., generator=g)``, a sampler's ``randperm``, a diffusion pipeline's
+        noise), which a trace records as an opaque object: one generator of the replay's own on
+        the op's device, seeded with the replay's seed, stands in for all of them (what an op draws
+        changes none of its time). ``meta`` has none: there the op draws from no generator."""
+        device = self.device
+        if self.host_kept and _on_host(node):
+            device = torch.device("cpu")
+        if device.type == "meta":
+            return None
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = self._generators[device] = torch.Generator(device=device)
+            gen.manual_seed(self.factory.seed)
+        self.report.notes["op(s) drawing from a generator the program made (an opaque object in a trace) draw "
+                          "from one of the replay's, seeded"] += 1  # fmt: skip
+        return gen
 
     def _ranges_inside(self, node: Node) -> None:
         """Floating ranges that the parts of ``node`` ask of its inputs: a composite that reads a
@@ -924,6 +946,15 @@ def _promotes_as_tensor(ref: TensorRef, values: list) -> bool:
 HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequence": "batch_sizes",
              "aten::_pack_padded_sequence_backward": "batch_sizes",
              **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
+
+def _on_host(node: Node) -> bool:
+    """``node`` ran in host memory: its tensors lay there, or, where it has none, the device it
+    was given (``randperm(n, device="cpu")``) is the CPU."""
+    refs = tensors_of((*node.inputs, *node.outputs))
+    if refs:
+        return all(ref.device == "cpu" for ref in refs)
+    return any(isinstance(v, Scalar) and v.type == "Device" and v.value == "cpu" for v in node.inputs)
+
 
 def _unstrided(v: Any) -> bool:
     return isinstance(v, Unstrided)

@@ -1733,6 +1733,46 @@ def test_a_tensor_set_onto_a_storage_the_program_made_reads_a_seeded_one_of_its_
     assert seen[0].shape == (2 * len(buf),) and seen[0].dtype == torch.uint8
 
 
+def test_ops_given_the_programs_generator_draw_from_a_seeded_one_of_the_replays(tmp_path):
+    """A program that passes its own ``torch.Generator`` (a sampler's permutation, a diffusion
+    pipeline's noise, dropout masks drawn by hand) is recorded with the generator as an opaque
+    object. Each such op draws from a generator of the replay's, seeded with its seed: the same
+    seed draws the same numbers, another seed others, and the draws follow the op's arguments.
+    Before, all five such ops of this step were skipped ("cannot be rebuilt from a trace")."""
+    g = torch.Generator().manual_seed(3)
+    x, p, weights = torch.randn(64, 32), torch.full((64, 32), 0.3), torch.rand(8, 10)
+
+    def step():
+        noise = torch.randn(64, 32, generator=g)
+        order = torch.randperm(64, generator=g)
+        picks = torch.multinomial(weights, 3, generator=g)
+        mask = torch.bernoulli(p, generator=g)
+        jitter = torch.empty(64, 32).uniform_(generator=g)
+        return (x + noise)[order] * mask + jitter, picks
+
+    path = tmp_path / "generator.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    trace = load_trace(path)
+    drawing = {"aten::randn", "aten::randperm", "aten::multinomial", "aten::bernoulli", "aten::uniform_"}
+
+    def draws(seed):
+        replay = Replay(trace, "cpu", seed=seed).prepare()
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        assert rep.notes["op(s) drawing from a generator the program made (an opaque object in a trace) draw from "
+                         "one of the replay's, seeded"] == 5, rep.notes  # fmt: skip
+        seen = {}
+        replay.run(after_step=lambda step, result: seen.setdefault(step.name, result) if step.name in drawing else None)
+        return seen
+
+    first, again, other = draws(0), draws(0), draws(1)
+    assert set(first) == drawing
+    assert [name for name in drawing if not torch.equal(first[name], again[name])] == []
+    assert not torch.equal(first["aten::randn"], other["aten::randn"])
+    assert sorted(first["aten::randperm"].tolist()) == list(range(64))
+    assert first["aten::bernoulli"].unique().tolist() == [0.0, 1.0] and 0.2 < first["aten::bernoulli"].mean() < 0.4
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
