@@ -31,7 +31,7 @@ from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
 from .tensors import _distinct_draws, _skewed, _skewed_rows, _zipf_exponent, curve_counts
 
-_SCALARS = (bool, int, float, str, type(None))
+_SCALARS = (bool, int, float, complex, str, type(None))
 
 
 class ExportError(MystiqueError):
@@ -52,6 +52,8 @@ def _const(v, where: str) -> str:
         return str(v)
     if isinstance(v, torch.memory_format):
         return str(v)
+    if isinstance(v, torch.Generator):
+        return "OP_GEN"  # the script's seeded generator on its device (the replay's stands in for the program's)
     if isinstance(v, (list, tuple)):
         inner = ", ".join(_const(x, where) for x in v)
         return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
@@ -160,7 +162,7 @@ def export_script(replay, trace_path: str) -> str:
     return _TEMPLATE.format(
         trace=str(trace_path).replace('"', "'"), date=_dt.date.today().isoformat(), torch=torch.__version__,
         ops=len(replay.steps), storages=repr(storages), views=_views_src(views), slots=n_slots, step=step_src,
-        sparse=repr(_sparse_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
+        sparse=repr(_sparse_inputs(replay)), mkldnn=repr(_mkldnn_inputs(replay)), helpers=_helper_sources(arounds), grad=repr(_flagged(replay)),
         reseed=RESEED_EVERY, draws=_DRAWS,
     )  # fmt: skip
 
@@ -209,7 +211,7 @@ def _helper_sources(funcs) -> str:
 
 def _sparse_inputs(replay) -> list[tuple]:
     """(slot, shape, dtype, elements, sparse dimensions, coalesced) of the sparse COO inputs the
-    replay rebuilt (``Replay._sparse_input``): the script draws their positions and values anew."""
+    replay rebuilt (``Replay._unstrided_input``): the script draws their positions and values anew."""
     found = []
     for slot in sorted(replay.permanent):
         t = replay.env[slot]
@@ -217,6 +219,12 @@ def _sparse_inputs(replay) -> list[tuple]:
             found.append((slot, tuple(t.shape), str(t.dtype).removeprefix("torch."), t._nnz(), t.sparse_dim(),
                           t.is_coalesced()))  # fmt: skip
     return found
+
+
+def _mkldnn_inputs(replay) -> list[tuple]:
+    """(slot, shape, dtype) of the MKL-DNN inputs the replay rebuilt: the script draws them anew."""
+    return [(slot, tuple(t.shape), str(t.dtype).removeprefix("torch.")) for slot in sorted(replay.permanent)
+            if isinstance(t := replay.env[slot], torch.Tensor) and t.layout == torch._mkldnn]  # fmt: skip
 
 
 def _views_src(views) -> str:
@@ -250,6 +258,8 @@ STORAGES = {storages}
 VIEWS = {views}
 # sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)
 SPARSE = {sparse}
+# MKL-DNN inputs (an opaque layout of the CPU's oneDNN): (slot, shape, dtype), values in [-1, 1)
+MKLDNN = {mkldnn}
 # inputs that require grad, as the original's parameters did: with autograd off (the step runs under
 # torch.no_grad) the flag still decides the path of a few ops (a matmul folding a batch, an embedding bag)
 GRAD = {grad}
@@ -296,6 +306,8 @@ def make_inputs(dev, gen):
         e[slot] = t
     for slot, shape, dtype, nnz, sparse_dim, coalesced in SPARSE:
         e[slot] = make_sparse(shape, getattr(torch, dtype), nnz, sparse_dim, coalesced, dev, gen)
+    for slot, shape, dtype in MKLDNN:
+        e[slot] = torch.empty(shape, dtype=getattr(torch, dtype)).uniform_(-1, 1, generator=gen).to_mkldnn()
     for slot in GRAD:
         e[slot].requires_grad_(True)
     return e
@@ -352,8 +364,9 @@ def main():
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    global DEV
+    global DEV, OP_GEN
     DEV = torch.device(args.device)
+    OP_GEN = torch.Generator(device=DEV).manual_seed(1)  # what ops given the program's generator draw from
     cuda = DEV.type == "cuda"
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -379,6 +392,7 @@ def main():
 
 
 DEV = torch.device("cpu")
+OP_GEN = None
 
 if __name__ == "__main__":
     main()

@@ -149,7 +149,7 @@ def select_ops(trace: Trace) -> list[Node]:
     while bare := [n for n in outermost if _storageless(n)]:
         if parts is None:  # (a tensor subclass's __torch_dispatch__ runs its parts under a label)
             parts = _inner_op_names(trace, above)
-        level = {n.id for n in bare if _wraps(parts.get(n.id))}
+        level = {n.id for n in bare if _wraps(n, parts.get(n.id))}
         if not level:
             break
         wrapped |= level
@@ -282,11 +282,11 @@ def _idle(node: Node, parts: dict[int, set[str]] | None) -> bool:
     forward-mode AD makes, ``is_same_size`` and ``_has_same_storage_numel``): a call that did
     nothing at its level, as a ``torch.func`` transform records one on a wrapper tensor (an eager
     flex_attention's ``vmap`` over its score function, ``hessian``'s ``jacfwd``). Or it makes or
-    takes apart a nested jagged tensor (:data:`JAGGED_WRAPPING`). There is nothing to replay (and
+    takes apart a wrapper (:data:`WRAPPING`). There is nothing to replay (and
     the wrapper cannot be rebuilt): it is listed, not run."""
     if parts is not None and node.id in parts or "!" in node.op_schema or not node.outputs:
         return False
-    if node.name in JAGGED_WRAPPING:
+    if node.name in WRAPPING:
         return True
     if all(isinstance(v, Scalar) and v.type in ("Bool", "Int", "Double") for v in node.outputs):
         return True
@@ -294,12 +294,17 @@ def _idle(node: Node, parts: dict[int, set[str]] | None) -> bool:
     return all(isinstance(v, (TensorRef, Unstrided)) and v.tensor_id in given for v in node.outputs)
 
 
-#: The operators that make a nested jagged tensor (a Python tensor subclass, recorded without
-#: storage) of its values and offsets, or read its parts or cached lengths back: no kernel runs in
-#: them, and the replay has no such wrapper to give them; the operators on its values replay.
-JAGGED_WRAPPING = frozenset({"aten::_nested_view_from_jagged", "aten::_nested_get_values", "aten::_nested_get_offsets",
-                             "aten::_nested_get_lengths", "aten::_nested_get_ragged_idx", "aten::_nested_get_jagged_dummy",
-                             "aten::_nested_get_min_seqlen", "aten::_nested_get_max_seqlen"})  # fmt: skip
+#: The operators that wrap a tensor, or take a wrapper apart, running no kernel: those that make a
+#: nested jagged tensor (a Python tensor subclass, recorded without storage) of its values and
+#: offsets, or read its parts or cached lengths back; and those that add a batch dimension to a
+#: tensor or remove it, as the legacy ``vmap`` that ``torch.autograd.functional.jacobian(...,
+#: vectorize=True)`` runs does around its function. The replay has no such wrapper to give them
+#: (run outside its ``vmap``, ``_add_batch_dim`` made one that no later op could read); the
+#: operators on the wrapped values replay.
+WRAPPING = frozenset({"aten::_nested_view_from_jagged", "aten::_nested_get_values", "aten::_nested_get_offsets",
+                      "aten::_nested_get_lengths", "aten::_nested_get_ragged_idx", "aten::_nested_get_jagged_dummy",
+                      "aten::_nested_get_min_seqlen", "aten::_nested_get_max_seqlen", "aten::_add_batch_dim",
+                      "aten::_remove_batch_dim"})  # fmt: skip
 
 
 def _tensor_values(values) -> list[TensorRef | Unstrided]:
@@ -313,12 +318,17 @@ def _tensor_values(values) -> list[TensorRef | Unstrided]:
     return found
 
 
-def _wraps(parts: set[str] | None) -> bool:
-    """Operators ran inside this one, and none of them reads a sparse, nested or MKL-DNN tensor's own
+def _wraps(node: Node, parts: set[str] | None) -> bool:
+    """Operators ran inside ``node``, a call on tensors without storage, and they are its work on
+    the tensors it wraps. Not so where one of them reads a sparse, nested or MKL-DNN tensor's own
     structure (its indices, values, element count...), as a sparse operator's parts do: replayed
     whole with its sparse input rebuilt, such an operator runs as it ran, where its parts on their
-    own would read tensors the replay does not have (``max_pool2d_with_indices`` is no such part)."""
-    return bool(parts) and not any(_STRUCTURE.search(name) for name in parts)
+    own would read tensors the replay does not have (``max_pool2d_with_indices`` is no such part).
+    Nor where they only allocated its output (``empty``) and ``node`` is no allocation itself: its
+    own kernel did the work, as an MKL-DNN convolution's on that layout's opaque tensors does."""
+    if not parts or any(_STRUCTURE.search(name) for name in parts):
+        return False
+    return not (parts <= UNINITIALISED and node.name not in UNINITIALISED)
 
 
 _STRUCTURE = re.compile(r"sparse|nested|mkldnn|coalesce|_nnz|to_dense|dense_dim|"

@@ -80,11 +80,14 @@ def odd_data(values: Any, *, nonfinite: bool = True, subnormal: bool = True) -> 
     for v in values if isinstance(values, (list, tuple)) else (values,):
         if isinstance(v, (list, tuple)):
             a, b = odd_data(v, nonfinite=nonfinite and not found_nan, subnormal=subnormal and not found_sub)
-        elif (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v._is_view() or not v.numel()
-                or not v.is_contiguous()):  # fmt: skip
+        elif (not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.layout is not torch.strided
+                or v._is_view() or not v.numel() or not v.is_contiguous()):  # fmt: skip
             continue
         else:
-            a, b = _odd(v, nonfinite and not found_nan, subnormal and not found_sub)
+            try:
+                a, b = _odd(v, nonfinite and not found_nan, subnormal and not found_sub)
+            except RuntimeError:  # (elements that cannot be read here: a wrapper of a transform run outside it)
+                continue
         found_nan, found_sub = found_nan or a, found_sub or b
         if (found_nan or not nonfinite) and (found_sub or not subnormal):
             break

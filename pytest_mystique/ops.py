@@ -125,13 +125,17 @@ def load_op_library(namespace: str) -> bool | str | None:
 # --------------------------------------------------------------------------------------------
 # Enum codes the trace records as integers.
 
-# c10::ScalarType order.
-SCALAR_TYPES = [
-    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
-    torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
-    torch.quint8, torch.qint32, torch.bfloat16,
-]  # fmt: skip
-LAYOUTS = [torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc]
+# c10::ScalarType order (c10/core/ScalarType.h: a dtype's code is its position here), None where this
+# torch lacks the type. The bit types and the 1- to 7-bit integers have no kernels; they keep positions.
+SCALAR_TYPES = [getattr(torch, name, None) for name in (
+    "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32", "complex64", "complex128",
+    "bool", "qint8", "quint8", "qint32", "bfloat16", "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8",
+    "bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "uint16", "uint32", "uint64",
+    *(f"uint{bits}" for bits in range(1, 8)), *(f"int{bits}" for bits in range(1, 8)), "float8_e8m0fnu",
+    "float4_e2m1fn_x2")]  # fmt: skip
+# c10::Layout order (c10/core/Layout.h).
+LAYOUTS = [getattr(torch, name, None) for name in ("strided", "sparse_coo", "sparse_csr", "_mkldnn", "sparse_csc",
+                                                   "sparse_bsr", "sparse_bsc", "jagged")]  # fmt: skip
 MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
 
 
@@ -139,6 +143,8 @@ def enum_from_code(kind: str, code: int):
     table = {"ScalarType": SCALAR_TYPES, "Layout": LAYOUTS, "MemoryFormat": MEMORY_FORMATS}[kind]
     if not isinstance(code, int) or not 0 <= code < len(table):
         raise Unsupported(f"invalid {kind} code {code!r}")
+    if table[code] is None:
+        raise Unsupported(f"{kind} code {code}: a type this torch does not have")
     return table[code]
 
 

@@ -57,6 +57,7 @@ from .units import fmt_bytes
 #: A recorded floating input with values beyond this is no data with a scale (see Planner._scale_floats).
 _SCALE_LIMIT = 1e4
 
+_UNIT_COMPLEX = complex(0.6, 0.8)
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -250,7 +251,7 @@ class Planner:
             (t.idle_wrappers, "operator call(s) on tensors recorded without storage not replayed: each returned the "
                               "tensor it was given, or only a number or boolean about its tensors, and ran nothing "
                               "inside it (a call that did nothing at its level of a torch.func transform), or made or "
-                              "took apart a nested jagged tensor's wrapper"),
+                              "took apart a wrapper (a nested jagged tensor, a batch of the legacy vmap)"),
             (t.around_casts, "operator(s) replayed through their parts, as parts of them ran under torch.autocast "
                              "(their inputs cast to a lower precision, which a call outside autocast would not do)"),
             (t.not_in_torch, "operator(s) this torch does not have (a custom operator defined in the program's own "
@@ -648,6 +649,11 @@ class Planner:
                 self.report.notes["pin_memory=True dropped: no CUDA on this machine"] += 1
                 return False
             return bool(v)
+        if val.type == "ComplexDouble" and t in ("Scalar", "number", "complex"):
+            # (the writer keeps a complex number's type, not its value; a kernel's time does not follow it)
+            self.report.notes[f"a complex number argument, recorded without its value, is taken as {_UNIT_COMPLEX} "
+                              f"(of magnitude 1)"] += 1  # fmt: skip
+            return _UNIT_COMPLEX
         if t in ("float", "Scalar", "number"):
             if isinstance(v, str):
                 if v in _FLOAT_WORDS:

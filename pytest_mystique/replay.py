@@ -152,8 +152,8 @@ class Replay:
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided: dict[int, int] = {}  # a planned op's output without storage -> the slot of the last op's output with it, at the build
         self._side: dict | None = None  # the trace's sidecar (see _sidecar)
-        self._sparse_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
-        self._sparse_refused: dict[int, str] = {}  # sparse inputs not rebuilt -> why (their readers are skipped)
+        self._unstrided_records: list[dict] | None = None  # the sidecar's sparse inputs not yet matched (read when needed)
+        self._unstrided_refused: dict[int, str] = {}  # inputs without storage not rebuilt -> why (their readers are skipped)
         # inputs that a recording op wrote in place (they got a grad_fn): let go of it where a backward
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
@@ -212,7 +212,8 @@ class Replay:
         refs = {slot: ref for (ref, _), slot in self._externals.items()}
         with torch.no_grad():
             for slot in self._mutated:
-                self.factory.fill(self.env[slot], refs[slot])
+                if slot in refs:  # (an input rebuilt without storage, sparse or MKL-DNN, keeps what ops wrote)
+                    self.factory.fill(self.env[slot], refs[slot])
 
     def between_iterations(self) -> None:
         """What runs, untimed, before each timed iteration. Every ``RESEED_EVERY``-th call the
@@ -344,43 +345,55 @@ class Replay:
                 raise ReplayError(None, str(e)) from None
         return self._side
 
-    def _sparse_input(self, u: Unstrided, p: PlannedOp) -> str | None:
-        """Rebuild ``u``, an input of the step recorded without storage, as a sparse COO tensor of
-        its shape, in a slot of its own that its later readers share. A trace records neither its
-        layout nor how many elements it holds: the capture helper keeps both in the sidecar
-        (``sparse_inputs``, taken in order among those of the same shape and type); without them
-        it holds 1% of its positions, with a note. A layout other than sparse COO (nested,
-        MKL-DNN) is not rebuilt: the reason its readers are skipped is returned."""
-        if u.tensor_id in self._sparse_refused:  # (a reader before was refused: so are the others)
-            return self._sparse_refused[u.tensor_id]
-        if self._sparse_records is None:
-            self._sparse_records = list(self._sidecar().get("sparse_inputs", []))
-        why = self._rebuilt_sparse(u, p)
+    def _unstrided_input(self, u: Unstrided, p: PlannedOp) -> str | None:
+        """Rebuild ``u``, an input of the step recorded without storage, in a slot of its own that
+        its later readers share: as a sparse COO tensor of its shape, or as an MKL-DNN one (the
+        opaque layout of a model converted with ``torch.utils.mkldnn.to_mkldnn`` or TorchScript's
+        ``optimize_for_inference``: its weights). A trace records neither its layout nor how many
+        elements it holds: the capture helper keeps both in the sidecar (``sparse_inputs``, taken in
+        order among those of the same shape and type). Without them an input that an MKL-DNN
+        operator reads is of that layout, and any other a sparse one holding 1% of its positions,
+        with a note. A nested one is not rebuilt: the reason its readers are skipped is returned."""
+        if u.tensor_id in self._unstrided_refused:  # (a reader before was refused: so are the others)
+            return self._unstrided_refused[u.tensor_id]
+        if self._unstrided_records is None:
+            self._unstrided_records = list(self._sidecar().get("sparse_inputs", []))
+        why = self._rebuilt_unstrided(u, p)
         if why:
-            self._sparse_refused[u.tensor_id] = why
+            self._unstrided_refused[u.tensor_id] = why
         return why
 
-    def _rebuilt_sparse(self, u: Unstrided, p: PlannedOp) -> str | None:
+    def _rebuilt_unstrided(self, u: Unstrided, p: PlannedOp) -> str | None:
         shape = list(u.shape)
-        record = take_record(self._sparse_records, u.shape, u.dtype)
+        record = take_record(self._unstrided_records, u.shape, u.dtype)
         what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
-        if record is not None:
-            if record["layout"] != "sparse_coo":
-                return f"reads an input of the step of layout {record['layout']}, which is not rebuilt"
-            nnz, how = record["nnz"], "as the capture recorded"
-        elif any(w in p.node.name for w in ("mkldnn", "nested")):
-            return "reads an input of the step without storage, of a layout (nested, MKL-DNN) that is not rebuilt"
+        layout = record["layout"] if record is not None else "_mkldnn" if "mkldnn" in p.node.name else None
+        if layout == "_mkldnn":
+            try:
+                t = self.factory.make_mkldnn(tuple(shape), u.dtype)
+            except (RuntimeError, ValueError, TypeError, MemoryError) as e:
+                return f"cannot rebuild its MKL-DNN input: {reason(e)}"
+            how = "as the capture recorded" if record is not None else "the layout its reader takes"
+            note = f"{what} rebuilt as an MKL-DNN tensor of seeded values, {how}"
+        elif layout not in (None, "sparse_coo"):
+            return f"reads an input of the step of layout {layout}, which is not rebuilt"
+        elif record is None and "nested" in p.node.name:
+            return "reads an input of the step without storage, of a layout (nested) that is not rebuilt"
         else:
-            nnz = max(1, math.prod(shape) // 100)
-            how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
-        try:
-            t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
-                                             coalesced=(record or {}).get("coalesced", True))  # fmt: skip
-        except (RuntimeError, ValueError, TypeError, MemoryError) as e:
-            return f"cannot rebuild its sparse input: {reason(e)}"
+            if record is not None:
+                nnz, how = record["nnz"], "as the capture recorded"
+            else:
+                nnz = max(1, math.prod(shape) // 100)
+                how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
+            try:
+                t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
+                                                 coalesced=(record or {}).get("coalesced", True))  # fmt: skip
+            except (RuntimeError, ValueError, TypeError, MemoryError) as e:
+                return f"cannot rebuild its sparse input: {reason(e)}"
+            note = f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"
         self._unstrided[u.tensor_id] = slot = self._new_slot(t)
         self.permanent.add(slot)
-        self.report.notes[f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"] += 1
+        self.report.notes[note] += 1
         return None
 
     def _computed_indices(self, p: PlannedOp) -> list[TensorRef]:
@@ -454,7 +467,7 @@ class Replay:
                 elif isinstance(v, UnstridedArg):
                     if v.tensor_id not in self._unstrided:
                         why = ("reads a tensor without storage (sparse...) that the op making it did not give"
-                               if v.rebuild is None else self._sparse_input(v.rebuild, p))  # fmt: skip
+                               if v.rebuild is None else self._unstrided_input(v.rebuild, p))  # fmt: skip
                         if why:
                             self.report.skipped[(p.node.name, why)] += 1
                             return

@@ -853,6 +853,18 @@ class TensorFactory:
             self._generator.manual_seed(self.seed)
         return self._generator
 
+    def make_mkldnn(self, shape: tuple[int, ...], dtype_name: str) -> torch.Tensor:
+        """An MKL-DNN tensor of ``shape`` (an opaque layout of the CPU's oneDNN library, which
+        only floating types of 32 bits or fewer and 8-bit integers have), values in [-1, 1)."""
+        if self.device.type != "cpu":
+            raise ValueError(f"MKL-DNN tensors exist on the CPU only, not on {self.device.type}")
+        dense = torch.empty(shape, dtype=torch_dtype(dtype_name))
+        if dense.is_floating_point():
+            dense.uniform_(-1.0, 1.0, generator=self._seeded_generator())
+        else:
+            dense.random_(0, 2, generator=self._seeded_generator())
+        return dense.to_mkldnn()
+
     def make_sparse_coo(self, shape: tuple[int, ...], dtype_name: str, nnz: int, *, sparse_dim: int | None = None,
                         coalesced: bool = True) -> torch.Tensor:  # fmt: skip
         """A sparse COO tensor of ``shape`` with ``nnz`` elements at seeded, distinct positions

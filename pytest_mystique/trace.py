@@ -68,14 +68,19 @@ DTYPE_NAMES = {
     "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
     "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
     "c10::Float8_e8m0fnu": "float8_e8m0fnu",
+    "c10::Float4_e2m1fn_x2": "float4_e2m1fn_x2",
+    "short unsigned int": "uint16",  # (as GCC names them; "unsigned short" as others may)
     "unsigned short": "uint16",
     "unsigned int": "uint32",
+    "long unsigned int": "uint64",
     "unsigned long": "uint64",
     "c10::quint8": "quint8",
     "c10::qint8": "qint8",
     "c10::qint32": "qint32",
     "c10::quint4x2": "quint4x2",
     "c10::quint2x4": "quint2x4",
+    **{f"c10::bits{kind}": f"bits{kind}" for kind in ("1x8", "2x4", "4x2", "8", "16")},
+    **{f"c10::dummy_{kind}1_7_t<{bits}>": f"{kind}{bits}" for kind in ("uint", "int") for bits in range(1, 8)},
 }
 UNINITIALIZED = "nullptr (uninitialized)"
 

@@ -157,6 +157,35 @@ def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
     assert "median:" in out.stdout
 
 
+def test_exported_script_rebuilds_mkldnn_inputs_and_draws_from_its_own_generator(tmp_path):
+    """A model converted to MKL-DNN reads weights of that layout, and a sampling op draws from the
+    program's generator: the script draws the weights anew in that layout, and gives the op a
+    seeded generator of its own (it could write neither as code before)."""
+    import torch
+    from torch.utils import mkldnn
+
+    from pytest_mystique import capture_step
+
+    conv = mkldnn.to_mkldnn(torch.nn.Conv2d(3, 8, 3).eval())
+    x, gen = torch.randn(2, 3, 16, 16), torch.Generator().manual_seed(5)
+
+    def step():
+        with torch.no_grad():
+            y = conv(x.to_mkldnn()).to_dense()
+            return y + torch.randn(y.shape, generator=gen)
+
+    capture_step(step, tmp_path / "m.json", warmup=1, runs=1, min_warmup_s=0)
+    bench = _exported(tmp_path / "m.json", tmp_path, "bench_mkldnn")
+    assert sorted(m[1:] for m in bench.MKLDNN) == [((8,), "float32"), ((8, 3, 3, 3), "float32")]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert all(made[slot].layout == torch._mkldnn for slot, _, _ in bench.MKLDNN)
+    assert "generator=OP_GEN" in open(bench.__file__).read()
+    out = subprocess.run([sys.executable, "-I", bench.__file__, "--device", "cpu", "--iters", "2", "--warmup", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "ops per iteration: 5" in out.stdout
+
+
 def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     """Ids of a power law, recorded by the capture helper: the exported script draws them with
     the distinct values and the hottest share the replay gave them, not uniformly."""

@@ -15,6 +15,7 @@ from bad_inputs import make_huge, set_op_schema
 
 import pytest_mystique.replay as replay_module
 from pytest_mystique import capture_step
+from pytest_mystique.cli import main as cli_main
 from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
@@ -1677,7 +1678,7 @@ def test_a_nested_jagged_tensors_step_replays_the_ops_on_its_values(tmp_path):
     replay = Replay(trace, "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
-    assert any("made or took apart a nested jagged tensor's wrapper" in n for n in rep.notes), rep.notes
+    assert any("made or took apart a wrapper (a nested jagged tensor" in n for n in rep.notes), rep.notes
     replay.run()
 
 
@@ -1771,6 +1772,144 @@ def test_ops_given_the_programs_generator_draw_from_a_seeded_one_of_the_replays(
     assert not torch.equal(first["aten::randn"], other["aten::randn"])
     assert sorted(first["aten::randperm"].tolist()) == list(range(64))
     assert first["aten::bernoulli"].unique().tolist() == [0.0, 1.0] and 0.2 < first["aten::bernoulli"].mean() < 0.4
+
+
+def test_a_model_converted_to_mkldnn_replays_its_convolutions_on_that_layout(tmp_path):
+    """A CPU inference model converted with ``torch.utils.mkldnn.to_mkldnn`` runs its layers on
+    MKL-DNN tensors, an opaque layout the trace records without storage. Each convolution's only
+    part is the allocation of its output: the convolution is its own kernel and replays whole
+    (before, it was taken for a call on wrapper tensors, and its allocation replayed in its place,
+    with a layout code read as another layout). Its weights, inputs of the step of that layout,
+    are rebuilt as MKL-DNN tensors, from the capture's record or, without one, because their
+    reader is an MKL-DNN operator. The build read a sample of each output for NaN through a view,
+    which that layout does not have, and failed the whole trace."""
+    from torch.utils import mkldnn
+
+    model = mkldnn.to_mkldnn(torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
+                                                 torch.nn.Conv2d(16, 16, 3)).eval())  # fmt: skip
+    x = torch.randn(2, 3, 32, 32)
+
+    def step():
+        with torch.no_grad():
+            return model(x.to_mkldnn()).to_dense()
+
+    path = tmp_path / "mkldnn.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    seen: list[torch.Tensor] = []
+    for sidecar in (True, False):
+        if not sidecar:
+            sidecar_path(path).unlink()
+        replay = Replay(load_trace(path), "cpu").prepare()
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        assert [s.name for s in replay.steps].count("aten::mkldnn_convolution") == 2
+        how = "as the capture recorded" if sidecar else "the layout its reader takes"
+        rebuilt = {n: c for n, c in rep.notes.items() if "rebuilt as an MKL-DNN tensor" in n}
+        assert sum(rebuilt.values()) == 4 and all(n.endswith(how) for n in rebuilt), rebuilt
+        weights = [t for t in replay.env if isinstance(t, torch.Tensor) and t.layout == torch._mkldnn]
+        assert sorted(tuple(t.shape) for t in weights) == [(16,), (16,), (16, 3, 3, 3), (16, 16, 3, 3)]
+        seen.clear()
+        replay.run(after_step=lambda step, result: seen.append(result) if step.name == "aten::to_dense" else None)
+        assert seen[0].layout == torch.strided and seen[0].shape == (2, 16, 28, 28) and seen[0].abs().sum() > 0
+
+
+def test_a_frozen_torchscript_model_on_mkldnn_replays_the_ops_its_trace_holds(tmp_path):
+    """TorchScript's ``optimize_for_inference`` runs a frozen CNN on MKL-DNN tensors: its
+    convolution is a TorchScript operator, not in the trace, and the ReLU after it writes in place
+    an MKL-DNN tensor that is an input of the step. Its output's allocation passes the layout as
+    code 3, MKL-DNN in c10's order (it was read as CSC). The rebuilt input is no parameter to re-seed
+    between iterations (that raised KeyError)."""
+    model = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval())))  # fmt: skip
+    x = torch.randn(2, 3, 32, 32)
+
+    def step():
+        with torch.no_grad():
+            return model(x)
+
+    path = tmp_path / "frozen.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert {"aten::relu_", "aten::empty", "aten::to_dense"} <= {s.name for s in replay.steps}
+    empty = next(s for s in replay.steps if s.name == "aten::empty")
+    assert torch._mkldnn in empty.args, empty.args
+    for _ in range(2):
+        replay.between_iterations()
+        replay.run()
+
+
+def test_dtype_codes_past_bfloat16_are_read_in_c10s_order(tmp_path):
+    """A trace writes a dtype argument as its code in c10's ScalarType order. Codes past bfloat16's
+    (15) were refused as invalid, so every cast to a float8 type (23-26: a float8 training
+    recipe's scaling casts) or to an unsigned integer wider than a byte (27-29) was skipped; and a
+    trace holding a uint16 tensor was refused whole, its element type printed as GCC names it
+    ("short unsigned int")."""
+    x = torch.randn(64, 64)
+
+    def step():
+        scale = x.abs().amax() / 448.0
+        low = (x / scale).to(torch.float8_e4m3fn)
+        grads = (x * 1e-3).to(torch.float8_e5m2)
+        counts = torch.zeros(64, dtype=torch.uint16)
+        return low.to(torch.float32) * scale, grads.float(), counts
+
+    path = tmp_path / "float8.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    made = []
+    replay.run(after_step=lambda step, result: made.append(result.dtype) if isinstance(result, torch.Tensor) else None)
+    assert {torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16} <= set(made), made
+
+
+def test_a_complex_number_argument_recorded_without_its_value_takes_one_of_magnitude_one(tmp_path):
+    """A complex-valued layer's backward multiplies by a complex number (``angle``'s gradient),
+    which the trace writer records by its type alone ("<ComplexDouble>"). The op replays with a
+    complex number of magnitude 1 in its place, with a note (it was skipped: "should be a number").
+    The exported script writes it as code too."""
+    w = torch.randn(32, 32, dtype=torch.cfloat, requires_grad=True)
+    x = torch.randn(16, 32, 2)
+
+    def step():
+        z = torch.view_as_complex(x) @ w
+        ((z.abs() ** 2).sum() + torch.angle(z).sum()).backward()
+
+    path = tmp_path / "complex.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert rep.notes["a complex number argument, recorded without its value, is taken as (0.6+0.8j) (of magnitude 1)"]
+    assert any(complex(0.6, 0.8) in s.args for s in replay.steps)
+    replay.run()
+    script = tmp_path / "bench.py"
+    assert cli_main(["export", str(path), "-o", str(script)]) == 0
+    assert "(0.6+0.8j)" in script.read_text()
+
+
+def test_a_vectorized_jacobian_leaves_out_the_legacy_vmaps_batch_wrapping(tmp_path):
+    """``torch.autograd.functional.jacobian(..., vectorize=True)`` runs the legacy ``vmap``, whose
+    ``_add_batch_dim`` and ``_remove_batch_dim`` are recorded as operators. Replayed outside its
+    ``vmap``, ``_add_batch_dim`` made a batched wrapper, and the build's check of its output for NaN
+    failed the whole trace ("Batching rule not implemented for aten::item"). The two are listed,
+    not run, as wrappers' makers are; the operators on the batched values replay."""
+    f = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 3))
+    x = torch.randn(6)
+    path = tmp_path / "jacobian.json.gz"
+    capture_step(lambda: torch.autograd.functional.jacobian(f, x, vectorize=True), path, warmup=1, runs=1,
+                 min_warmup_s=0)  # fmt: skip
+    trace = load_trace(path)
+    wrapping = {n.id for n in trace.nodes if n.name in ("aten::_add_batch_dim", "aten::_remove_batch_dim")}
+    assert len(wrapping) == 2 and not wrapping & {n.id for n in select_ops(trace)}
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert {"aten::matmul", "aten::tanh_backward"} <= {s.name for s in replay.steps}
+    assert any(n.startswith("2 operator call(s) on tensors recorded without storage not replayed") for n in rep.notes)
+    replay.run()
 
 
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
