@@ -6,7 +6,8 @@ sampling, data-dependent shapes, linear algebra, torch.func's transforms, parame
 layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics, losses, an eager
 flex_attention, torch.cond, a decoding loop with a growing key/value cache, quantization-aware
 training, L-BFGS and Adafactor, a spectrogram, a nested jagged tensor, an exported module,
-torch.distributions, torch.func.hessian, a custom autograd Function, ...), captured here with the capture helper and
+torch.distributions, torch.func.hessian, a custom autograd Function, the program's own generator,
+MKL-DNN tensors, complex layers, a vectorized jacobian, float8 casts, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
 iterations ran. The last line counts the cases that replay every op.
@@ -585,6 +586,53 @@ def custom_autograd_function():
     return step
 
 
+def program_generator():
+    """Sampling with the program's own torch.Generator (noise, a permutation, a Bernoulli mask)."""
+    g, x, p = torch.Generator().manual_seed(3), torch.randn(64, 32), torch.full((64, 32), 0.3)
+    return lambda: (x + torch.randn(64, 32, generator=g))[torch.randperm(64, generator=g)] * torch.bernoulli(p, generator=g)
+
+
+def mkldnn_inference():
+    """A CNN converted to MKL-DNN tensors (torch.utils.mkldnn), and a frozen TorchScript one that
+    optimize_for_inference runs on them."""
+    from torch.utils import mkldnn
+
+    net = mkldnn.to_mkldnn(nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 3)).eval())
+    frozen = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(
+        nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval())))  # fmt: skip
+    x = torch.randn(2, 3, 32, 32)
+
+    def step():
+        with torch.no_grad():
+            return net(x.to_mkldnn()).to_dense(), frozen(x)
+
+    return step
+
+
+def complex_layer():
+    """A complex-valued linear layer trained through its magnitude and phase."""
+    w, x = torch.randn(32, 32, dtype=torch.cfloat, requires_grad=True), torch.randn(16, 32, 2)
+    return lambda: ((torch.view_as_complex(x) @ w).abs().square().sum() + torch.angle(torch.view_as_complex(x) @ w).sum()).backward()
+
+
+def vectorized_jacobian():
+    """torch.autograd.functional.jacobian with vectorize=True (the legacy vmap's batch dimensions)."""
+    f, x = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3)), torch.randn(6)
+    return lambda: torch.autograd.functional.jacobian(f, x, vectorize=True)
+
+
+def float8_casts():
+    """A float8 recipe's scaled casts (e4m3 forward, e5m2 gradients) and a uint16 counter."""
+    x = torch.randn(64, 64)
+
+    def step():
+        scale = x.abs().amax() / 448.0
+        low, grads = (x / scale).to(torch.float8_e4m3fn), (x * 1e-3).to(torch.float8_e5m2)
+        return low.float() * scale, grads.float(), torch.zeros(64, dtype=torch.uint16)
+
+    return step
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -595,7 +643,8 @@ CASES = {f.__name__: f for f in (
     reparametrized_weights, random_layers, scatter_reductions, video_cnn, recurrent_cells, order_statistics,
     interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic,
     flex_attention_eager, control_flow_cond, kv_cache_decode, fake_quant_training, lbfgs_closure, adafactor,
-    spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function)}  # fmt: skip
+    spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function,
+    program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts)}  # fmt: skip
 
 
 def main() -> int:
