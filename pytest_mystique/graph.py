@@ -41,15 +41,15 @@ def child_op_names(trace: Trace) -> dict[int, set[str]]:
     return names
 
 
-def _inner_op_names(trace: Trace, above: dict[int, int | None]) -> dict[int, set[str]]:
-    """The names of the operators each operator ran inside it with no operator between them,
-    through labels (a nested jagged tensor's ``aten::sin`` runs its values' under a
-    ``PythonSubclass`` label), by the outer operator's id."""
-    names: dict[int, set[str]] = {}
+def _parts_of_ops(trace: Trace, above: dict[int, int | None]) -> dict[int, list[Node]]:
+    """The operators each operator ran inside it with no operator between them, through labels (a
+    nested jagged tensor's ``aten::sin`` runs its values' under a ``PythonSubclass`` label), by
+    the outer operator's id."""
+    parts: dict[int, list[Node]] = {}
     for node in trace.nodes:
         if node.is_op and (up := above.get(node.id)) is not None:
-            names.setdefault(up, set()).add(node.name)
-    return names
+            parts.setdefault(up, []).append(node)
+    return parts
 
 
 def _redispatching(trace: Trace) -> set[int]:
@@ -144,12 +144,12 @@ def select_ops(trace: Trace) -> list[Node]:
     through |= (missing := _not_in_this_torch(trace, above))
     outermost = _outermost(trace, above, through)
     wrapped: set[int] = set()
-    parts: dict[int, set[str]] | None = None
+    parts: dict[int, list[Node]] | None = None
     # (one level of torch.func's wrappers a pass: vmap over grad is two, each op's calls nested)
     while bare := [n for n in outermost if _storageless(n)]:
         if parts is None:  # (a tensor subclass's __torch_dispatch__ runs its parts under a label)
-            parts = _inner_op_names(trace, above)
-        level = {n.id for n in bare if _wraps(n, parts.get(n.id))}
+            parts = _parts_of_ops(trace, above)
+        level = {n.id for n in bare if _wraps(n, parts.get(n.id), parts)}
         if not level:
             break
         wrapped |= level
@@ -275,7 +275,7 @@ def _storageless(node: Node) -> bool:
         return False
 
 
-def _idle(node: Node, parts: dict[int, set[str]] | None) -> bool:
+def _idle(node: Node, parts: dict[int, list[Node]] | None) -> bool:
     """``node``, a call on tensors recorded without storage, ran no operator inside it, writes
     nothing, and returns only tensors it was given (``aten::to`` to the type a tensor has already
     returns the tensor itself) or only numbers and booleans about its tensors (the checks
@@ -318,17 +318,31 @@ def _tensor_values(values) -> list[TensorRef | Unstrided]:
     return found
 
 
-def _wraps(node: Node, parts: set[str] | None) -> bool:
+def _wraps(node: Node, parts: list[Node] | None, all_parts: dict[int, list[Node]]) -> bool:
     """Operators ran inside ``node``, a call on tensors without storage, and they are its work on
     the tensors it wraps. Not so where one of them reads a sparse, nested or MKL-DNN tensor's own
-    structure (its indices, values, element count...), as a sparse operator's parts do: replayed
-    whole with its sparse input rebuilt, such an operator runs as it ran, where its parts on their
-    own would read tensors the replay does not have (``max_pool2d_with_indices`` is no such part).
-    Nor where they only allocated its output (``empty``) and ``node`` is no allocation itself: its
-    own kernel did the work, as an MKL-DNN convolution's on that layout's opaque tensors does."""
-    if not parts or any(_STRUCTURE.search(name) for name in parts):
+    structure (its indices, values, element count...), as a sparse operator's parts do, or calls
+    such operators on one of ``node``'s own tensors (a parameter's ``add_`` of its sparse gradient
+    runs ``add`` on the same sparse tensor, inside which its values are read): replayed whole with
+    its sparse input rebuilt, such an operator runs as it ran, where its parts on their own would
+    read tensors the replay does not have, or not do what it did (``max_pool2d_with_indices`` is no
+    such part). Nor where they only allocated its output (``empty``) and ``node`` is no allocation
+    itself: its own kernel did the work, as an MKL-DNN convolution's on that layout's opaque tensors
+    does. ``all_parts``: every operator's parts, by its id."""
+    if not parts or any(_STRUCTURE.search(p.name) for p in parts):
         return False
-    return not (parts <= UNINITIALISED and node.name not in UNINITIALISED)
+    if any(_STRUCTURE.search(q.name) for p in _parts_reading_its_own(node, parts) for q in all_parts.get(p.id, ())):
+        return False
+    return not ({p.name for p in parts} <= UNINITIALISED and node.name not in UNINITIALISED)
+
+
+def _parts_reading_its_own(node: Node, parts: list[Node]) -> list[Node]:
+    """The parts of ``node`` that read one of ``node``'s tensors without storage."""
+    own = {v.tensor_id for v in _tensor_values(node.inputs) if isinstance(v, Unstrided)}
+    try:
+        return [p for p in parts if any(isinstance(v, Unstrided) and v.tensor_id in own for v in _tensor_values(p.inputs))]
+    except (TraceError, RecursionError):  # (a malformed part shows nothing)
+        return []
 
 
 _STRUCTURE = re.compile(r"sparse|nested|mkldnn|coalesce|_nnz|to_dense|dense_dim|"

@@ -1912,6 +1912,36 @@ def test_a_vectorized_jacobian_leaves_out_the_legacy_vmaps_batch_wrapping(tmp_pa
     replay.run()
 
 
+def test_a_parameters_update_by_its_sparse_gradient_replays_in_place(tmp_path):
+    """SGD adds an embedding bag's sparse gradient to its weight in place (``add_``), which runs
+    ``add`` on the same sparse tensor, inside which its values are read. The ``add_`` is an
+    operator on a sparse tensor, not a call on a wrapper tensor: it replays whole and writes the
+    weight in place. It was taken for a wrapper's level and replaced by the ``add`` inside it,
+    which wrote a new tensor and left the weight as it was."""
+    bag = torch.nn.EmbeddingBag(5000, 32, mode="sum", sparse=True)
+    idx, offsets = torch.randint(0, 5000, (400,)), torch.arange(0, 400, 10)
+    opt = torch.optim.SGD(bag.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        bag(idx, offsets).sum().backward()
+        opt.step()
+
+    path = tmp_path / "sparse_sgd.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    trace = load_trace(path)
+    assert not trace.unwrapped
+    replay = Replay(trace, "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    update = next(s for s in replay.steps if s.name == "aten::add_")
+    weight = replay.env[update.fills[0][1]]
+    before = weight.clone()
+    replay.run()
+    changed = (weight != before).any(dim=1)
+    assert weight.layout == torch.strided and 0 < int(changed.sum()) <= 400
+
+
 def test_a_sparse_input_of_the_step_is_rebuilt_with_the_elements_the_capture_recorded(tmp_path):
     """A sparse adjacency matrix that a graph network's step reads (``torch.sparse.mm``, forward
     and backward) is recorded with its id, type and shape only. The capture helper notes its
