@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from .sidecar import QUANTILE_LEVELS
-from .trace import ListValue, Node, TensorRef, contiguous_strides
+from .trace import UNKNOWN_DTYPE, ListValue, Node, TensorRef, contiguous_strides
 
 #: Elements of random data drawn per block when filling large tensors.
 TILE = 1 << 20
@@ -233,6 +233,9 @@ QUANTIZED_SCALE = 0.05
 
 
 def torch_dtype(name: str) -> torch.dtype:
+    if name.startswith(UNKNOWN_DTYPE):
+        raise ValueError(f"a tensor of an element type this replayer does not know ({name[len(UNKNOWN_DTYPE):]!r}: "
+                         f"a newer torch's?)")  # fmt: skip
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"unknown dtype {name!r}")
