@@ -953,6 +953,7 @@ HOST_ARGS = {"aten::_pack_padded_sequence": "lengths", "aten::_pad_packed_sequen
              "aten::_pack_padded_sequence_backward": "batch_sizes",
              **{f"aten::{rnn}": "batch_sizes" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")}}  # fmt: skip
 
+
 def _on_host(node: Node) -> bool:
     """``node`` ran in host memory: its tensors lay there, or, where it has none, the device it
     was given (``randperm(n, device="cpu")``) is the CPU."""

@@ -364,33 +364,29 @@ class Replay:
         return why
 
     def _rebuilt_unstrided(self, u: Unstrided, p: PlannedOp) -> str | None:
-        shape = list(u.shape)
         record = take_record(self._unstrided_records, u.shape, u.dtype)
-        what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, shape))} {u.dtype})"
         layout = record["layout"] if record is not None else "_mkldnn" if "mkldnn" in p.node.name else None
-        if layout == "_mkldnn":
-            try:
-                t = self.factory.make_mkldnn(tuple(shape), u.dtype)
-            except (RuntimeError, ValueError, TypeError, MemoryError) as e:
-                return f"cannot rebuild its MKL-DNN input: {reason(e)}"
-            how = "as the capture recorded" if record is not None else "the layout its reader takes"
-            note = f"{what} rebuilt as an MKL-DNN tensor of seeded values, {how}"
-        elif layout not in (None, "sparse_coo"):
+        if layout not in (None, "sparse_coo", "_mkldnn"):
             return f"reads an input of the step of layout {layout}, which is not rebuilt"
-        elif record is None and "nested" in p.node.name:
+        if layout is None and "nested" in p.node.name:
             return "reads an input of the step without storage, of a layout (nested) that is not rebuilt"
-        else:
-            if record is not None:
-                nnz, how = record["nnz"], "as the capture recorded"
+        what = f"{p.node.name}: an input of the step without storage ({'x'.join(map(str, u.shape))} {u.dtype})"
+        try:
+            if layout == "_mkldnn":
+                t = self.factory.make_mkldnn(u.shape, u.dtype)
+                how = "as the capture recorded" if record is not None else "the layout its reader takes"
+                note = f"{what} rebuilt as an MKL-DNN tensor of seeded values, {how}"
             else:
-                nnz = max(1, math.prod(shape) // 100)
-                how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
-            try:
-                t = self.factory.make_sparse_coo(tuple(shape), u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
+                if record is not None:
+                    nnz, how = record["nnz"], "as the capture recorded"
+                else:
+                    nnz = max(1, math.prod(u.shape) // 100)
+                    how = "1% of its positions: the trace does not record how many it held (the capture helper does)"
+                t = self.factory.make_sparse_coo(u.shape, u.dtype, nnz, sparse_dim=(record or {}).get("sparse_dim"),
                                                  coalesced=(record or {}).get("coalesced", True))  # fmt: skip
-            except (RuntimeError, ValueError, TypeError, MemoryError) as e:
-                return f"cannot rebuild its sparse input: {reason(e)}"
-            note = f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"
+                note = f"{what} rebuilt as a sparse COO tensor of {t._nnz():,} seeded elements, {how}"
+        except (RuntimeError, ValueError, TypeError, MemoryError) as e:
+            return f"cannot rebuild its {'MKL-DNN' if layout == '_mkldnn' else 'sparse'} input: {reason(e)}"
         self._unstrided[u.tensor_id] = slot = self._new_slot(t)
         self.permanent.add(slot)
         self.report.notes[note] += 1

@@ -480,7 +480,7 @@ class _ValueParser:
         if dtype is None:
             # (a type of a newer torch: the ops that read such a tensor as an input of the step are
             # skipped with the reason, :func:`.tensors.torch_dtype`, not the whole trace)
-            if not isinstance(elem, str) or len(elem) > 80:
+            if len(elem) > 80:
                 raise self.fail(f"unknown tensor element type {elem!r:.80}")
             dtype = f"{UNKNOWN_DTYPE}{elem}"
         if not isinstance(value, list) or len(value) < 5:
