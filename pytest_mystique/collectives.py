@@ -52,6 +52,8 @@ class Topology:
     """The process groups a trace's job had, from its ``process_group:init`` node."""
 
     groups: list[GroupSpec] = field(default_factory=list)
+    #: how many groups the job had, as the writer counts them: a rank lists only those it is a member of
+    count: int = 0
 
     @property
     def world_size(self) -> int | None:
@@ -69,7 +71,7 @@ def topology(trace: Trace) -> Topology:
 
 
 def _parse_pg_init(node: Node) -> Topology:
-    groups = []
+    groups, count = [], 0
     for value in node.inputs:
         if not (isinstance(value, Scalar) and isinstance(value.value, str)):
             continue
@@ -85,9 +87,16 @@ def _parse_pg_init(node: Node) -> Topology:
             size = e.get("group_size")
             size = size if type(size) is int and size > 0 else (len(ranks) or 1)
             backend_id = e.get("backend_id")
+            if type(e.get("group_count")) is int:
+                count = max(count, e["group_count"])
             groups.append(GroupSpec(str(e.get("pg_name", len(groups))), ranks, size,
                                     backend_id if type(backend_id) is int else None, str(e.get("pg_desc", ""))))  # fmt: skip
-    return Topology(groups)
+    return Topology(groups, count)
+
+
+def _made_order(spec: GroupSpec) -> tuple[bool, int]:
+    """Where a group was made among the original's: its name counts the groups made before it."""
+    return (not spec.name.isdigit(), int(spec.name) if spec.name.isdigit() else 0)
 
 
 def has_collectives(trace: Trace) -> bool:
@@ -110,8 +119,8 @@ def _group_key(comms: Node | None) -> Any:
 
 class Comms:
     """The collectives of one rank's trace, bound to the process groups of the current
-    ``torch.distributed`` world. Create it on every rank, in the same order: building the
-    groups is itself collective."""
+    ``torch.distributed`` world. Create it on every rank: building a group is collective among
+    its members."""
 
     def __init__(self, trace: Trace, rank: int, world_size: int):
         import torch.distributed as dist
@@ -127,22 +136,41 @@ class Comms:
         for n in trace.nodes:
             if n.name == COMMS:
                 self.comms_of.setdefault(n.parent, n)
+        # the ranks of each of the job's groups, () for all of them: where there are several, a
+        # collective whose group is not recorded is ambiguous (see group_for). A group this rank is
+        # no member of is not listed, only counted: its ranks are not all of them, nor known (None)
+        everyone = list(range(self.topology.world_size or world_size))
+        self.member_sets = {tuple(r) if (r := sorted(set(spec.ranks))) and r != everyone else ()
+                            for spec in self.topology.groups}  # fmt: skip
+        if self.topology.count > len(self.topology.groups):
+            self.member_sets.add(None)
         self._p2p_marks: tuple[set[int], int | None] | None = None  # (see _p2p)
         self.sends: list[Any] = []  # point-to-point sends not yet waited on
         self.recvs: list[Any] = []  # ... and receives
-        for spec in self.topology.groups:
+        # A rank's trace lists only the groups it is a member of. Each rank makes those, in the
+        # original's order (its names count them), and waits on their members only: made as
+        # collectives of the whole world, as before, ranks that list different groups paired one
+        # rank's group with another's and waited on each other (a 2x2 mesh's four groups of 2).
+        for spec in sorted(self.topology.groups, key=_made_order):
             if not spec.ranks or sorted(spec.ranks) == list(range(world_size)):
                 group = dist.group.WORLD
             elif max(spec.ranks) >= world_size:
                 continue  # a group the replayed world is too small for; its collectives are skipped
+            elif rank not in spec.ranks:
+                group = dist.GroupMember.NON_GROUP_MEMBER  # (an older writer's list of every group)
             else:
-                group = dist.new_group(sorted(set(spec.ranks)))  # every rank creates every group
+                group = dist.new_group(sorted(set(spec.ranks)), use_local_synchronization=True)
             self.groups[spec.name] = group
             if spec.backend_id is not None:
                 self.by_backend[spec.backend_id] = group
 
     def group_for(self, node: Node):
         key = _group_key(self.comms_of.get(node.id))
+        if key is None and len(self.member_sets) > 1:
+            # (every rank sees several sets of ranks, so every rank skips the same collectives)
+            raise Unsupported("collective whose process group the trace does not record (no record_param_comms, as "
+                              "with gloo in this torch), in a job whose process groups hold different ranks: which "
+                              "one it ran on is not guessed (on a wrong one the ranks wait on each other)")  # fmt: skip
         if key is None or (isinstance(key, int) and not self.by_backend):
             return self.dist.group.WORLD  # not recorded, or an old trace without its group table
         group = self.groups.get(key) if isinstance(key, str) else self.by_backend.get(key)

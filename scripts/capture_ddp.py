@@ -1,13 +1,15 @@
 """Record a data-parallel training step (gloo, CPU) of N ranks with pytest-mystique's capture
 helper: one trace per rank, ``OUT/rank-<N>.json.gz``, each with its timing sidecar.
 
-Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2|tp|pp]
+Usage: python scripts/capture_ddp.py OUT_DIR [--world 2] [--wrap ddp|fsdp2|hsdp|tp|pp]
 
 The ranks are started with torch's multiprocessing and join through a ``file://`` rendezvous, so
 nothing listens on a port. The traces hold the job's process groups (``process_group:init``)
 and the collectives of the wrapper, which ``pytest --mystique`` replays with one process per rank:
 DDP's gradient all-reduce (SGD with momentum), FSDP2's (``fully_shard``, each linear layer a
-unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients, or
+unit of its own, AdamW) all-gathers of the parameters and reduce-scatters of the gradients (HSDP:
+the same on a 2-D mesh of world/2 rows of 2, sharded along a row and the gradients all-reduced
+across the rows: groups of different ranks), or
 tensor parallelism's (DTensor: the first two linear layers split by columns, then rows, SGD) all-
 reduce of the second one's partial sums, through torch's functional collectives, or pipeline
 parallelism's (``torch.distributed.pipelining``: rank r runs stage r of the layers, a 1F1B schedule
@@ -54,13 +56,16 @@ def rank_main(rank: int, world: int, rendezvous: str, out_dir: str, wrap: str = 
         if wrap != "ddp":
             from torch.distributed.device_mesh import init_device_mesh
 
-            mesh = init_device_mesh("cpu", (world,))
+            if wrap == "hsdp":
+                mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+            else:
+                mesh = init_device_mesh("cpu", (world,))
         if wrap == "tp":  # tensor parallelism (DTensor): the hidden layer's columns, then rows, split across the ranks
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
             wrapped = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        elif wrap == "fsdp2":
+        elif wrap in ("fsdp2", "hsdp"):  # (hsdp: replicated across the mesh's rows, sharded along each row)
             from torch.distributed.fsdp import fully_shard
 
             for layer in (*(m for m in model if isinstance(m, torch.nn.Linear)), model):
@@ -87,7 +92,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "tp", "pp"), default="ddp")
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "hsdp", "tp", "pp"), default="ddp")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

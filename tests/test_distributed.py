@@ -104,6 +104,25 @@ def test_fsdp2_two_ranks_replay_their_all_gathers_and_reduce_scatters(tmp_path):
     assert any("collective(s) replayed whole" in n for n in got["notes"]), got["notes"]
 
 
+def test_collectives_of_a_job_with_groups_of_different_ranks_are_not_guessed_onto_the_world(tmp_path):
+    """HSDP on 4 ranks (FSDP2 over a 2x2 mesh: parameters sharded along a row, gradients all-
+    reduced across the rows) runs its collectives on 4 groups of 2 ranks besides the world; a
+    trace written over gloo records no ``record_param_comms``, so none says which group it ran on
+    (a rank lists only the groups it is a member of, and counts the others). Each was run on the
+    whole world: the all-gathers and reduce-scatters failed on their sizes, and the all-reduces
+    ran over 4 ranks instead of 2, counted as replayed (where the world's collectives interleave
+    otherwise, the ranks wait on each other until gloo's timeout). They are skipped on every rank,
+    with the reason, and the rest of each rank's step replays."""
+    out = tmp_path / "hsdp_4rank"
+    capture_job(out, world=4, wrap="hsdp")
+    got = replayed(out / "rank-0.json.gz", iters=2)
+    assert got["world_size"] == 4 and [r["collectives"] for r in got["ranks"]] == [0, 0, 0, 0], got["ranks"]
+    assert {s["op"] for s in got["skipped"]} == {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_",
+                                                 "c10d::allreduce_"}, got["skipped"]  # fmt: skip
+    assert all(s["reason"].startswith("collective whose process group the trace does not record") for s in got["skipped"])
+    assert got["ops_replayed"] == got["ops_total"] - got["ops_skipped"] and got["ops_replayed"] > 700
+
+
 def test_tensor_parallel_ranks_call_the_same_collective_however_the_writer_nested_it(tmp_path):
     """Tensor parallelism (DTensor) all-reduces a row-split layer's partial sums through torch's
     functional collective, ``_c10d_functional::all_reduce``, which runs ``c10d::allreduce_`` on a
