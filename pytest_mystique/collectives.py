@@ -157,7 +157,7 @@ class Comms:
             elif max(spec.ranks) >= world_size:
                 continue  # a group the replayed world is too small for; its collectives are skipped
             elif rank not in spec.ranks:
-                group = dist.GroupMember.NON_GROUP_MEMBER  # (an older writer's list of every group)
+                group = dist.GroupMember.NON_GROUP_MEMBER  # (a trace that lists a group this rank is not in)
             else:
                 group = dist.new_group(sorted(set(spec.ranks)), use_local_synchronization=True)
             self.groups[spec.name] = group
