@@ -209,22 +209,23 @@ def _helper_sources(funcs) -> str:
     return "\n\n".join(found[k] for k in sorted(found)) + "\n\n"
 
 
+def _inputs_of_layout(replay, layout: torch.layout) -> list[tuple[int, torch.Tensor]]:
+    """(slot, tensor) of the inputs of ``layout`` the replay rebuilt (``Replay._unstrided_input``)."""
+    return [(slot, t) for slot in sorted(replay.permanent)
+            if isinstance(t := replay.env[slot], torch.Tensor) and t.layout == layout]  # fmt: skip
+
+
 def _sparse_inputs(replay) -> list[tuple]:
     """(slot, shape, dtype, elements, sparse dimensions, coalesced) of the sparse COO inputs the
-    replay rebuilt (``Replay._unstrided_input``): the script draws their positions and values anew."""
-    found = []
-    for slot in sorted(replay.permanent):
-        t = replay.env[slot]
-        if isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo:
-            found.append((slot, tuple(t.shape), str(t.dtype).removeprefix("torch."), t._nnz(), t.sparse_dim(),
-                          t.is_coalesced()))  # fmt: skip
-    return found
+    replay rebuilt: the script draws their positions and values anew."""
+    return [(slot, tuple(t.shape), str(t.dtype).removeprefix("torch."), t._nnz(), t.sparse_dim(), t.is_coalesced())
+            for slot, t in _inputs_of_layout(replay, torch.sparse_coo)]  # fmt: skip
 
 
 def _mkldnn_inputs(replay) -> list[tuple]:
     """(slot, shape, dtype) of the MKL-DNN inputs the replay rebuilt: the script draws them anew."""
-    return [(slot, tuple(t.shape), str(t.dtype).removeprefix("torch.")) for slot in sorted(replay.permanent)
-            if isinstance(t := replay.env[slot], torch.Tensor) and t.layout == torch._mkldnn]  # fmt: skip
+    return [(slot, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+            for slot, t in _inputs_of_layout(replay, torch._mkldnn)]  # fmt: skip
 
 
 def _views_src(views) -> str:
