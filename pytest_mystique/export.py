@@ -29,7 +29,7 @@ import torch
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
-from .tensors import _distinct_draws, _skewed, _skewed_rows, _zipf_exponent, curve_counts
+from .tensors import _distinct_draws, _skewed, _skewed_rows, _zipf_exponent, curve_counts, distinct_view
 
 _SCALARS = (bool, int, float, complex, str, type(None))
 
@@ -104,7 +104,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
         spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
                                             tuple((r.distinct, r.top, r.curve) for r in skew.rows))  # fmt: skip
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
-            spread = ("values", tuple(int(x) for x in t.detach().reshape(-1).tolist()))
+            spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
                       tuple(t.stride()), low, high, slot in replay._mutated, spread))  # fmt: skip
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
@@ -269,7 +269,10 @@ GRAD = {grad}
 def fill(t, low, high, gen, spread=None):
     if t.numel() == 0:
         return
-    if t.dtype == torch.bool:
+    if spread is not None and spread[0] == "values":  # (an expanded view's repeats written once)
+        d = t.as_strided([n if s else 1 for n, s in zip(t.shape, t.stride())], t.stride())
+        d.copy_(torch.tensor(spread[1], dtype=t.dtype).view(d.shape))
+    elif t.dtype == torch.bool:
         t.copy_(torch.randint(0, 2, t.shape, generator=gen).to(torch.bool))
     elif t.is_floating_point() and high == low:  # one value throughout (an optimizer's state starts at zero)
         t.fill_(low)
@@ -277,8 +280,6 @@ def fill(t, low, high, gen, spread=None):
         t.copy_(torch.empty(t.shape, dtype=torch.float64).uniform_(low, high, generator=gen))
     elif t.is_complex():
         t.zero_()
-    elif spread is not None and spread[0] == "values":
-        t.copy_(torch.tensor(spread[1], dtype=t.dtype).view(t.shape))
     elif spread is not None:
         skew, tables = Skew(*spread[1:4], spread[5]), spread[4]
         t.copy_((int(low) + _skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))

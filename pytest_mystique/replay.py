@@ -398,13 +398,15 @@ class Replay:
         return [ref for v in p.values for ref in arg_refs(v)
                 if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
 
-    def _outside_ranges(self, p: PlannedOp, refs: list[TensorRef]) -> bool:
-        """Some value of the computed index inputs ``refs`` of ``p`` lies outside the range ``p``
-        itself accepts: not the range the factory draws them in, which the ops reading their
-        sources narrow too (a sort's indices, some of them divided into a smaller range for
-        another op) and the trace's recorded ranges replace."""
+    def _outside_ranges(self, p: PlannedOp, refs: list[TensorRef]) -> str | None:
+        """"range" where some value of the computed index inputs ``refs`` of ``p`` lies outside the
+        range ``p`` itself accepts: not the range the factory draws them in, which the ops reading
+        their sources narrow too (a sort's indices, some of them divided into a smaller range for
+        another op) and the trace's recorded ranges replace; "count" where a computed boolean mask
+        selects other than as many elements as ``p`` puts there (more than its source holds, for
+        ``masked_scatter``); else None."""
         if p.substitution is not None:  # (the recorded arguments are not the substitute's)
-            return False
+            return None
         names = [a.name for a in arg_specs(p.overload)]
         accepts = index_ranges(p.node, names, recorded=False)
         name = p.node.name.split("::")[-1]
@@ -413,6 +415,14 @@ class Replay:
             slot = self._produced_slot(ref)
             t = self.env[slot] if slot is not None else None
             rng = accepts.get(ref)
+            if t is not None and rng is not None and rng.kind == "trues":
+                if name not in _PUTTING_BY_MASK:  # (a read by another count gives another shape: see _dynamic_here)
+                    continue
+                repeats = t.numel() // max(math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0), 1)
+                chosen, want = int(t.count_nonzero()), rng.values[0] * repeats
+                if chosen > want or (chosen != want and "masked_scatter" not in name):
+                    return "count"
+                continue
             if t is None or rng is None or rng.kind != "uniform" or t.numel() == 0 or t.is_floating_point() or t.is_complex():
                 continue
             t = t.detach()
@@ -422,16 +432,21 @@ class Replay:
                     continue
             low, high = torch.aminmax(t)
             if int(low) < (-rng.high if name in _INDEXING_FROM_THE_END else rng.low) or int(high) >= rng.high:
-                return True
-        return False
+                return "range"
+        return None
 
-    def _seed_indices(self, p: PlannedOp, computed: list[TensorRef]) -> None:
+    def _seed_indices(self, p: PlannedOp, computed: list[TensorRef], *, counts: bool = False) -> None:
         """Indices the original computed from its own data (a router's choice of experts): computed
         from the replay's data they fall outside ``p``'s range. It reads seeded indices, in its
-        range, instead."""
+        range, instead. ``counts``: a boolean mask computed so (``ids == image_token``) selected
+        other than as many elements as the values ``p`` puts there (``x[mask] = v``): it reads a
+        seeded mask that selects as many as the original's did."""
         self._seeded.update(ref.key for ref in computed)
-        self.report.notes[f"{p.node.name}: indices computed from the replay's data were out of its range "
-                          f"(data-dependent in the original): it reads seeded indices"] += 1  # fmt: skip
+        what = ("a mask computed from the replay's data selected other than the original's count of elements: "
+                "it reads a seeded mask selecting as many" if counts else
+                "indices computed from the replay's data were out of its range (data-dependent in the original): "
+                "it reads seeded indices")  # fmt: skip
+        self.report.notes[f"{p.node.name}: {what}"] += 1
         self._build_step(p)
 
     def _release(self, slot: int) -> None:
@@ -495,9 +510,10 @@ class Replay:
         call = filled_args(step, env)
         if self.device.type not in RAISES_ON_BAD_INDICES:
             computed = self._computed_indices(p)
-            if computed and self._outside_ranges(p, computed):
+            outside = self._outside_ranges(p, computed) if computed else None
+            if outside:
                 del call
-                self._seed_indices(p, computed)
+                self._seed_indices(p, computed, counts=outside == "count")
                 return
         if self.progress is not None:  # a canary build (runner.build_canary): say which op runs now
             os.write(self.progress, f"{p.node.name} (node {p.node.id})\n".encode())
@@ -523,9 +539,9 @@ class Replay:
                 self._build_step(p)
                 return
             computed = self._computed_indices(p)
-            if computed and _out_of_range(e):
+            if computed and (_out_of_range(e) or _miscounted(e)):
                 del call
-                self._seed_indices(p, computed)
+                self._seed_indices(p, computed, counts=_miscounted(e))
                 return
             alt = substitute_of(p.node) if p.substitution is None else None
             if alt is not None and not alt.target:
@@ -908,6 +924,8 @@ def _address(v: Any) -> int:
     return 0
 
 
+#: Ops that put values where a boolean mask is true, which must select as many as there are values
+_PUTTING_BY_MASK = {"index_put", "index_put_", "_index_put_impl_", "masked_scatter", "masked_scatter_"}
 #: Ops whose indices count from the end where negative, down to minus the size
 _INDEXING_FROM_THE_END = {"index", "index_put", "index_put_", "_index_put_impl_"}
 #: Losses whose target may hold the ``ignore_index`` (-100: padding), outside the classes' range
@@ -918,6 +936,13 @@ _LOSSES_IGNORING = {"nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_lo
 #: device-side assertion, after which the process can use the device no more: there, indices an
 #: earlier op computed are checked before the call that reads them. (Meta tensors hold no values.)
 RAISES_ON_BAD_INDICES = {"cpu", "meta"}
+
+
+def _miscounted(e: BaseException) -> bool:
+    """``e`` is an op's complaint that a boolean mask selected other than as many elements as the
+    values it puts there (``index_put``, ``masked_scatter``)."""
+    text = str(e)
+    return "cannot be broadcast to indexing result" in text or "number of ones in mask" in text
 
 
 def _out_of_range(e: BaseException) -> bool:

@@ -249,7 +249,8 @@ class IntRange:
     low: int = 0
     high: int = 2
     # or "offsets" (sorted, starting at 0), "cuts" (sorted, from 0 to ``high``), "parts" (summing
-    # to ``high``), "values" (exactly ``values``, repeated to fill)
+    # to ``high``), "values" (exactly ``values``, repeated to fill), "trues" (a boolean mask with
+    # exactly ``values[0]`` of its distinct elements true, as many as an op it indexes selects)
     kind: str = "uniform"
     values: tuple[int, ...] = ()
     # bounds the replay worked out where the trace records none (a table-batched lookup's tables,
@@ -367,6 +368,13 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
                 n = _dim_size(base, dim)
                 if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
                     out[ref] = IntRange(0, n)
+            mask = _mask_selects(idx.items, base, args.get("values"), node.outputs, name == "index" or name == "_unsafe_index")
+            if mask is not None:
+                out[mask[0]] = mask[1]
+    elif name in ("masked_select", "masked_scatter", "masked_scatter_", "nonzero"):
+        mask = _masked_count(name, args, node.outputs)
+        if mask is not None:
+            out[mask[0]] = mask[1]
     elif name in _RNNS and isinstance(args.get("batch_sizes"), TensorRef):
         # a packed sequence: how many sequences are still running at each step (the kernels trust it)
         hx = args.get("hx")
@@ -397,6 +405,72 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
 
 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}
+
+
+def distinct_view(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with each expanded dimension (stride 0) cut to one element: each element once."""
+    return t.as_strided([n if s else 1 for n, s in zip(t.shape, t.stride())], t.stride())
+
+
+def _distinct(ref: TensorRef) -> int:
+    """Elements of ``ref`` that are not repeats of another (an expanded dimension's are)."""
+    return math.prod(n for n, s in zip(ref.shape, ref.layout_strides()) if s != 0)
+
+
+def _trues(mask: TensorRef, selected: int) -> tuple[TensorRef, IntRange] | None:
+    """A boolean ``mask`` that must select ``selected`` of its elements (as read, an expanded
+    view's repeats counted), as a count of its distinct elements; None where none fits."""
+    distinct = _distinct(mask)
+    repeats = math.prod(mask.shape) // max(distinct, 1)
+    if mask.dtype != "bool" or selected < 0 or repeats == 0 or selected % repeats or selected // repeats > distinct:
+        return None
+    return mask, IntRange(0, 2, "trues", (selected // repeats,))
+
+
+def _mask_selects(items: list, base: Any, values: Any, outputs: list, reads: bool) -> tuple[TensorRef, IntRange] | None:
+    """Indexing by one boolean mask (``x[mask]``, ``x[mask] = v``): the mask must hold as many
+    true elements as the rows the original selected, which the output (a read) or the values put
+    (a write, where they do not broadcast along that dimension) show."""
+    tensors = [(d, r) for d, r in enumerate(items) if isinstance(r, TensorRef) and r.defined]
+    if len(tensors) != 1 or tensors[0][1].dtype != "bool" or not isinstance(base, TensorRef):
+        return None
+    dim, mask = tensors[0]
+    result_dims = len(base.shape) - len(mask.shape) + 1  # the mask's dimensions become one of its count
+    if reads:
+        out = outputs[0] if outputs and isinstance(outputs[0], TensorRef) else None
+        count = _dim_size(out, dim) if out is not None and len(out.shape) == result_dims else None
+    else:
+        at = dim - (result_dims - len(values.shape)) if isinstance(values, TensorRef) else -1
+        count = values.shape[at] if 0 <= at < len(values.shape) and values.shape[at] != 1 else None
+    return _trues(mask, count) if count is not None else None
+
+
+def _masked_count(name: str, args: dict, outputs: list) -> tuple[TensorRef, IntRange] | None:
+    """The true elements a boolean mask holds where ``masked_select`` (its output's length),
+    ``nonzero`` (its rows) or ``masked_scatter`` (its source, which must hold one value for each,
+    filled whole as a model's image features are into its image tokens) shows how many."""
+    mask = args.get("self" if name == "nonzero" else "mask")
+    out = outputs[0] if outputs and isinstance(outputs[0], TensorRef) else None
+    if not isinstance(mask, TensorRef) or not mask.defined:
+        return None
+    if name == "nonzero":
+        return _trues(mask, out.shape[0]) if out is not None and out.shape else None
+    other = args.get("self")
+    if not isinstance(other, TensorRef):
+        return None
+    try:
+        spread = math.prod(torch.broadcast_shapes(tuple(other.shape), tuple(mask.shape))) // max(math.prod(mask.shape), 1)
+    except RuntimeError:
+        return None
+    source = args.get("source")
+    selected = (math.prod(out.shape) if name == "masked_select" and out is not None
+                else math.prod(source.shape) if isinstance(source, TensorRef) and name != "masked_select" else None)  # fmt: skip
+    if selected is None or spread == 0 or selected % spread:
+        return None
+    count = selected // spread
+    if name != "masked_select":
+        count = min(count, math.prod(mask.shape))
+    return _trues(mask, count)
 
 
 def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange]:
@@ -512,6 +586,12 @@ def _same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
     same count, and for a view from the same place in the storage."""
     return (math.prod(a.shape) == math.prod(b.shape) and (how != "view" or a.offset == b.offset)
             and a.layout_strides() == contiguous_strides(a.shape) and b.layout_strides() == contiguous_strides(b.shape))  # fmt: skip
+
+
+def _same_selection(a: TensorRef, b: TensorRef, how: str) -> bool:
+    """The distinct elements of ``a`` (an expanded view's repeats once) are all of ``b``'s, in
+    whatever order: a count of true ones is the same in both."""
+    return _distinct(a) == math.prod(b.shape) and (how != "view" or a.offset == b.offset) and how != "pick"
 
 
 @dataclass(frozen=True)
@@ -640,7 +720,8 @@ class TensorFactory:
         taken latest-made first, so that each has all its requirements before it passes them on."""
         heap = []
         order = itertools.count()  # ties (a writer's reused ids: two tensors of one key) never compare tensors
-        for ref in [*(r for r in self.ranges if _integral(r)), *(r for r in self.float_bounds if _floating(r))]:
+        for ref in [*(r for r, rng in self.ranges.items() if _integral(r) or rng.kind == "trues"),
+                    *(r for r in self.float_bounds if _floating(r))]:  # fmt: skip
             found = sources_of(ref.key)
             if found is not None:
                 heapq.heappush(heap, (-found[1], ref.key, next(order), ref))
@@ -662,6 +743,13 @@ class TensorFactory:
         it took it. A floating range (a weight's, read through ``weight.t()`` by the matrix
         product of a linear layer replayed through its parts) is a suggestion, as from a
         consumer of ``src`` itself (:meth:`suggest_floats`)."""
+        if ref in self.ranges and self.ranges[ref].kind == "trues":
+            # a count of true elements holds for the tensor whose elements the mask's distinct
+            # ones are, each once (``mask.unsqueeze(-1).expand_as(x)``, ``ids.bool()``)
+            if not ((src.dtype == "bool" or _integral(src)) and _same_selection(ref, src, how)):
+                return False
+            self.constrain(src, self.ranges[ref])
+            return True
         if _integral(ref):
             rng = self.ranges[ref]
             if not _integral(src) or not (rng.kind == "uniform" or (how != "pick" and _same_elements(ref, src, how))):
@@ -737,6 +825,14 @@ class TensorFactory:
             if (not made or by_rows) and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
                 self.fill(t, ref, want)
             self._index_spans[key].append((start, stop, want))
+            self._constrained[key] = True
+        elif rng is not None and rng.kind == "trues" and device.type != "meta":
+            # a mask that selects what the original's did: its distinct elements (an expanded view's
+            # repeats are one) hold exactly that many true ones, wherever in its allocation it lies
+            distinct = distinct_view(t)
+            if torch._debug_has_internal_overlap(distinct) != 1:
+                self._seeded_generator()
+                distinct.copy_(self._sample(torch.bool, ref, rng, distinct.numel()).view(distinct.shape))
             self._constrained[key] = True
         elif (not self._constrained[key] and self._has_requirement(ref)) or (
                 ref in self.float_values and (not made or t.numel() * ref.itemsize != nbytes)
@@ -930,6 +1026,10 @@ class TensorFactory:
 
     def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int) -> torch.Tensor:
         g, dev = self._generator, self.device
+        if rng.kind == "trues":  # (a mask, or the integers it is converted from: so many of them 1, the rest 0)
+            picked = torch.zeros(n, dtype=torch.bool, device=dev)
+            picked[torch.randperm(n, generator=g, device=dev)[: rng.values[0]]] = True
+            return picked.to(dtype)
         if dtype == torch.bool:
             return torch.rand(n, generator=g, device=dev) < 0.5
         if dtype.is_floating_point or dtype.is_complex:

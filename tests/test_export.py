@@ -133,6 +133,37 @@ def test_exported_script_calls_operators_with_special_names(tmp_path, capsys):
     assert out.returncode == 0, out.stderr
 
 
+def test_exported_script_keeps_the_count_a_mask_selects(tmp_path, capsys):
+    """``x[mask] = values`` needs a mask with as many true elements as there are values: the
+    replay draws a given mask so, and seeds one computed from its data that selects another
+    count (here ``masked_scatter``'s expanded mask, of more than its source holds). The script
+    drew every boolean input half true, and its first iteration failed with a shape error; it
+    takes the masks the replay made, an expanded one's repeats written once."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    text, feats, ids = torch.randn(2, 20, 16), torch.randn(12, 16), torch.randint(0, 90, (2, 20))
+    ids[:, 3:9] = 99
+    given = torch.zeros(2, 20, dtype=torch.bool)
+    given[:, 10:16] = True
+
+    def step():
+        placed = text.clone()
+        placed[given] = feats
+        return placed.masked_scatter((ids != 99).unsqueeze(-1).expand_as(text), torch.randn(28, 16)).sum()
+
+    capture_step(step, tmp_path / "masks.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    bench = _exported(tmp_path / "masks.json.gz", tmp_path, "bench_masks")
+    assert "8 of 8 ops" in capsys.readouterr().out
+    masks = [v for v in bench.VIEWS if v[2] == "bool"]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert sorted(int(made[v[0]].count_nonzero()) for v in masks) == [12, 28 * 16]
+    out = subprocess.run([sys.executable, "-I", bench.__file__, "--device", "cpu", "--iters", "2", "--warmup", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
     """A graph step's sparse adjacency matrix, rebuilt by the replay from the capture's record,
     is drawn anew by the exported script with the same shape and element count."""

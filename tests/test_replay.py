@@ -737,6 +737,62 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
+class _ImageTokens(torch.nn.Module):
+    """A vision-language model's merge of image features into its text embeddings, three ways:
+    at the positions of its image token (a mask computed from the ids, ``index_put_``), through
+    ``masked_scatter`` (LLaVA's, here of other features at the other tokens), and at the positions
+    of a mask given with the batch (Kosmos-2's ``image_embeds_position_mask``)."""
+
+    IMAGE = 99
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.project = torch.nn.Embedding(100, 16), torch.nn.Linear(8, 16)
+
+    def forward(self, ids, patches, others, given):
+        feats = self.project(patches)  # (12, 16): 6 image tokens in each of 2 rows
+        text = self.embed(ids)
+        merged = text.clone()
+        merged[ids == self.IMAGE] = feats
+        scattered = text.masked_scatter((ids != self.IMAGE).unsqueeze(-1).expand_as(text), self.project(others))
+        placed = text.clone()
+        placed[given] = feats
+        return (merged + scattered + placed).sum()
+
+
+@pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
+def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first):
+    """``x[mask] = values`` and ``x.masked_scatter(mask, values)`` need a mask with as many true
+    elements as there are values (a model's image features put at its image tokens), or for
+    ``masked_scatter`` no more. A mask given with the step was drawn half true, and those computed
+    from seeded ids selected almost none (``ids == IMAGE``) or almost all (``ids != IMAGE``): the
+    three ops were skipped with shape errors. A mask given with the step is now drawn with as many
+    true elements as the values put, and one computed from the replay's data that selects a count
+    the op refuses reads such a seeded mask instead, with a note.
+    ``checked-first`` finds the computed masks by the check made before the call on a GPU (where
+    ``masked_scatter`` given too few values is a device-side assertion), not by the op's error."""
+    if checked_first:
+        monkeypatch.setattr(replay_module, "RAISES_ON_BAD_INDICES", set())
+        monkeypatch.setattr(replay_module, "_miscounted", lambda e: False)
+    ids = torch.randint(0, 90, (2, 20))
+    ids[:, 3:9] = _ImageTokens.IMAGE
+    model, patches, others = _ImageTokens(), torch.randn(12, 8), torch.randn(28, 8)
+    given = torch.zeros(2, 20, dtype=torch.bool)
+    given[:, 10:16] = True
+    capture_step(lambda: model(ids, patches, others, given).backward(), tmp_path / "vlm.json.gz", warmup=1, runs=1,
+                 min_warmup_s=0)  # fmt: skip
+    replay = Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    for op in ("aten::index_put_", "aten::masked_scatter"):
+        assert any(n.startswith(f"{op}: a mask computed from the replay's data") for n in rep.notes), rep.notes
+    masks = sorted(int(t.count_nonzero()) for _, t in replay.inputs() if t.dtype == torch.bool)
+    assert masks == [12, 12, 28 * 16], masks  # (the given one; the seeded ones, one read as expanded)
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
+
+
 def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_path):
     """A vision transformer's class token and position embedding start as zeros (DeiT's, BEiT's),
     so the class token's row holds equal values, and its layer norm divides by the square root of
