@@ -46,7 +46,11 @@ runs diffusers' models instead (benchmarks/diffusion_models.py: UNets in 1, 2 an
 ControlNet, image, video and audio autoencoders, DiT-style and MMDiT transformers), trained as
 denoisers: the squared error of the prediction against noise drawn each step; ``--family graphs``
 PyTorch Geometric's graph networks (benchmarks/graph_models.py: GCN, GraphSAGE, GAT, GATv2, GIN,
-PNA, a graph transformer) over a graph whose destinations crowd on hub nodes.
+PNA, a graph transformer) over a graph whose destinations crowd on hub nodes; ``--family
+multimodal`` transformers' vision-language models (benchmarks/multimodal_models.py: LLaVA and
+LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Idefics 2 and 3, InternVL,
+Mistral 3, Mllama, BLIP, BLIP-2, GIT, Kosmos-2, Chameleon, Fuyu, Pix2Struct, and CLIP's and
+SigLIP's contrastive training), their image features put into the text at its image tokens.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
@@ -102,6 +106,12 @@ try:
     NO_PYG = None
 except ImportError as e:
     GRAPHS, NO_PYG = {}, f"{type(e).__name__}: {e}"
+try:
+    from multimodal_models import MULTIMODAL, TRAINING_ONLY  # noqa: E402
+
+    NO_MULTIMODAL = None
+except (ImportError, AttributeError) as e:  # (a transformers without these models)
+    MULTIMODAL, TRAINING_ONLY, NO_MULTIMODAL = {}, (), f"{type(e).__name__}: {e}"
 
 TXT = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
            max_position_embeddings=128)
@@ -411,6 +421,10 @@ def make(name: str, train: bool, precision: str = "fp32"):
     if name in GRAPHS:
         model, x, loss = GRAPHS[name]()
         return hf_step(model, x, train, precision=precision, loss=loss)
+    if name in MULTIMODAL:
+        model, x = MULTIMODAL[name]()
+        return hf_step(model, x if train else {k: v for k, v in x.items() if k not in TRAINING_ONLY}, train,
+                       precision=precision)  # fmt: skip
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
@@ -481,17 +495,19 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    families = {"transformers": [*MODELS], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
-                "all": [*MODELS, *DIFFUSION, *GRAPHS]}  # fmt: skip
-    missing = {"diffusers": ("diffusers", NO_DIFFUSERS), "graphs": ("torch_geometric", NO_PYG)}
-    ap.add_argument("models", nargs="*", help="some of: " + ", ".join([*MODELS, *DIFFUSION, *GRAPHS]))
+    families = {"transformers": [*MODELS], "multimodal": [*MULTIMODAL], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
+                "all": [*MODELS, *MULTIMODAL, *DIFFUSION, *GRAPHS]}  # fmt: skip
+    missing = {"diffusers": ("diffusers", NO_DIFFUSERS), "graphs": ("torch_geometric", NO_PYG),
+               "multimodal": ("transformers", NO_MULTIMODAL)}  # fmt: skip
+    ap.add_argument("models", nargs="*", help="some of: " + ", ".join(families["all"]))
     ap.add_argument("--ops", type=int, default=0, metavar="N",
                     help="also compare the time inside operators over N or more alternated profiled calls of each "
                          "side (measure.inside_operators; up to 8N for a short step): the part of a step that a "
                          "trace holds")  # fmt: skip
     op_timer_option(ap, {"both": "the profiler and the clock, one after the other, each in a column"})
     ap.add_argument("--family", choices=tuple(families), default="transformers",
-                    help="the models run when none is named: transformers' (the default), diffusers' "
+                    help="the models run when none is named: transformers' (the default), transformers' "
+                         "vision-language models (benchmarks/multimodal_models.py), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
                          "(benchmarks/graph_models.py; needs torch_geometric), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",

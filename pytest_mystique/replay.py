@@ -439,11 +439,12 @@ class Replay:
         """Indices the original computed from its own data (a router's choice of experts): computed
         from the replay's data they fall outside ``p``'s range. It reads seeded indices, in its
         range, instead. ``counts``: a boolean mask computed so (``ids == image_token``) selected
-        other than as many elements as the values ``p`` puts there (``x[mask] = v``): it reads a
-        seeded mask that selects as many as the original's did."""
+        other than as many elements as the values ``p`` puts there (``x[mask] = v``), or counts
+        (repeats, segment lengths) add up to another size than ``p`` needs: it reads a seeded mask
+        or counts that add up as the original's did."""
         self._seeded.update(ref.key for ref in computed)
-        what = ("a mask computed from the replay's data selected other than the original's count of elements: "
-                "it reads a seeded mask selecting as many" if counts else
+        what = ("a mask or counts computed from the replay's data selected other than the original's count of "
+                "elements: it reads seeded ones that select as many" if counts else
                 "indices computed from the replay's data were out of its range (data-dependent in the original): "
                 "it reads seeded indices")  # fmt: skip
         self.report.notes[f"{p.node.name}: {what}"] += 1
@@ -938,11 +939,17 @@ _LOSSES_IGNORING = {"nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_lo
 RAISES_ON_BAD_INDICES = {"cpu", "meta"}
 
 
+#: An op's complaints that a mask or counts it read select other than as many elements as it
+#: needs: values put by a mask (``index_put``, ``masked_scatter``), repeats that must sum to the
+#: output's size, segment lengths to the data's
+_MISCOUNTS = ("cannot be broadcast to indexing result", "number of ones in mask",
+              "allocated size does not match required size", "rows of lengths along axis to sum")  # fmt: skip
+
+
 def _miscounted(e: BaseException) -> bool:
-    """``e`` is an op's complaint that a boolean mask selected other than as many elements as the
-    values it puts there (``index_put``, ``masked_scatter``)."""
+    """``e`` is an op's complaint about what a mask or counts it read add up to (:data:`_MISCOUNTS`)."""
     text = str(e)
-    return "cannot be broadcast to indexing result" in text or "number of ones in mask" in text
+    return any(w in text for w in _MISCOUNTS)
 
 
 def _out_of_range(e: BaseException) -> bool:

@@ -371,6 +371,22 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             mask = _mask_selects(idx.items, base, args.get("values"), node.outputs, name == "index" or name == "_unsafe_index")
             if mask is not None:
                 out[mask[0]] = mask[1]
+    elif name in ("segment_reduce", "_segment_reduce_backward"):
+        # segments along ``axis``: lengths that sum to its size, or offsets from 0 to it
+        size = _dim_size(args.get("data"), scalar("axis") or 0)
+        if size is not None and isinstance(args.get("lengths"), TensorRef) and len(args["lengths"].shape) == 1:
+            put("lengths", IntRange(0, size, "parts"))
+        if size is not None and isinstance(args.get("offsets"), TensorRef) and len(args["offsets"].shape) == 1:
+            put("offsets", IntRange(0, size, "cuts"))
+    elif name == "repeat_interleave":
+        # repeats that sum to the output's length (``output_size`` where given; else the one recorded)
+        reps, x = args.get("repeats"), args.get("self")
+        dim = scalar("dim")
+        total = scalar("output_size")
+        if total is None and node.outputs and isinstance(node.outputs[0], TensorRef):
+            total = _dim_size(node.outputs[0], 0 if dim is None or not isinstance(x, TensorRef) else dim)
+        if isinstance(reps, TensorRef) and len(reps.shape) == 1 and reps.shape[0] > 1 and total is not None:
+            put("repeats", IntRange(0, total, "parts"))
     elif name in ("masked_select", "masked_scatter", "masked_scatter_", "nonzero"):
         mask = _masked_count(name, args, node.outputs)
         if mask is not None:

@@ -785,9 +785,37 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     for op in ("aten::index_put_", "aten::masked_scatter"):
-        assert any(n.startswith(f"{op}: a mask computed from the replay's data") for n in rep.notes), rep.notes
+        assert any(n.startswith(f"{op}: a mask or counts computed from the replay's data") for n in rep.notes), rep.notes
     masks = sorted(int(t.count_nonzero()) for _, t in replay.inputs() if t.dtype == torch.bool)
     assert masks == [12, 12, 28 * 16], masks  # (the given one; the seeded ones, one read as expanded)
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
+
+
+def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
+    """Segment lengths must sum to the data's length (``segment_reduce``), and repeats to the
+    ``output_size`` given (``repeat_interleave``): given with the step they were drawn 0 or 1,
+    and both ops were skipped. Given ones now sum to that size; computed ones (``mask.sum(1)``
+    over a seeded mask) that do not are replaced by seeded ones that do, with a note."""
+    data, given = torch.randn(100, 16, requires_grad=True), torch.tensor([10, 30, 5, 55])
+    mask = torch.rand(4, 30) > 0.3
+    flat = torch.randn(int(mask.sum()), 16)
+
+    def step():
+        reduced = torch.segment_reduce(data, "sum", lengths=given)
+        spread = torch.arange(4.0).repeat_interleave(given, output_size=100)
+        lengths = mask.sum(1)
+        means = torch.segment_reduce(flat, "mean", lengths=lengths)
+        (reduced.pow(2).sum() + spread.sum() + means.sum()).backward()
+
+    capture_step(step, tmp_path / "segments.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "segments.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any(n.startswith("aten::segment_reduce: a mask or counts computed") for n in rep.notes), rep.notes
+    sums = sorted(int(t.sum()) for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (4,))
+    assert sums == sorted([100, flat.shape[0]]), sums
     for _ in range(3):
         replay.reset_state()
         replay.run()
