@@ -12,6 +12,7 @@ planned is skipped here with the reason, its outputs' memory still counted as a 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter, deque
@@ -127,6 +128,7 @@ class Planner:
         views = 0
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
         float_inputs: dict[TensorRef, None] = {}  # and floating ones
+        first_reader: dict[TensorRef, int] = {}  # each of those -> the planned op that read it first
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
         # an input allocation -> the spans of bytes that ops have written whole without reading them (out=
@@ -201,8 +203,10 @@ class Planner:
                             written.add(ref)
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref)
+                            first_reader.setdefault(ref, len(planned) - 1)
                         elif ref.numel > 1 and _real_floating(ref):
                             float_inputs.setdefault(ref)
+                            first_reader.setdefault(ref, len(planned) - 1)
                         key = (ref.storage_id, ref.dtype)
                         start, stop = ref.offset * ref.itemsize, ref.reach_bytes()
                         spans = first_write.setdefault(key, [])
@@ -289,8 +293,8 @@ class Planner:
 
         self.factory.pass_back(sources_of)
         self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
-        self._skew_indices(list(int_inputs))
-        self._scale_floats(list(float_inputs))
+        self._skew_indices(self._as_the_capture_read(list(int_inputs), first_reader, planned, "index_inputs"))
+        self._scale_floats(self._as_the_capture_read(list(float_inputs), first_reader, planned, "float_inputs"))
         self._exact_scalars(planned, scalar_reads, written)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         backward = backward_ops(self.trace)
@@ -762,6 +766,51 @@ class Planner:
             self.report.notes[f"{exact} 0-dim input(s) (numbers the program passed, 0-dim parameters) hold the "
                               f"original's values, as the capture recorded"] += 1  # fmt: skip
 
+    def _as_the_capture_read(self, inputs: list[TensorRef], first_reader: dict[TensorRef, int],
+                             planned: list[PlannedOp], records: str) -> list[TensorRef]:  # fmt: skip
+        """``inputs`` (in the order the planned ops first read them) in the order the capture
+        helper's record lists them, which it matches: the capture looks at the operators that
+        reach torch's dispatch modes, which an op of torch's composites never does (its
+        ``CompositeImplicitAutograd`` kernel runs first, and the operators it calls do reach
+        them), and a composite may read its arguments in another order than it takes them:
+        ``kl_div(input, target)`` reads ``target`` first (``xlogy(target, target)``). Taken in
+        the op's order, two inputs of one shape swapped their records (a distillation loss's
+        log-probabilities drawn as its probabilities and back: the loss NaN). Only the inputs
+        an op reads first together, two of them or more, are reordered, by where the operators it
+        ran inside it (as the trace records them) read each first. ``records``: the sidecar's list
+        they are matched to."""
+        if not self.sidecar().get(records):  # (no records to match: any order will do)
+            return inputs
+        by_reader: dict[int, list[TensorRef]] = {}
+        for ref in inputs:
+            by_reader.setdefault(first_reader[ref], []).append(ref)
+        order: dict[TensorRef, int] = {}
+        for i, refs in by_reader.items():
+            p = planned[i]
+            kinds = Counter((r.shape, r.dtype) for r in refs)  # (records are matched by shape and type)
+            if max(kinds.values()) < 2 or p.collective or not _composite(p.overload):
+                continue
+            seen = self._reads_inside(p.node)
+            if seen:
+                rank = {key: n for n, key in enumerate(seen)}
+                ahead = sorted(refs, key=lambda r: rank.get(r.key, len(rank)))
+                order.update({r: n for n, r in enumerate(ahead)})
+        if not order:
+            return inputs
+        slots = {ref: n for n, ref in enumerate(inputs)}
+        return sorted(inputs, key=lambda r: (first_reader[r], order.get(r, 0), slots[r]))
+
+    def _reads_inside(self, node: Node) -> list[tuple[int, int]]:
+        """The tensors the operators inside ``node`` read, in the order they read them first,
+        through each composite among them to the operators it calls (as the capture saw them)."""
+        seen: dict[tuple[int, int], None] = {}
+        for child in self.trace.children_ops(node.id):
+            overload = _overload_or_none(child.op_schema or "")
+            deeper = self._reads_inside(child) if overload is not None and _composite(overload) else []
+            for key in deeper or [r.key for r in tensors_of(child.inputs)]:
+                seen.setdefault(key)
+        return list(seen)
+
     def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
@@ -799,6 +848,21 @@ class Planner:
         if bagged:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _composite(overload) -> bool:
+    """``overload`` is one of torch's composites: its ``CompositeImplicitAutograd`` kernel calls
+    other operators before autograd and any dispatch mode sees it."""
+    return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+@functools.lru_cache(maxsize=4096)
+def _overload_or_none(op_schema: str):
+    try:
+        return resolve(op_schema)
+    except (Unsupported, ValueError, TypeError, RuntimeError, AttributeError):
+        return None
 
 
 def _rows_differ(record: dict, n: int, span: int) -> bool:

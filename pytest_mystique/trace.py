@@ -265,9 +265,19 @@ class Trace:
     not_in_torch: list[int] = field(default_factory=list, init=False, repr=False)  # ... as this torch lacks them
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
     sha256: str | None = field(default=None, init=False)  # of the file's bytes, as load_trace read them
+    _children: dict[int, list[Node]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.nodes}
+
+    def children_ops(self, node_id: int) -> list[Node]:
+        """The operators recorded directly inside the node ``node_id``, in the order they ran."""
+        if self._children is None:
+            self._children = {}
+            for n in self.nodes:
+                if n.is_op:
+                    self._children.setdefault(n.parent, []).append(n)
+        return self._children.get(node_id, [])
 
     @property
     def name(self) -> str:

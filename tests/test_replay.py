@@ -821,6 +821,23 @@ def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
         replay.run()
 
 
+def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
+    """A distillation loss, ``kl_div(log_probs, probs)``, over a student's log-probabilities and a
+    teacher's probabilities given with the step: both of one shape, so the capture's records are
+    matched to them by the order they are read. ``kl_div`` is a composite that reads its target
+    first, which is the order the capture saw: the replay took the trace's argument order, drew
+    the log-probabilities as probabilities and back, and the loss was NaN from the first op."""
+    student = torch.log_softmax(torch.randn(32, 10), 1).requires_grad_()
+    teacher = torch.softmax(torch.randn(32, 10), 1)
+    capture_step(lambda: torch.nn.functional.kl_div(student, teacher, reduction="batchmean").backward(),
+                 tmp_path / "distil.json.gz", warmup=1, runs=1, min_warmup_s=0)  # fmt: skip
+    replay = Replay(load_trace(tmp_path / "distil.json.gz"), "cpu").prepare()
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
+    step = next(s for s in replay.steps if s.name == "aten::kl_div")
+    log_probs, probs = (replay.env[slot] for _, slot in step.fills[:2])
+    assert float(log_probs.max()) <= 0 <= float(probs.min()) and float(probs.max()) <= 1
+
+
 def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_path):
     """A vision transformer's class token and position embedding start as zeros (DeiT's, BEiT's),
     so the class token's row holds equal values, and its layer norm divides by the square root of
