@@ -129,6 +129,7 @@ class Planner:
         int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
         float_inputs: dict[TensorRef, None] = {}  # and floating ones
         first_reader: dict[TensorRef, int] = {}  # each of those -> the planned op that read it first
+        outside: dict[tuple[int, int], tuple] = {}  # tensors read as inputs of the step -> where they lay
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
         # an input allocation -> the spans of bytes that ops have written whole without reading them (out=
@@ -161,7 +162,7 @@ class Planner:
                 allocated(tensors_of(node.outputs), storages_of(node.inputs), False)
                 continue
             planned_ids.add(node.id)
-            same = [_same_tensor(v, made, placed, p.values) for v in p.values]
+            same = [_same_tensor(v, made, placed, p.values, outside) for v in p.values]
             for before, after in zip(p.values, same):
                 if after is not before:  # the op's requirement on it (an index range, a divisor) goes along
                     for old, new in zip(arg_refs(before), arg_refs(after)):
@@ -197,6 +198,7 @@ class Planner:
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
                     if not _made(ref, made):
+                        outside.setdefault(ref.key, ref.placement)
                         if ref.shape == () and not p.collective:
                             scalar_reads.append((len(planned) - 1, pos, ref))
                         if pos < len(writes) and writes[pos]:
@@ -961,7 +963,7 @@ def _made(ref: TensorRef, made: dict[tuple[int, int], TensorRef]) -> bool:
     return hit is not None and hit.laid_out_as(ref)
 
 
-def _same_tensor(v: Any, made: dict, placed: dict, values: list) -> Any:
+def _same_tensor(v: Any, made: dict, placed: dict, values: list, outside: dict) -> Any:
     """``v`` with each input tensor that no earlier op produced, but that lies exactly where an
     earlier op's output lies (same storage, offset, shape, strides and type), replaced by that
     output. The original program read the output itself through another tensor object: autograd
@@ -974,15 +976,22 @@ def _same_tensor(v: Any, made: dict, placed: dict, values: list) -> Any:
     lies where a freed 0-dim output of its type lay, with its storage id, and read as that output
     it would no longer be passed as a number (the product turned float64). Elsewhere a tensor and
     a number give the same type, and a saved 0-dim result (a float64 loss's square root) stays
-    linked to the op that made it."""
+    linked to the op that made it.
+
+    A tensor the step read before as one of its inputs, with its ids and at its place
+    (``outside``), is that input again, whatever view of it an op made since: a parameter read by
+    a second iteration's forward pass (or a second micro-batch's) lies where the first backward
+    pass's ``t(t(weight))`` lay, and bound to that view, made with autograd off, the forward op
+    could not record its graph once the optimizer had written the parameter."""
     if isinstance(v, TensorArg):
         ref = v.ref
-        if not _made(ref, made) and not _promotes_as_tensor(ref, values):
+        if not _made(ref, made) and not _promotes_as_tensor(ref, values) and outside.get(ref.key) != ref.placement:
             hit = placed.get(ref.placement)
             if hit is not None:
                 return TensorArg(hit)
     elif isinstance(v, TensorListArg):
-        refs = [r if r is None or _made(r, made) else placed.get(r.placement, r) for r in v.refs]
+        refs = [r if r is None or _made(r, made) or outside.get(r.key) == r.placement else placed.get(r.placement, r)
+                for r in v.refs]  # fmt: skip
         if refs != v.refs:
             return TensorListArg(refs)
     return v

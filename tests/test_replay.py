@@ -838,6 +838,33 @@ def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
     assert float(log_probs.max()) <= 0 <= float(probs.min()) and float(probs.max()) <= 1
 
 
+def test_a_trace_of_two_iterations_records_the_second_forward_pass_too(tmp_path):
+    """A trace of two training iterations (an observer left on over both, or a profiler's two
+    active steps): the second forward pass reads each weight where the first backward pass's
+    ``t(t(weight))`` lies, and was bound to that view, made with autograd off. Once the
+    optimizer had written the weight, autograd refused to record the second pass's ``linear``
+    through it, and it ran without recording. It reads the weight itself again."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    def iteration():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    capture_step(lambda: [iteration() for _ in range(2)], tmp_path / "two.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "two.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("without autograd recording" in n for n in rep.notes), rep.notes
+    linears = [s for s in replay.steps if s.name == "aten::linear"]
+    assert len(linears) == 4 and all(s.grad for s in linears)
+    for _ in range(2):
+        replay.reset_state()
+        replay.run()
+
+
 def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_path):
     """A vision transformer's class token and position embedding start as zeros (DeiT's, BEiT's),
     so the class token's row holds equal values, and its layer norm divides by the square root of
