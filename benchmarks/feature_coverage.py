@@ -633,6 +633,30 @@ def float8_casts():
     return step
 
 
+def masks_and_counts():
+    """Values put by a boolean mask (image features at image tokens computed from the ids, and at
+    a mask given with the batch), segments cut by given lengths, and a distillation loss over
+    given log-probabilities and probabilities, over two training iterations of one trace."""
+    embed, project = nn.Embedding(100, 16), nn.Linear(8, 16)
+    ids, given = torch.randint(0, 90, (2, 20)), torch.zeros(2, 20, dtype=torch.bool)
+    ids[:, 3:9], given[:, 10:16] = 99, True
+    patches, lengths = torch.randn(12, 8), torch.tensor([5, 15, 20])
+    student, teacher = torch.log_softmax(torch.randn(8, 10), 1).requires_grad_(), torch.softmax(torch.randn(8, 10), 1)
+    opt = torch.optim.Adam([*embed.parameters(), *project.parameters(), student])
+
+    def iteration():
+        opt.zero_grad()
+        text, feats = embed(ids), project(patches)
+        merged, placed = text.clone(), text.clone()
+        merged[ids == 99] = feats
+        placed[given] = feats
+        segments = torch.segment_reduce((merged + placed).flatten(0, 1), "mean", lengths=lengths)
+        (segments.square().sum() + F.kl_div(student, teacher, reduction="batchmean")).backward()
+        opt.step()
+
+    return lambda: [iteration() for _ in range(2)]
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -644,7 +668,7 @@ CASES = {f.__name__: f for f in (
     interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic,
     flex_attention_eager, control_flow_cond, kv_cache_decode, fake_quant_training, lbfgs_closure, adafactor,
     spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function,
-    program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts)}  # fmt: skip
+    program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts, masks_and_counts)}  # fmt: skip
 
 
 def main() -> int:
