@@ -861,6 +861,7 @@ def _composite(overload) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _overload_or_none(op_schema: str):
+    """The overload ``op_schema`` names, None where this process has none (see :func:`.ops.resolve`)."""
     try:
         return resolve(op_schema)
     except (Unsupported, ValueError, TypeError, RuntimeError, AttributeError):

@@ -56,7 +56,7 @@ from .steps import (
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT
-from .tensors import TensorFactory, index_ranges, integer_divisor
+from .tensors import TensorFactory, distinct_view, index_ranges, integer_divisor
 from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
 
@@ -418,7 +418,7 @@ class Replay:
             if t is not None and rng is not None and rng.kind == "trues":
                 if name not in _PUTTING_BY_MASK:  # (a read by another count gives another shape: see _dynamic_here)
                     continue
-                repeats = t.numel() // max(math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0), 1)
+                repeats = t.numel() // max(distinct_view(t).numel(), 1)
                 chosen, want = int(t.count_nonzero()), rng.values[0] * repeats
                 if chosen > want or (chosen != want and "masked_scatter" not in name):
                     return "count"

@@ -764,6 +764,8 @@ class TensorFactory:
             # ones are, each once (``mask.unsqueeze(-1).expand_as(x)``, ``ids.bool()``)
             if not ((src.dtype == "bool" or _integral(src)) and _same_selection(ref, src, how)):
                 return False
+            if src in self.ranges and self.ranges[src].kind != "trues":  # (ids an embedding reads keep their range)
+                return False
             self.constrain(src, self.ranges[ref])
             return True
         if _integral(ref):
