@@ -686,11 +686,13 @@ class Planner:
         record holds the input's values (a small one) or its quantiles, those are drawn from
         instead (:meth:`.tensors.TensorFactory.fill`): the shape of the spread passes too (see
         :func:`.recorder._float_scale`). A record whose values reach beyond +-1e4 (an attention
-        mask's stand-in for -inf) keeps the rules. The record of an input that an op writes whole
+        mask's stand-in for -inf) keeps the rules, but for one of no negative values, which is
+        drawn from its lowest value to 1e4 (a transform's table of positive weights up to 270,000,
+        whose square root a signed draw turned NaN). The record of an input that an op writes whole
         before any reads it (compiled code's ``out=`` buffers, whose recorded bytes are whatever lay
         there) is passed over: it is left unfilled (:meth:`_overwritten`)."""
         records = list(self.sidecar().get("float_inputs", [])) if float_inputs else []
-        scaled = kept = 0
+        scaled = kept = positive = 0
         for ref in float_inputs:
             record = take_record(records, ref.shape, ref.dtype)
             if record is None or "std" not in record or self._unfilled(ref):
@@ -698,6 +700,11 @@ class Planner:
             low, high, mean = record["low"], record["high"], record["mean"]
             if max(abs(low), abs(high)) > _SCALE_LIMIT:
                 kept += 1
+                if 0 <= low <= _SCALE_LIMIT:
+                    # (no stand-in for -inf: a table of positive values, whose square root a
+                    # signed draw turned NaN) its sign holds, and its values up to the limit
+                    self.factory.float_bounds[ref] = (low, _SCALE_LIMIT)
+                    positive += 1
                 continue
             half = math.sqrt(3) * record["std"]  # (a uniform draw of that deviation)
             self.factory.float_bounds[ref] = (max(low, mean - half), min(high, mean + half))
@@ -717,7 +724,9 @@ class Planner:
             self.report.notes[f"{exact} small floating input(s) hold the original's values, as the capture recorded"] += 1
         if kept:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
-                              f"stand-in for infinity) drawn in the ranges the replay's rules give"] += 1  # fmt: skip
+                              f"stand-in for infinity) drawn in the ranges the replay's rules give"
+                              + (f", {positive} of them none negative, drawn from their lowest value to {_SCALE_LIMIT:g}"
+                                 if positive else "")] += 1  # fmt: skip
 
     def _exact_scalars(self, planned: list[PlannedOp], reads: list[tuple[int, int, TensorRef]],
                        written: set[TensorRef]) -> None:  # fmt: skip

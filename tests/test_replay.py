@@ -865,6 +865,19 @@ def test_a_trace_of_two_iterations_records_the_second_forward_pass_too(tmp_path)
         replay.run()
 
 
+def test_a_positive_input_beyond_the_scale_limit_keeps_its_sign(tmp_path):
+    """A transform's table of positive weights (CSATv2's, 0.08 to 270,000) reaches beyond the
+    limit past which a record is taken for a mask's stand-in for infinity and the replay's rules
+    draw the input: drawn signed, its square root was NaN. A record of no negative values keeps
+    its sign: drawn from its lowest value up to the limit."""
+    table, x = torch.rand(3, 64) * 3e5 + 0.08, torch.randn(8, 3, 64)
+    capture_step(lambda: (x * table.pow(0.5)).sum(), tmp_path / "table.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "table.json.gz"), "cpu").prepare()
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
+    drawn = [t for _, t in replay.inputs() if t.shape == (3, 64)]
+    assert drawn and float(drawn[0].min()) >= 0.08
+
+
 def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_path):
     """A vision transformer's class token and position embedding start as zeros (DeiT's, BEiT's),
     so the class token's row holds equal values, and its layer norm divides by the square root of
