@@ -110,9 +110,10 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
 
 
-#: The factory's own code for an index input's seeded draw (torch alone), copied into the script so
-#: that it draws as the replay does.
-_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _skewed_rows))
+#: The factory's own code for an index input's seeded draw and a mask's distinct elements (torch
+#: alone), copied into the script so that it draws as the replay does.
+_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _skewed_rows,
+                                                                distinct_view))  # fmt: skip
 
 
 def export_script(replay, trace_path: str) -> str:
@@ -270,7 +271,7 @@ def fill(t, low, high, gen, spread=None):
     if t.numel() == 0:
         return
     if spread is not None and spread[0] == "values":  # (an expanded view's repeats written once)
-        d = t.as_strided([n if s else 1 for n, s in zip(t.shape, t.stride())], t.stride())
+        d = distinct_view(t)
         d.copy_(torch.tensor(spread[1], dtype=t.dtype).view(d.shape))
     elif t.dtype == torch.bool:
         t.copy_(torch.randint(0, 2, t.shape, generator=gen).to(torch.bool))

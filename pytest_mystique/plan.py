@@ -126,9 +126,9 @@ class Planner:
         inner: _InnerPlacements | None = None
         planned_ids: set[int] = set()
         views = 0
-        int_inputs: dict[TensorRef, None] = {}  # integer inputs of the step, in the order they are first read
-        float_inputs: dict[TensorRef, None] = {}  # and floating ones
-        first_reader: dict[TensorRef, int] = {}  # each of those -> the planned op that read it first
+        # integer inputs of the step, in the order they are first read -> the planned op that read it first
+        int_inputs: dict[TensorRef, int] = {}
+        float_inputs: dict[TensorRef, int] = {}  # and floating ones
         outside: dict[tuple[int, int], tuple] = {}  # tensors read as inputs of the step -> where they lay
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
@@ -204,11 +204,9 @@ class Planner:
                         if pos < len(writes) and writes[pos]:
                             written.add(ref)
                         if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
-                            int_inputs.setdefault(ref)
-                            first_reader.setdefault(ref, len(planned) - 1)
+                            int_inputs.setdefault(ref, len(planned) - 1)
                         elif ref.numel > 1 and _real_floating(ref):
-                            float_inputs.setdefault(ref)
-                            first_reader.setdefault(ref, len(planned) - 1)
+                            float_inputs.setdefault(ref, len(planned) - 1)
                         key = (ref.storage_id, ref.dtype)
                         start, stop = ref.offset * ref.itemsize, ref.reach_bytes()
                         spans = first_write.setdefault(key, [])
@@ -295,8 +293,8 @@ class Planner:
 
         self.factory.pass_back(sources_of)
         self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
-        self._skew_indices(self._as_the_capture_read(list(int_inputs), first_reader, planned, "index_inputs"))
-        self._scale_floats(self._as_the_capture_read(list(float_inputs), first_reader, planned, "float_inputs"))
+        self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"))
+        self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._exact_scalars(planned, scalar_reads, written)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         backward = backward_ops(self.trace)
@@ -777,9 +775,10 @@ class Planner:
             self.report.notes[f"{exact} 0-dim input(s) (numbers the program passed, 0-dim parameters) hold the "
                               f"original's values, as the capture recorded"] += 1  # fmt: skip
 
-    def _as_the_capture_read(self, inputs: list[TensorRef], first_reader: dict[TensorRef, int],
-                             planned: list[PlannedOp], records: str) -> list[TensorRef]:  # fmt: skip
-        """``inputs`` (in the order the planned ops first read them) in the order the capture
+    def _as_the_capture_read(self, first_reader: dict[TensorRef, int], planned: list[PlannedOp],
+                             records: str) -> list[TensorRef]:  # fmt: skip
+        """The inputs of ``first_reader`` (in the order the planned ops first read them, each with
+        the position of the first in ``planned``) in the order the capture
         helper's record lists them, which it matches: the capture looks at the operators that
         reach torch's dispatch modes, which an op of torch's composites never does (its
         ``CompositeImplicitAutograd`` kernel runs first, and the operators it calls do reach
@@ -790,11 +789,12 @@ class Planner:
         an op reads first together, two of them or more, are reordered, by where the operators it
         ran inside it (as the trace records them) read each first. ``records``: the sidecar's list
         they are matched to."""
+        inputs = list(first_reader)
         if not self.sidecar().get(records):  # (no records to match: any order will do)
             return inputs
         by_reader: dict[int, list[TensorRef]] = {}
-        for ref in inputs:
-            by_reader.setdefault(first_reader[ref], []).append(ref)
+        for ref, i in first_reader.items():
+            by_reader.setdefault(i, []).append(ref)
         order: dict[TensorRef, int] = {}
         for i, refs in by_reader.items():
             p = planned[i]
@@ -868,9 +868,9 @@ def _composite(overload) -> bool:
     return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
-@functools.lru_cache(maxsize=4096)
 def _overload_or_none(op_schema: str):
-    """The overload ``op_schema`` names, None where this process has none (see :func:`.ops.resolve`)."""
+    """The overload ``op_schema`` names, None where this process has none (:func:`.ops.resolve`,
+    which keeps the overloads it found and looks again for one it did not)."""
     try:
         return resolve(op_schema)
     except (Unsupported, ValueError, TypeError, RuntimeError, AttributeError):

@@ -368,7 +368,7 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
                 n = _dim_size(base, dim)
                 if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
                     out[ref] = IntRange(0, n)
-            mask = _mask_selects(idx.items, base, args.get("values"), node.outputs, name == "index" or name == "_unsafe_index")
+            mask = _mask_selects(idx.items, base, args.get("values"), node.outputs, name in ("index", "_unsafe_index"))
             if mask is not None:
                 out[mask[0]] = mask[1]
     elif name in ("segment_reduce", "_segment_reduce_backward"):
@@ -424,7 +424,8 @@ _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_
 
 
 def distinct_view(t: torch.Tensor) -> torch.Tensor:
-    """``t`` with each expanded dimension (stride 0) cut to one element: each element once."""
+    """``t`` with each expanded dimension (stride 0) cut to one element: each element once.
+    (Copied into exported scripts: torch alone.)"""
     return t.as_strided([n if s else 1 for n, s in zip(t.shape, t.stride())], t.stride())
 
 
@@ -478,9 +479,11 @@ def _masked_count(name: str, args: dict, outputs: list) -> tuple[TensorRef, IntR
         spread = math.prod(torch.broadcast_shapes(tuple(other.shape), tuple(mask.shape))) // max(math.prod(mask.shape), 1)
     except RuntimeError:
         return None
-    source = args.get("source")
-    selected = (math.prod(out.shape) if name == "masked_select" and out is not None
-                else math.prod(source.shape) if isinstance(source, TensorRef) and name != "masked_select" else None)  # fmt: skip
+    if name == "masked_select":
+        selected = math.prod(out.shape) if out is not None else None
+    else:
+        source = args.get("source")
+        selected = math.prod(source.shape) if isinstance(source, TensorRef) else None
     if selected is None or spread == 0 or selected % spread:
         return None
     count = selected // spread
