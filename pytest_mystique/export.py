@@ -101,8 +101,13 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
-        spread = None if skew is None else ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
-                                            tuple((r.distinct, r.top, r.curve) for r in skew.rows))  # fmt: skip
+        if skew is not None:  # (its hottest values lie above the range's lowest; the script draws above ``low``)
+            shift = (0 if rng is None else rng.low) - int(low)
+            spread = ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
+                      tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values)) for r in skew.rows),
+                      tuple(v + shift for v in skew.values))  # fmt: skip
+        else:
+            spread = None
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -282,7 +287,7 @@ def fill(t, low, high, gen, spread=None):
     elif t.is_complex():
         t.zero_()
     elif spread is not None:
-        skew, tables = Skew(*spread[1:4], spread[5]), spread[4]
+        skew, tables = Skew(*spread[1:4], spread[5], spread[6]), spread[4]
         t.copy_((int(low) + _skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
@@ -291,8 +296,8 @@ def fill(t, low, high, gen, spread=None):
 class Skew:
     """An index input's spread as the replay drew it (its tensors.Skew; the draws below are its code)."""
 
-    def __init__(self, distinct, top, curve, rows=()):
-        self.distinct, self.top, self.curve = distinct, top, curve
+    def __init__(self, distinct, top, curve, rows=(), values=()):
+        self.distinct, self.top, self.curve, self.values = distinct, top, curve, values
         self.rows = tuple(Skew(*row) for row in rows)
 
 

@@ -848,8 +848,8 @@ class Planner:
                 # unless the range is the replay's own guess)
                 rows = ()
                 if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1], rng.high - rng.low):
-                    rows = tuple(_skew_of(row, ref.shape[1]) for row in record["rows"])
-                self.factory.skews[ref] = _skew_of(record, ref.numel, rows)
+                    rows = tuple(_skew_of(row, ref.shape[1], rng.low) for row in record["rows"])
+                self.factory.skews[ref] = _skew_of(record, ref.numel, rng.low, rows)
                 skewed += 1
                 by_rows += bool(rows)
         if skewed:
@@ -897,11 +897,11 @@ def _rows_differ(record: dict, n: int, span: int) -> bool:
     return abs(span * (1 - missed) - record["distinct"]) <= 0.1 * record["distinct"]
 
 
-def _skew_of(record: dict, n: int, rows: tuple[Skew, ...] = ()) -> Skew:
-    """The spread a capture's record gives ``n`` integers (the sidecar's loader checked it), and
-    its rows' where a tensor of coordinates has them."""
+def _skew_of(record: dict, n: int, low: int, rows: tuple[Skew, ...] = ()) -> Skew:
+    """The spread a capture's record gives ``n`` integers drawn from ``low`` up (the sidecar's
+    loader checked it), and its rows' where a tensor of coordinates has them."""
     curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
-    return Skew(record["distinct"] / n, record["top"], curve, rows)
+    return Skew(record["distinct"] / n, record["top"], curve, rows, tuple(v - low for v in record.get("hot_values", ())))
 
 
 def substitute_of(node: Node) -> Substitute | None:

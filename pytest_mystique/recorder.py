@@ -198,7 +198,7 @@ def _record_inputs(step, result: Captured) -> None:
 
     - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
       most frequent one's share, the hottest values' shares at ranks two to a doubling
-      (:func:`_hot_shares`), lowest and highest, and for a sorted one, bag boundaries, the
+      (:func:`_hot_shares`) and the first few of them by value (:func:`_hot_values`), lowest and highest, and for a sorted one, bag boundaries, the
       smallest and largest step; for one of a few rows of coordinates, each row's spread too):
       a recommender's ids follow a power law, and a lookup over hot rows is several times faster
       than one over uniform rows; a GPU's embedding bag waits on its longest bag; a graph's
@@ -390,7 +390,8 @@ def _spread(t: torch.Tensor) -> dict:
     one's share, the lowest and highest, the hottest ones' shares (:func:`_hot_shares`)."""
     values, counts = torch.unique(t, return_counts=True)
     return {"distinct": int(values.numel()), "top": round(float(counts.max()) / t.numel(), 6),
-            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(counts, t.numel())}  # fmt: skip
+            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(counts, t.numel()),
+            "hot_values": _hot_values(values, counts)}  # fmt: skip
 
 
 def _float_scale(t: torch.Tensor) -> dict:
@@ -453,6 +454,20 @@ def _hot_shares(counts: torch.Tensor, n: int) -> list[list]:
     k = int(counts.numel())
     ranks = sorted({min(round(2 ** (j / 2)), k) for j in range(2 * max(k, 1).bit_length() + 1)} | {k})
     return [[r, round(float(cum[r - 1]) / n, 6)] for r in ranks]
+
+
+def _hot_values(values: torch.Tensor, counts: torch.Tensor) -> list[int]:
+    """The values at the first :data:`HOT_VALUES` ranks of the spread, hottest first, of those
+    that repeat: the ranks whose shares :func:`_hot_shares` gives exactly. A program compares its
+    ids with such values (``ids == image_token``, ``ids != pad``, ``labels == -100``) and the
+    mask's count of true elements decides what follows (how many image features a model puts
+    into the text, how many tokens a loss reads); drawn at random, the replay's ids hold none."""
+    order = torch.sort(counts, descending=True, stable=True).indices[:HOT_VALUES]
+    return [int(values[i]) for i in order if int(counts[i]) > 1]
+
+
+#: How many of an integer input's hottest values the capture records by value.
+HOT_VALUES = 4
 
 
 def _time_inside_operators(step, path: Path) -> None:

@@ -176,7 +176,8 @@ def _spread_ok(r: dict, n: int) -> bool:
     curve, the lowest and highest value (numbers, the lowest first) where it has them."""
     top, low, high = r.get("top"), r.get("low", 0), r.get("high", r.get("low", 0))
     return (_count(r.get("distinct")) and 1 <= r["distinct"] <= n and _number(top) and 0 < top <= 1
-            and _number(low) and _number(high) and low <= high and _hot_ok(r.get("hot", []), r["distinct"]))  # fmt: skip
+            and _number(low) and _number(high) and low <= high and _hot_ok(r.get("hot", []), r["distinct"])
+            and _hot_values_ok(r.get("hot_values", []), low, high, r["distinct"]))  # fmt: skip
 
 
 def _hot_ok(hot, distinct: int) -> bool:
@@ -186,6 +187,13 @@ def _hot_ok(hot, distinct: int) -> bool:
                                           and _number(p[1]) and 0 < p[1] <= 1 for p in hot)):  # fmt: skip
         return False
     return all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(hot, hot[1:]))
+
+
+def _hot_values_ok(values, low, high, distinct: int) -> bool:
+    """An index record's ``hot_values``: distinct integers between its lowest and highest value, at
+    most as many as its distinct count."""
+    return (isinstance(values, list) and len(values) <= distinct and len(set(values)) == len(values)
+            and all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in values))  # fmt: skip
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

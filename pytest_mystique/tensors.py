@@ -629,12 +629,16 @@ class Skew:
     its sources do not. One spread for both rows moves the hubs' share into the sources: on a
     CPU, a sum at the destinations over 2 million edges of a 200,000-node graph then took 1-4%
     longer, and the gather at the sources 1-3% (on a GPU the hubs also decide how often atomic
-    additions collide)."""
+    additions collide). ``values``: the hottest values themselves, hottest first, above the
+    range's lowest (where the capture recorded them): the draw gives them those ranks, so that a
+    mask the program computes by comparing with one (``ids == image_token``) selects as many
+    elements as the original's did."""
 
     distinct: float
     top: float
     curve: tuple[tuple[float, float], ...] = ()
     rows: tuple[Skew, ...] = ()
+    values: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1107,13 +1111,16 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
     (as many as fit), each at least once, as many times as its rank on the recorded curve gives
     (:func:`curve_counts`), or, without one, the rest drawn with Zipf weights ``1 / rank ** s``
     over them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements.
-    The hot values are random ones of the range, the order random. With ``tables`` over 1 the
+    The hot values are random ones of the range (but those ``skew.values`` names), the order random. With ``tables`` over 1 the
     ``n`` are that many tables' indices, one table's after another (equal parts): each value
     belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
     once per table was as many rows, and a table-batched lookup read four times as many distinct
     rows as its original.) (Copied into exported scripts: torch alone.)"""
     k = max(1, min(n, span, round(skew.distinct * n)))
     distinct = values = _distinct_draws(span, k, g, dev)  # (by rank, hottest first)
+    hot = torch.tensor([v for v in skew.values if 0 <= v < span][:k], dtype=torch.int64, device=dev)
+    if hot.numel():  # the recorded hottest values take the first ranks
+        distinct = values = torch.cat([hot, distinct[~torch.isin(distinct, hot)]])[:k]
     extra = n - k
     counts = None  # repeats of each rank
     if skew.curve:

@@ -310,7 +310,8 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     assert _input_record(torch.nn.Parameter(x)) == _input_record(x)  # (a parameter is an input like any)
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
                                                           "low": 1, "high": 7,
-                                                          "hot": [[1, 0.5], [2, 0.75], [3, 1.0]]}  # fmt: skip
+                                                          "hot": [[1, 0.5], [2, 0.75], [3, 1.0]],
+                                                          "hot_values": [3]}  # (the values that repeat)  # fmt: skip
 
 
 def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_path):

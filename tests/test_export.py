@@ -219,7 +219,8 @@ def test_exported_script_rebuilds_mkldnn_inputs_and_draws_from_its_own_generator
 
 def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     """Ids of a power law, recorded by the capture helper: the exported script draws them with
-    the distinct values and the hottest share the replay gave them, not uniformly."""
+    the distinct values and the hottest share the replay gave them, not uniformly, and its
+    hottest ids are the original's."""
     import torch
 
     from pytest_mystique import capture_step
@@ -239,6 +240,7 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     assert counts.max().item() == pytest.approx(original.max().item(), rel=0.25)
     top10 = torch.sort(counts, descending=True).values[:10].sum().item()
     assert view[9][3] and top10 == pytest.approx(torch.sort(original, descending=True).values[:10].sum().item(), rel=0.05)
+    assert made.bincount().argmax() == ids.bincount().argmax()
 
 
 def test_exported_script_draws_a_graph_s_edge_index_row_by_row(tmp_path):

@@ -760,6 +760,15 @@ class _ImageTokens(torch.nn.Module):
         return (merged + scattered + placed).sum()
 
 
+def _capture_image_tokens(path) -> None:
+    ids = torch.randint(0, 90, (2, 20))
+    ids[:, 3:9] = _ImageTokens.IMAGE
+    model, patches, others = _ImageTokens(), torch.randn(12, 8), torch.randn(28, 8)
+    given = torch.zeros(2, 20, dtype=torch.bool)
+    given[:, 10:16] = True
+    capture_step(lambda: model(ids, patches, others, given).backward(), path, warmup=1, runs=1, min_warmup_s=0)
+
+
 @pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
 def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first):
     """``x[mask] = values`` and ``x.masked_scatter(mask, values)`` need a mask with as many true
@@ -768,19 +777,18 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
     from seeded ids selected almost none (``ids == IMAGE``) or almost all (``ids != IMAGE``): the
     three ops were skipped with shape errors. A mask given with the step is now drawn with as many
     true elements as the values put, and one computed from the replay's data that selects a count
-    the op refuses reads such a seeded mask instead, with a note.
+    the op refuses reads such a seeded mask instead, with a note. (Here the ids' record lacks
+    their hottest values, as a capture made elsewhere may: the next test has them.)
     ``checked-first`` finds the computed masks by the check made before the call on a GPU (where
     ``masked_scatter`` given too few values is a device-side assertion), not by the op's error."""
     if checked_first:
         monkeypatch.setattr(replay_module, "RAISES_ON_BAD_INDICES", set())
         monkeypatch.setattr(replay_module, "_miscounted", lambda e: False)
-    ids = torch.randint(0, 90, (2, 20))
-    ids[:, 3:9] = _ImageTokens.IMAGE
-    model, patches, others = _ImageTokens(), torch.randn(12, 8), torch.randn(28, 8)
-    given = torch.zeros(2, 20, dtype=torch.bool)
-    given[:, 10:16] = True
-    capture_step(lambda: model(ids, patches, others, given).backward(), tmp_path / "vlm.json.gz", warmup=1, runs=1,
-                 min_warmup_s=0)  # fmt: skip
+    _capture_image_tokens(tmp_path / "vlm.json.gz")
+    side = json.loads(sidecar_path(tmp_path / "vlm.json.gz").read_text())
+    assert [r["hot_values"][0] for r in side["index_inputs"]] == [_ImageTokens.IMAGE]
+    side["index_inputs"] = [{k: v for k, v in r.items() if k != "hot_values"} for r in side["index_inputs"]]
+    sidecar_path(tmp_path / "vlm.json.gz").write_text(json.dumps(side))
     replay = Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
@@ -791,6 +799,28 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
     for _ in range(3):
         replay.reset_state()
         replay.run()
+
+
+def test_ids_hold_the_originals_hottest_values_so_masks_computed_from_them_select_as_many(tmp_path):
+    """The capture records an integer input's hottest values themselves, and the replay's ids hold
+    them as often as the original's did: a mask computed by comparing the ids with the image token
+    selects the original's 12 positions, so the features go in as the original's did, with no
+    seeded mask. (Before, the ids held no image token and the ops read seeded masks.)"""
+    _capture_image_tokens(tmp_path / "vlm.json.gz")
+    replay = Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("a mask or counts computed" in n for n in rep.notes), rep.notes
+    ids = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (2, 20)]
+    assert len(ids) == 1 and int((ids[0] == _ImageTokens.IMAGE).sum()) == 12, ids
+    for _ in range(3):
+        replay.reset_state()
+        replay.run()
+    side = json.loads(sidecar_path(tmp_path / "vlm.json.gz").read_text())
+    side["index_inputs"][0]["hot_values"] = [1000]  # (above the record's highest value)
+    sidecar_path(tmp_path / "vlm.json.gz").write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"vlm\.meta\.json: malformed timing sidecar: index_inputs"):
+        Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
 
 
 def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
