@@ -415,6 +415,11 @@ class Planner:
         overload, schema_args, alt = self._resolve(node)
         if len(node.inputs) > len(schema_args):
             raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
+        missing = [a.name for a in schema_args[len(node.inputs):] if not (a.has_default or a.optional)]
+        if missing:
+            # (torch's observer writes a node without inputs where it failed on one: a nested tensor's sizes)
+            raise Unsupported(f"the trace records {len(node.inputs)} of its inputs and no value for its required "
+                              f"{', '.join(repr(m) for m in missing)}: the trace's writer left them out")  # fmt: skip
         values, kwnames = [], []
         names = [a.name for a in schema_args]
         for arg, val in zip(schema_args, node.inputs):

@@ -1041,6 +1041,22 @@ def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tm
     replay.run()
 
 
+def test_an_op_whose_inputs_the_trace_left_out_is_skipped_naming_them(tmp_path):
+    """torch's observer writes a node with no inputs where it failed on one (a nested tensor's
+    sizes, in ``nn.TransformerEncoder``'s fast path). The op was skipped with torch's own binding
+    error, which blamed the call; it is now skipped naming the arguments the trace has no value
+    for, and the ops around it replay."""
+    data = read_json(capture_attention_inference(tmp_path / "attention.json.gz"))
+    (node,) = [n for n in data["nodes"] if n["name"] == "aten::scaled_dot_product_attention"]
+    node["inputs"] = {"values": [], "shapes": [], "types": [], "strides": []}
+    replay = Replay(parse_trace(data, "lost.json"), "cpu").prepare()
+    ((op, why),) = replay.report.skipped
+    assert op == "aten::scaled_dot_product_attention", op
+    assert why.startswith("the trace records 0 of its inputs and no value for its required 'query', 'key', 'value'"), why
+    assert replay.report.ops_replayed == replay.report.ops_total - 1
+    replay.run()
+
+
 def test_tensors_the_program_filled_itself_read_seeded_data(tmp_path):
     """``torch.tensor([...])`` records an ``aten::empty`` and copies the list in outside the ops:
     replayed, the empty tensor would hold whatever the memory held (here an index that must stay
