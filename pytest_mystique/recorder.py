@@ -198,8 +198,9 @@ def _record_inputs(step, result: Captured) -> None:
 
     - each integer input's spread (``index_inputs``: shape, type, number of distinct values, the
       most frequent one's share, the hottest values' shares at ranks two to a doubling
-      (:func:`_hot_shares`) and the first few of them by value (:func:`_hot_values`), lowest and highest, and for a sorted one, bag boundaries, the
-      smallest and largest step; for one of a few rows of coordinates, each row's spread too):
+      (:func:`_hot_shares`) and the first few of those values (:func:`_hot_values`), lowest and
+      highest, and for a sorted one, bag boundaries, the smallest and largest step; for one of a
+      few rows of coordinates, each row's spread too):
       a recommender's ids follow a power law, and a lookup over hot rows is several times faster
       than one over uniform rows; a GPU's embedding bag waits on its longest bag; a graph's
       destinations crowd on a few nodes where its sources do not;

@@ -1111,15 +1111,20 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
     (as many as fit), each at least once, as many times as its rank on the recorded curve gives
     (:func:`curve_counts`), or, without one, the rest drawn with Zipf weights ``1 / rank ** s``
     over them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements.
-    The hot values are random ones of the range (but those ``skew.values`` names), the order random. With ``tables`` over 1 the
-    ``n`` are that many tables' indices, one table's after another (equal parts): each value
-    belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
+    The hot values are random ones of the range (but for those ``skew.values`` names), the order
+    random. With ``tables`` over 1 the ``n`` are that many tables' indices, one table's after
+    another (equal parts): each value belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
     once per table was as many rows, and a table-batched lookup read four times as many distinct
     rows as its original.) (Copied into exported scripts: torch alone.)"""
     k = max(1, min(n, span, round(skew.distinct * n)))
     distinct = values = _distinct_draws(span, k, g, dev)  # (by rank, hottest first)
-    hot = torch.tensor([v for v in skew.values if 0 <= v < span][:k], dtype=torch.int64, device=dev)
-    if hot.numel():  # the recorded hottest values take the first ranks
+    ranked = []  # the recorded hottest values, up to the first outside the range (the next would take its rank)
+    for v in skew.values[:k]:
+        if not 0 <= v < span:
+            break
+        ranked.append(v)
+    hot = torch.tensor(ranked, dtype=torch.int64, device=dev)
+    if hot.numel():  # they take the first ranks
         distinct = values = torch.cat([hot, distinct[~torch.isin(distinct, hot)]])[:k]
     extra = n - k
     counts = None  # repeats of each rank
