@@ -101,13 +101,12 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             low, high = (x.item() for x in torch.aminmax(t.detach().reshape(-1).to(torch.float64)))
             low, high = (_finite(low, -1.0), _finite(high, 1.0)) if t.is_floating_point() else (int(low), int(high))
         skew, rng = replay.factory.skews.get(ref), replay.factory.ranges.get(ref)
+        spread = None
         if skew is not None:  # (its hottest values lie above the range's lowest; the script draws above ``low``)
             shift = (0 if rng is None else rng.low) - int(low)
             spread = ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
                       tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values)) for r in skew.rows),
                       tuple(v + shift for v in skew.values))  # fmt: skip
-        else:
-            spread = None
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),

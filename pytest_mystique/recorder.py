@@ -390,9 +390,10 @@ def _spread(t: torch.Tensor) -> dict:
     """How an integer tensor's values spread: the number of distinct ones, the most frequent
     one's share, the lowest and highest, the hottest ones' shares (:func:`_hot_shares`)."""
     values, counts = torch.unique(t, return_counts=True)
-    return {"distinct": int(values.numel()), "top": round(float(counts.max()) / t.numel(), 6),
-            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(counts, t.numel()),
-            "hot_values": _hot_values(values, counts)}  # fmt: skip
+    ranked = torch.sort(counts, descending=True, stable=True)  # (hottest first; ties by value)
+    return {"distinct": int(values.numel()), "top": round(float(ranked.values[0]) / t.numel(), 6),
+            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(ranked.values, t.numel()),
+            "hot_values": _hot_values(values[ranked.indices], ranked.values)}  # fmt: skip
 
 
 def _float_scale(t: torch.Tensor) -> dict:
@@ -446,25 +447,24 @@ def _json_floats(x: torch.Tensor) -> list[float]:
 
 
 def _hot_shares(counts: torch.Tensor, n: int) -> list[list]:
-    """The share of the ``n`` elements that the hottest values took, at ranks 1, 2, 3, 4, 6, 8,
-    11... (two to a doubling) and at the last: [rank, share] pairs, the curve of how the values
-    spread. A hottest share and a distinct count fit a Zipf law; ids of another law (sums of
-    uniform draws, a square's) have a curve of another shape, and which rows a lookup reads (how
-    many sit in the cache) follows from it."""
-    cum = torch.sort(counts, descending=True).values.cumsum(0)
+    """The share of the ``n`` elements that the hottest values took (``counts``: each value's,
+    hottest first), at ranks 1, 2, 3, 4, 6, 8, 11... (two to a doubling) and at the last: [rank,
+    share] pairs, the curve of how the values spread. A hottest share and a distinct count fit a
+    Zipf law; ids of another law (sums of uniform draws, a square's) have a curve of another shape,
+    and which rows a lookup reads (how many sit in the cache) follows from it."""
+    cum = counts.cumsum(0)
     k = int(counts.numel())
     ranks = sorted({min(round(2 ** (j / 2)), k) for j in range(2 * max(k, 1).bit_length() + 1)} | {k})
     return [[r, round(float(cum[r - 1]) / n, 6)] for r in ranks]
 
 
 def _hot_values(values: torch.Tensor, counts: torch.Tensor) -> list[int]:
-    """The values at the first :data:`HOT_VALUES` ranks of the spread, hottest first, of those
-    that repeat: the ranks whose shares :func:`_hot_shares` gives exactly. A program compares its
+    """Of ``values`` and their ``counts``, hottest first, those at the first :data:`HOT_VALUES`
+    ranks that repeat: the ranks whose shares :func:`_hot_shares` gives exactly. A program compares its
     ids with such values (``ids == image_token``, ``ids != pad``, ``labels == -100``) and the
     mask's count of true elements decides what follows (how many image features a model puts
     into the text, how many tokens a loss reads); drawn at random, the replay's ids hold none."""
-    order = torch.sort(counts, descending=True, stable=True).indices[:HOT_VALUES]
-    return [int(values[i]) for i in order if int(counts[i]) > 1]
+    return [int(v) for v, c in zip(values[:HOT_VALUES], counts[:HOT_VALUES]) if int(c) > 1]
 
 
 #: How many of an integer input's hottest values the capture records by value.
