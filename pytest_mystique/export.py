@@ -29,7 +29,7 @@ import torch
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
-from .tensors import _distinct_draws, _skewed, _skewed_rows, _zipf_exponent, curve_counts, distinct_view
+from .tensors import _distinct_draws, _in_runs, _skewed, _skewed_rows, _zipf_exponent, curve_counts, distinct_view
 
 _SCALARS = (bool, int, float, complex, str, type(None))
 
@@ -105,8 +105,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
         if skew is not None:  # (its hottest values lie above the range's lowest; the script draws above ``low``)
             shift = (0 if rng is None else rng.low) - int(low)
             spread = ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
-                      tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values)) for r in skew.rows),
-                      tuple(v + shift for v in skew.values))  # fmt: skip
+                      tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values), r.runs) for r in skew.rows),
+                      tuple(v + shift for v in skew.values), skew.runs)  # fmt: skip
         if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
             spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
@@ -116,8 +116,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
 
 #: The factory's own code for an index input's seeded draw and a mask's distinct elements (torch
 #: alone), copied into the script so that it draws as the replay does.
-_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _skewed_rows,
-                                                                distinct_view))  # fmt: skip
+_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _in_runs,
+                                                                _skewed_rows, distinct_view))  # fmt: skip
 
 
 def export_script(replay, trace_path: str) -> str:
@@ -258,7 +258,8 @@ OPS = {ops}
 # storages: (bytes, written in place by the step); views: (slot, storage, dtype, offset, shape, stride, low, high,
 # written, spread: None; ("skew", an index input's share of distinct values, its hottest value's share, the
 # curve of the hottest values' shares, the tables whose indices it holds one after another, each row's
-# (share of distinct values, hottest share, curve) for a tensor of coordinates); or
+# (share of distinct values, hottest share, curve, -, hottest values, their runs) for a tensor of coordinates,
+# the hottest values above low, and the (start, length) runs each stood in, where it stood together); or
 # ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
 STORAGES = {storages}
 VIEWS = {views}
@@ -286,7 +287,7 @@ def fill(t, low, high, gen, spread=None):
     elif t.is_complex():
         t.zero_()
     elif spread is not None:
-        skew, tables = Skew(*spread[1:4], spread[5], spread[6]), spread[4]
+        skew, tables = Skew(*spread[1:4], spread[5], spread[6], spread[7]), spread[4]
         t.copy_((int(low) + _skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
@@ -295,8 +296,8 @@ def fill(t, low, high, gen, spread=None):
 class Skew:
     """An index input's spread as the replay drew it (its tensors.Skew; the draws below are its code)."""
 
-    def __init__(self, distinct, top, curve, rows=(), values=()):
-        self.distinct, self.top, self.curve, self.values = distinct, top, curve, values
+    def __init__(self, distinct, top, curve, rows=(), values=(), runs=()):
+        self.distinct, self.top, self.curve, self.values, self.runs = distinct, top, curve, values, runs
         self.rows = tuple(Skew(*row) for row in rows)
 
 

@@ -906,7 +906,8 @@ def _skew_of(record: dict, n: int, low: int, rows: tuple[Skew, ...] = ()) -> Ske
     """The spread a capture's record gives ``n`` integers drawn from ``low`` up (the sidecar's
     loader checked it), and its rows' where a tensor of coordinates has them."""
     curve = tuple((rank / record["distinct"], share) for rank, share in record.get("hot", ()))
-    return Skew(record["distinct"] / n, record["top"], curve, rows, tuple(v - low for v in record.get("hot_values", ())))
+    runs = tuple(tuple((start, length) for start, length in r) for r in record.get("hot_runs", ()))
+    return Skew(record["distinct"] / n, record["top"], curve, rows, tuple(v - low for v in record.get("hot_values", ())), runs)
 
 
 def substitute_of(node: Node) -> Substitute | None:

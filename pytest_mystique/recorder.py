@@ -388,12 +388,19 @@ COO_ROWS = 4
 
 def _spread(t: torch.Tensor) -> dict:
     """How an integer tensor's values spread: the number of distinct ones, the most frequent
-    one's share, the lowest and highest, the hottest ones' shares (:func:`_hot_shares`)."""
+    one's share, the lowest and highest, the hottest ones' shares (:func:`_hot_shares`), the
+    hottest ones themselves (:func:`_hot_values`) and, where some of those stand together, where
+    their runs lie in the flattened tensor (``hot_runs``, one list a hot value, :func:`_runs`)."""
     values, counts = torch.unique(t, return_counts=True)
     ranked = torch.sort(counts, descending=True, stable=True)  # (hottest first; ties by value)
-    return {"distinct": int(values.numel()), "top": round(float(ranked.values[0]) / t.numel(), 6),
-            "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(ranked.values, t.numel()),
-            "hot_values": _hot_values(values[ranked.indices], ranked.values)}  # fmt: skip
+    hot = _hot_values(values[ranked.indices], ranked.values)
+    record = {"distinct": int(values.numel()), "top": round(float(ranked.values[0]) / t.numel(), 6),
+              "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(ranked.values, t.numel()),
+              "hot_values": hot}  # fmt: skip
+    runs = [_runs(t.reshape(-1) == v) for v in hot]
+    if any(runs):
+        record["hot_runs"] = runs
+    return record
 
 
 def _float_scale(t: torch.Tensor) -> dict:
@@ -469,6 +476,23 @@ def _hot_values(values: torch.Tensor, counts: torch.Tensor) -> list[int]:
 
 #: How many of an integer input's hottest values the capture records by value.
 HOT_VALUES = 4
+
+
+def _runs(at: torch.Tensor) -> list[list[int]]:
+    """Where the true elements of ``at`` (a 1-d mask: where a hot value stood) lie, as [start,
+    length] runs, if they stand together: in :data:`HOT_RUNS` runs at most, two elements a run or
+    more on average; else none. Image tokens sit in one run an image (a vision-language model
+    finds each image's tokens from where its runs begin), a padded batch's pad ids at each row's
+    end; a hot id of a recommender, scattered, has no runs recorded."""
+    edges = torch.diff(at.to(torch.int8), prepend=at.new_zeros(1, dtype=torch.int8), append=at.new_zeros(1, dtype=torch.int8))
+    starts, ends = torch.nonzero(edges == 1).reshape(-1), torch.nonzero(edges == -1).reshape(-1)
+    if not 0 < starts.numel() <= HOT_RUNS or int(at.sum()) < 2 * starts.numel():
+        return []
+    return [[s, e - s] for s, e in zip(starts.tolist(), ends.tolist())]
+
+
+#: How many runs of a hot value the capture records where they stand at most (:func:`_runs`).
+HOT_RUNS = 16
 
 
 def _time_inside_operators(step, path: Path) -> None:

@@ -177,7 +177,8 @@ def _spread_ok(r: dict, n: int) -> bool:
     top, low, high = r.get("top"), r.get("low", 0), r.get("high", r.get("low", 0))
     return (_count(r.get("distinct")) and 1 <= r["distinct"] <= n and _number(top) and 0 < top <= 1
             and _number(low) and _number(high) and low <= high and _hot_ok(r.get("hot", []), r["distinct"])
-            and _hot_values_ok(r.get("hot_values", []), low, high, r["distinct"]))  # fmt: skip
+            and _hot_values_ok(r.get("hot_values", []), low, high, r["distinct"])
+            and _hot_runs_ok(r.get("hot_runs"), len(r.get("hot_values", [])), n))  # fmt: skip
 
 
 def _hot_ok(hot, distinct: int) -> bool:
@@ -194,6 +195,22 @@ def _hot_values_ok(values, low, high, distinct: int) -> bool:
     most as many as its distinct count."""
     return (isinstance(values, list) and len(values) <= distinct and len(set(values)) == len(values)
             and all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in values))  # fmt: skip
+
+
+def _hot_runs_ok(runs, hot: int, n: int) -> bool:
+    """An index record's ``hot_runs`` (none, or a list for each of its ``hot`` hottest values):
+    [start, length] runs of its ``n`` elements, each at least one long, in order, no two of any
+    values overlapping."""
+    if runs is None:
+        return True
+    if not (isinstance(runs, list) and len(runs) == hot and all(isinstance(rs, list) for rs in runs)):
+        return False
+    spans = [run for rs in runs for run in rs]
+    if not all(isinstance(r, list) and len(r) == 2 and _count(r[0]) and _count(r[1]) and r[1] >= 1
+               and r[0] + r[1] <= n for r in spans):  # fmt: skip
+        return False
+    ordered = sorted(spans)
+    return all(a[0] + a[1] <= b[0] for a, b in zip(ordered, ordered[1:])) and all(rs == sorted(rs) for rs in runs)
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",

@@ -632,13 +632,17 @@ class Skew:
     additions collide). ``values``: the hottest values themselves, hottest first, above the
     range's lowest (where the capture recorded them): the draw gives them those ranks, so that a
     mask the program computes by comparing with one (``ids == image_token``) selects as many
-    elements as the original's did."""
+    elements as the original's did. ``runs``: for each of those, the (start, length) runs it
+    stood in where the capture found it standing together (an image's tokens in one run, a padded
+    row's pad ids at its end), which the draw puts it in: a model finds each image's tokens from
+    where its runs begin, and drawn at random places they made one image of each token."""
 
     distinct: float
     top: float
     curve: tuple[tuple[float, float], ...] = ()
     rows: tuple[Skew, ...] = ()
     values: tuple[int, ...] = ()
+    runs: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1112,7 +1116,7 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
     (:func:`curve_counts`), or, without one, the rest drawn with Zipf weights ``1 / rank ** s``
     over them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements.
     The hot values are random ones of the range (but for those ``skew.values`` names), the order
-    random. With ``tables`` over 1 the ``n`` are that many tables' indices, one table's after
+    random (but for the runs ``skew.runs`` gives those, :func:`_in_runs`). With ``tables`` over 1 the ``n`` are that many tables' indices, one table's after
     another (equal parts): each value belongs to one table, where all of its repeats are. (Spread
     over all of them, a hot id read once per table was as many rows, and a table-batched lookup
     read four times as many distinct rows as its original.) (Copied into exported scripts: torch
@@ -1142,13 +1146,33 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
         counts = torch.bincount(picks, minlength=k) + 1
         values = torch.cat([values, values[picks]])
     if tables <= 1 or counts is None:
-        return values[torch.randperm(n, generator=g, device=dev)]
+        drawn = values[torch.randperm(n, generator=g, device=dev)]
+        placed = [(v, runs) for v, runs in zip(ranked, skew.runs) if runs and all(s + m <= n for s, m in runs)]
+        return _in_runs(drawn, placed, dev) if placed else drawn
     # each value's repeats together, the values in random order (hot ones in every table), cut into
     # the tables' parts, each part shuffled
     order = torch.randperm(k, generator=g, device=dev)
     grouped = distinct[order].repeat_interleave(counts[order])
     return torch.cat([part[torch.randperm(part.numel(), generator=g, device=dev)]
                       for part in torch.tensor_split(grouped, tables)])  # fmt: skip
+
+
+def _in_runs(drawn: torch.Tensor, placed, dev: torch.device) -> torch.Tensor:
+    """``drawn`` with each value of ``placed`` ((value, ((start, length), ...)) pairs) standing in
+    those runs, and the other values drawn in the rest of the places, in their drawn order (as
+    many of them as there is room for, again from the first where there is more room). (Copied
+    into exported scripts: torch alone.)"""
+    out, free = torch.empty_like(drawn), torch.ones(drawn.numel(), dtype=torch.bool, device=dev)
+    for value, runs in placed:
+        for start, length in runs:
+            out[start : start + length] = value
+            free[start : start + length] = False
+    rest = drawn[~torch.isin(drawn, torch.tensor([v for v, _ in placed], dtype=drawn.dtype, device=dev))]
+    room = int(free.sum())
+    if room:
+        rest = rest if rest.numel() else drawn
+        out[free] = rest.repeat(-(-room // rest.numel()))[:room]
+    return out
 
 
 def _skewed_rows(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device, tables: int = 1) -> torch.Tensor:

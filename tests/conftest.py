@@ -157,6 +157,42 @@ def tbe_rows_read(indices, offsets, tables: int) -> int:
     return sum(len(indices[a:b].unique()) for a, b in zip(cuts, cuts[1:]))
 
 
+class ImageTokens(torch.nn.Module):
+    """A vision-language model's merge of image features into its text embeddings, three ways:
+    at the positions of its image token (a mask computed from the ids, ``index_put_``), through
+    ``masked_scatter`` (LLaVA's, here of other features at the other tokens), and at the positions
+    of a mask given with the batch (Kosmos-2's ``image_embeds_position_mask``)."""
+
+    IMAGE = 99
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.project = torch.nn.Embedding(100, 16), torch.nn.Linear(8, 16)
+
+    def forward(self, ids, patches, others, given):
+        feats = self.project(patches)  # (12, 16): 6 image tokens in each of 2 rows
+        text = self.embed(ids)
+        merged = text.clone()
+        merged[ids == self.IMAGE] = feats
+        scattered = text.masked_scatter((ids != self.IMAGE).unsqueeze(-1).expand_as(text), self.project(others))
+        placed = text.clone()
+        placed[given] = feats
+        return (merged + scattered + placed).sum()
+
+
+def capture_image_tokens(path: Path) -> None:
+    """A step of :class:`ImageTokens` captured into ``path``: its ids hold 6 image tokens in a
+    run in each of their 2 rows (at 3 to 8), its mask given with the batch 6 true elements a row."""
+    from pytest_mystique import capture_step
+
+    ids = torch.randint(0, 90, (2, 20))
+    ids[:, 3:9] = ImageTokens.IMAGE
+    model, patches, others = ImageTokens(), torch.randn(12, 8), torch.randn(28, 8)
+    given = torch.zeros(2, 20, dtype=torch.bool)
+    given[:, 10:16] = True
+    capture_step(lambda: model(ids, patches, others, given).backward(), path, warmup=1, runs=1, min_warmup_s=0)
+
+
 def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
     """A small trace holding the first ``limit`` recorded top-level ops of each name in ``names``
     (with their recorded arguments), hung under the original thread root."""

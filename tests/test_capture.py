@@ -311,7 +311,14 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     assert _input_record(torch.tensor([3, 3, 7, 1])) == {"shape": [4], "dtype": "int64", "distinct": 3, "top": 0.5,
                                                           "low": 1, "high": 7,
                                                           "hot": [[1, 0.5], [2, 0.75], [3, 1.0]],
-                                                          "hot_values": [3]}  # (the values that repeat)  # fmt: skip
+                                                          "hot_values": [3],  # (the values that repeat)
+                                                          "hot_runs": [[[0, 2]]]}  # (standing together)  # fmt: skip
+    # a hot value's runs where it stands together (a pad id at each row's end), none where it is
+    # scattered (here 3, as often but in three runs of one) or stands in too many runs
+    padded = torch.tensor([[5, 3, 8, 3, 9, 3, 0, 0], [4, 6, 0, 0, 0, 0, 0, 0]])
+    record = _input_record(padded)
+    assert record["hot_values"] == [0, 3] and record["hot_runs"] == [[[6, 2], [10, 6]], []], record
+    assert "hot_runs" not in _input_record(torch.arange(40) % 2)  # (20 runs of one each)
 
 
 def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_path):

@@ -12,8 +12,10 @@ from pytest_mystique.cli import main
 
 from conftest import (
     ROOT,
+    ImageTokens,
     bundled,
     capture_attention_inference,
+    capture_image_tokens,
     corpus,
     graph_step,
     row_spreads,
@@ -241,6 +243,18 @@ def test_exported_script_draws_index_inputs_with_the_replays_spread(tmp_path):
     top10 = torch.sort(counts, descending=True).values[:10].sum().item()
     assert view[9][3] and top10 == pytest.approx(torch.sort(original, descending=True).values[:10].sum().item(), rel=0.05)
     assert made.bincount().argmax() == ids.bincount().argmax()
+
+
+def test_exported_script_puts_the_originals_hottest_ids_where_they_stood(tmp_path):
+    """A vision-language step's ids, whose image tokens stood in one run a row: the exported
+    script's ids hold the image token as often and in the same runs, as the replay's do."""
+    import torch
+
+    capture_image_tokens(tmp_path / "vlm.json.gz")
+    bench = _exported(tmp_path / "vlm.json.gz", tmp_path, "bench_vlm")
+    [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew" and v[4] == (2, 20)]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
+    assert torch.nonzero(made == ImageTokens.IMAGE)[:, 1].tolist() == [3, 4, 5, 6, 7, 8] * 2, made
 
 
 def test_exported_script_draws_a_graph_s_edge_index_row_by_row(tmp_path):

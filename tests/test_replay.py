@@ -30,8 +30,10 @@ from pytest_mystique.trace import TensorRef, Unstrided, load_trace, parse_trace,
 
 from conftest import (
     ROOT,
+    ImageTokens,
     bundled,
     capture_attention_inference,
+    capture_image_tokens,
     corpus,
     extract_ops,
     graph_step,
@@ -737,38 +739,6 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
-class _ImageTokens(torch.nn.Module):
-    """A vision-language model's merge of image features into its text embeddings, three ways:
-    at the positions of its image token (a mask computed from the ids, ``index_put_``), through
-    ``masked_scatter`` (LLaVA's, here of other features at the other tokens), and at the positions
-    of a mask given with the batch (Kosmos-2's ``image_embeds_position_mask``)."""
-
-    IMAGE = 99
-
-    def __init__(self):
-        super().__init__()
-        self.embed, self.project = torch.nn.Embedding(100, 16), torch.nn.Linear(8, 16)
-
-    def forward(self, ids, patches, others, given):
-        feats = self.project(patches)  # (12, 16): 6 image tokens in each of 2 rows
-        text = self.embed(ids)
-        merged = text.clone()
-        merged[ids == self.IMAGE] = feats
-        scattered = text.masked_scatter((ids != self.IMAGE).unsqueeze(-1).expand_as(text), self.project(others))
-        placed = text.clone()
-        placed[given] = feats
-        return (merged + scattered + placed).sum()
-
-
-def _capture_image_tokens(path) -> None:
-    ids = torch.randint(0, 90, (2, 20))
-    ids[:, 3:9] = _ImageTokens.IMAGE
-    model, patches, others = _ImageTokens(), torch.randn(12, 8), torch.randn(28, 8)
-    given = torch.zeros(2, 20, dtype=torch.bool)
-    given[:, 10:16] = True
-    capture_step(lambda: model(ids, patches, others, given).backward(), path, warmup=1, runs=1, min_warmup_s=0)
-
-
 @pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
 def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first):
     """``x[mask] = values`` and ``x.masked_scatter(mask, values)`` need a mask with as many true
@@ -784,10 +754,10 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
     if checked_first:
         monkeypatch.setattr(replay_module, "RAISES_ON_BAD_INDICES", set())
         monkeypatch.setattr(replay_module, "_miscounted", lambda e: False)
-    _capture_image_tokens(tmp_path / "vlm.json.gz")
+    capture_image_tokens(tmp_path / "vlm.json.gz")
     side = json.loads(sidecar_path(tmp_path / "vlm.json.gz").read_text())
-    assert [r["hot_values"][0] for r in side["index_inputs"]] == [_ImageTokens.IMAGE]
-    side["index_inputs"] = [{k: v for k, v in r.items() if k != "hot_values"} for r in side["index_inputs"]]
+    assert [r["hot_values"][0] for r in side["index_inputs"]] == [ImageTokens.IMAGE]
+    side["index_inputs"] = [{k: v for k, v in r.items() if k not in ("hot_values", "hot_runs")} for r in side["index_inputs"]]
     sidecar_path(tmp_path / "vlm.json.gz").write_text(json.dumps(side))
     replay = Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
     rep = replay.report
@@ -805,22 +775,30 @@ def test_ids_hold_the_originals_hottest_values_so_masks_computed_from_them_selec
     """The capture records an integer input's hottest values themselves, and the replay's ids hold
     them as often as the original's did: a mask computed by comparing the ids with the image token
     selects the original's 12 positions, so the features go in as the original's did, with no
-    seeded mask. (Before, the ids held no image token and the ops read seeded masks.)"""
-    _capture_image_tokens(tmp_path / "vlm.json.gz")
+    seeded mask. (Before, the ids held no image token and the ops read seeded masks.) And where
+    the original's stood together, they stand in the same runs: each row's image at 3 to 8 (a
+    model finds each image from where its run begins; drawn at random places, the image tokens
+    made several images of a token or two). A record of runs that overlap is an error naming
+    the sidecar."""
+    capture_image_tokens(tmp_path / "vlm.json.gz")
     replay = Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert not any("a mask or counts computed" in n for n in rep.notes), rep.notes
     ids = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (2, 20)]
-    assert len(ids) == 1 and int((ids[0] == _ImageTokens.IMAGE).sum()) == 12, ids
+    assert len(ids) == 1 and int((ids[0] == ImageTokens.IMAGE).sum()) == 12, ids
+    assert torch.nonzero(ids[0] == ImageTokens.IMAGE)[:, 1].tolist() == [3, 4, 5, 6, 7, 8] * 2, ids
     for _ in range(3):
         replay.reset_state()
         replay.run()
-    side = json.loads(sidecar_path(tmp_path / "vlm.json.gz").read_text())
-    side["index_inputs"][0]["hot_values"] = [1000]  # (above the record's highest value)
-    sidecar_path(tmp_path / "vlm.json.gz").write_text(json.dumps(side))
-    with pytest.raises(ReplayError, match=r"vlm\.meta\.json: malformed timing sidecar: index_inputs"):
-        Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
+    path = sidecar_path(tmp_path / "vlm.json.gz")
+    side = json.loads(path.read_text())
+    assert side["index_inputs"][0]["hot_runs"][0] == [[3, 6], [23, 6]]
+    for key, bad in (("hot_values", [1000, *side["index_inputs"][0]["hot_values"][1:]]),  # (above the highest value)
+                     ("hot_runs", [[[3, 6], [8, 6]]] + side["index_inputs"][0]["hot_runs"][1:])):  # (overlapping)  # fmt: skip
+        path.write_text(json.dumps({**side, "index_inputs": [{**side["index_inputs"][0], key: bad}]}))
+        with pytest.raises(ReplayError, match=r"vlm\.meta\.json: malformed timing sidecar: index_inputs"):
+            Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
 
 
 def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
