@@ -24,7 +24,9 @@ import math
 import os
 import re
 import time
+import warnings
 from collections import Counter
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -143,6 +145,7 @@ class Replay:
         self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
         self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
+        self._warned: Counter = Counter()  # (op, torch's warning) at the build (see _quiet)
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
         # causal mask) or of such slots; NaN or inf there (a mask's -inf, the log of a 0) was the original's.
         # A 0-dim input counts as such: most often a Python number the program passed, whose value the
@@ -778,11 +781,15 @@ class Replay:
             dying[i].append(key)
         try:
             torch.set_grad_enabled(False)
-            with allocation_limit(self.device, self.max_memory) as self._limit:
+            with allocation_limit(self.device, self.max_memory) as self._limit, warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")  # (see _quiet)
                 for i, p in enumerate(planned):
                     # (their slots, found before the op's own outputs take their ids)
                     done = [hit[0] for key in dying[i] if (hit := self._produced.get(key)) is not None]
                     self._build_step(p)
+                    if warned:
+                        self._warned.update((p.node.name, _warning_text(w)) for w in warned)
+                        warned.clear()
                     for ref in tensors_of(p.node.outputs):
                         if (ref.key, i) not in last_read and (hit := self._produced.get(ref.key)) is not None:
                             self._release(hit[0])  # (read by no op)
@@ -810,6 +817,9 @@ class Replay:
         if self._first_nonfinite:
             self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
                               f"the ops after it may not take the original's time"] += 1  # fmt: skip
+        for (op, text), n in self._warned.items():
+            self.report.notes[f"{op}: torch warned as the replay built it, and the replay ran it on (the original's call "
+                              f"warned too where it ran alike; the warnings filters do not make it an error): {text}"] += n  # fmt: skip
         self._grad_inputs = [s for s in sorted(self.permanent)
                              if isinstance(self.env[s], torch.Tensor) and self.env[s].grad_fn is not None]  # fmt: skip
         for s in self._grad_inputs:  # (the build's own graph)
@@ -829,8 +839,22 @@ class Replay:
         (:mod:`.straightline`), made at the end of :meth:`prepare` (or here, at its first use).
         Whoever changes ``steps`` after that calls :meth:`invalidate`."""
         if after_step is None and self.steps:
-            self._run_straight()
+            with self._quiet():
+                self._run_straight()
             return
+        with self._quiet():
+            self._run_steps(after_step)
+
+    def _quiet(self):
+        """Where an op warned at the build (torch's ``TORCH_WARN``: a resized ``out=`` tensor, an
+        operator in beta), the iterations run with warnings ignored: the warnings filters of the
+        program that runs the replay (pytest's ``-W error``, a ``filterwarnings = error``) would
+        make the op's warning an error, and the iteration would stop at an op the original ran
+        through. The build recorded each such warning as a note (:meth:`_prepare`). Elsewhere the
+        iteration runs as it is: no op warns, and entering the context would cost each iteration."""
+        return _warnings_ignored() if self._warned else nullcontext()
+
+    def _run_steps(self, after_step) -> None:
         env = self.env
         step = None
         grad_was = torch.is_grad_enabled()
@@ -900,6 +924,18 @@ class Replay:
         """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
         where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
         return ReplayError(self.trace.path, f"{where} failed during replay: {reason(e)}")
+
+
+@contextmanager
+def _warnings_ignored():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _warning_text(w: warnings.WarningMessage) -> str:
+    """A warning's category and message, without torch's pointer into its C++ source."""
+    return f"{w.category.__name__}: {str(w.message).split(' (Triggered internally at')[0].strip()}"
 
 
 def _dynamic_here(p: PlannedOp) -> bool:

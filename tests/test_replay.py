@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -1017,6 +1018,33 @@ def test_a_malformed_op_inside_a_replayed_one_shows_no_flag_and_stops_nothing(tm
     malformed = [n for n in replay.report.notes if "malformed record" in n]
     assert malformed and all(n.startswith("aten::matmul inside aten::") for n in malformed), replay.report.notes
     replay.run()
+
+
+def test_an_op_that_warns_replays_under_warnings_filters_that_make_warnings_errors(tmp_path):
+    """A CI that runs pytest with ``-W error`` (or ``filterwarnings = error``) made each warning
+    torch raises in an op an exception: an ``out=`` tensor of another shape resized by ``mul``
+    (a warning at every call), or an operator in beta (once a process). The build skipped such an
+    op with the warning as its reason, and an iteration stopped at it. The replay now runs every op
+    as the original did whatever the filters say, and lists each warning as a note."""
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+
+    def step():
+        out = torch.empty(3)
+        torch.mul(a, b, out=out)  # (resized to 4 x 5, with torch's warning)
+        return out.sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        capture_step(step, tmp_path / "out.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        replay = Replay(load_trace(tmp_path / "out.json.gz"), "cpu").prepare()
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        assert any(n.startswith("aten::mul: torch warned") and "was resized" in n for n in rep.notes), rep.notes
+        for _ in range(2):
+            replay.run()
+        replay.run(after_step=lambda step, result: None)  # (the instrumented iteration too)
 
 
 def test_an_op_whose_inputs_the_trace_left_out_is_skipped_naming_them(tmp_path):
