@@ -1116,11 +1116,11 @@ def _skewed(span: int, n: int, skew: Skew, g: torch.Generator, dev: torch.device
     (:func:`curve_counts`), or, without one, the rest drawn with Zipf weights ``1 / rank ** s``
     over them, ``s`` chosen so that the hottest value takes the ``top`` share of the elements.
     The hot values are random ones of the range (but for those ``skew.values`` names), the order
-    random (but for the runs ``skew.runs`` gives those, :func:`_in_runs`). With ``tables`` over 1 the ``n`` are that many tables' indices, one table's after
-    another (equal parts): each value belongs to one table, where all of its repeats are. (Spread
-    over all of them, a hot id read once per table was as many rows, and a table-batched lookup
-    read four times as many distinct rows as its original.) (Copied into exported scripts: torch
-    alone.)"""
+    random (but for the runs ``skew.runs`` gives those, :func:`_in_runs`). With ``tables`` over 1
+    the ``n`` are that many tables' indices, one table's after another (equal parts): each value
+    belongs to one table, where all of its repeats are. (Spread over all of them, a hot id read
+    once per table was as many rows, and a table-batched lookup read four times as many distinct
+    rows as its original.) (Copied into exported scripts: torch alone.)"""
     k = max(1, min(n, span, round(skew.distinct * n)))
     distinct = values = _distinct_draws(span, k, g, dev)  # (by rank, hottest first)
     ranked = []  # the recorded hottest values, up to the first outside the range (the next would take its rank)
