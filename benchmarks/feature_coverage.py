@@ -7,7 +7,9 @@ layers, scatter reductions, 3-D convolutions, recurrent cells, order statistics,
 flex_attention, torch.cond, a decoding loop with a growing key/value cache, quantization-aware
 training, L-BFGS and Adafactor, a spectrogram, a nested jagged tensor, an exported module,
 torch.distributions, torch.func.hessian, a custom autograd Function, the program's own generator,
-MKL-DNN tensors, complex layers, a vectorized jacobian, float8 casts, ...), captured here with the capture helper and
+MKL-DNN tensors, complex layers, a vectorized jacobian, float8 casts, a PPO update, a Hungarian
+matching, a masked autoencoder, a vector-quantised codebook, beam search, an optimizer in the
+backward pass, operators that warn, ...), captured here with the capture helper and
 replayed on the CPU. The table gives, per case: ops selected / replayed / skipped, the notes the
 report gave (the replay's own data where the trace holds none), and whether two further
 iterations ran. The last line counts the cases that replay every op.
@@ -657,6 +659,156 @@ def masks_and_counts():
     return lambda: [iteration() for _ in range(2)]
 
 
+def ppo_update():
+    """A PPO update: a categorical policy's sampled actions and log-probabilities, advantages by
+    generalised advantage estimation in a Python loop over 64 time steps (hundreds of 0-dim ops),
+    a clipped surrogate loss, the value loss and an entropy bonus, clipped gradients."""
+    pi, v = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 4)), nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 1))
+    params = [*pi.parameters(), *v.parameters()]
+    opt = torch.optim.Adam(params, lr=3e-4)
+    obs, rew, done = torch.randn(64, 8), torch.randn(64), (torch.rand(64) < 0.05).float()
+
+    def step():
+        with torch.no_grad():
+            dist = torch.distributions.Categorical(logits=pi(obs))
+            act = dist.sample()
+            old, val = dist.log_prob(act), v(obs).squeeze(-1)
+            adv, last = torch.zeros(64), torch.tensor(0.0)
+            for t in reversed(range(64)):
+                after = val[t + 1] if t + 1 < 64 else torch.tensor(0.0)
+                last = rew[t] + 0.99 * after * (1 - done[t]) - val[t] + 0.99 * 0.95 * (1 - done[t]) * last
+                adv[t] = last
+            ret, adv = adv + val, (adv - adv.mean()) / (adv.std() + 1e-8)
+        d = torch.distributions.Categorical(logits=pi(obs))
+        ratio = (d.log_prob(act) - old).exp()
+        loss = (-torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+                + 0.5 * (v(obs).squeeze(-1) - ret).pow(2).mean() - 0.01 * d.entropy().mean())  # fmt: skip
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+
+    return step
+
+
+def hungarian_matching():
+    """A detection loss that matches predictions to targets with SciPy's Hungarian algorithm in the
+    middle of the step: the matched indices come from NumPy (tensors no operator made), then an L1
+    box loss over the matches and a classification loss with a no-object class elsewhere."""
+    from scipy.optimize import linear_sum_assignment
+
+    head, x = nn.Linear(32, 14), torch.randn(2, 20, 32)
+    boxes_t, classes_t = [torch.rand(5, 4), torch.rand(3, 4)], [torch.randint(0, 9, (5,)), torch.randint(0, 9, (3,))]
+
+    def loss():
+        out = head(x)
+        boxes, logits, total = out[..., :4].sigmoid(), out[..., 4:], 0
+        for b in range(2):
+            cost = torch.cdist(boxes[b], boxes_t[b], p=1) - logits[b].softmax(-1)[:, classes_t[b]]
+            i, j = (torch.as_tensor(a) for a in linear_sum_assignment(cost.detach().numpy()))
+            classes = torch.full((20,), 9, dtype=torch.long)
+            classes[i] = classes_t[b][j]
+            total = total + F.l1_loss(boxes[b][i], boxes_t[b][j]) + F.cross_entropy(logits[b], classes)
+        return total
+
+    return _train(head, loss)
+
+
+def masked_autoencoder():
+    """A masked autoencoder's random masking: the patches kept are the first of an argsort of
+    noise drawn in the step, gathered; the decoder's tokens restored to their places by the
+    inverse permutation; the loss over the masked patches alone."""
+    enc, dec, patches = nn.Linear(48, 64), nn.Linear(64, 48), torch.randn(8, 49, 48)
+
+    def loss():
+        shuffle = torch.rand(8, 49).argsort(1)
+        restore = shuffle.argsort(1)
+        z = enc(patches.gather(1, shuffle[:, :12].unsqueeze(-1).expand(-1, -1, 48)))
+        full = torch.cat([z, torch.zeros(8, 37, 64)], 1).gather(1, restore.unsqueeze(-1).expand(-1, -1, 64))
+        mask = torch.ones(8, 49)
+        mask[:, :12] = 0
+        mask = mask.gather(1, restore)
+        return ((dec(full) - patches).pow(2).mean(-1) * mask).sum() / mask.sum()
+
+    return _train(nn.ModuleList([enc, dec]), loss)
+
+
+def vq_codebook():
+    """A vector-quantised autoencoder: each code the nearest of 64 (``cdist``, ``argmin``), the
+    straight-through estimator, a commitment loss, and the codebook moved by exponential moving
+    averages of its assignments (``one_hot``, ``index_add_``) outside autograd."""
+    enc, dec, x = nn.Linear(32, 16), nn.Linear(16, 32), torch.randn(128, 32)
+    codebook = torch.randn(64, 16)
+    counts, sums = torch.ones(64), codebook.clone()
+    opt = torch.optim.Adam([*enc.parameters(), *dec.parameters()])
+
+    def step():
+        z = enc(x)
+        idx = torch.cdist(z, codebook).argmin(1)
+        q = codebook[idx]
+        loss = F.mse_loss(dec(z + (q - z).detach()), x) + 0.25 * F.mse_loss(z, q.detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            counts.mul_(0.99).add_(F.one_hot(idx, 64).float().sum(0), alpha=0.01)
+            sums.mul_(0.99).index_add_(0, idx, z.detach(), alpha=0.01)
+            codebook.copy_(sums / counts.unsqueeze(1))
+
+    return step
+
+
+def beam_search():
+    """Beam search over 8 positions with 4 beams: the top scores of all beams' continuations
+    (``topk`` over a flattened view), each beam's source and token by division and remainder, the
+    sequences and a cache reordered by ``index_select``, finished beams masked out."""
+    emb, out, beams = nn.Embedding(50, 32), nn.Linear(32, 50), 4
+
+    def step():
+        with torch.no_grad():
+            seqs, scores, cache = torch.zeros(beams, 1, dtype=torch.long), torch.zeros(beams), torch.zeros(beams, 0, 32)
+            for _ in range(8):
+                cache = torch.cat([cache, emb(seqs[:, -1]).unsqueeze(1)], 1)
+                top, flat = (out(cache.mean(1)).log_softmax(-1) + scores.unsqueeze(-1)).view(-1).topk(beams)
+                src, tok = torch.div(flat, 50, rounding_mode="floor"), flat % 50
+                seqs = torch.cat([seqs.index_select(0, src), tok.unsqueeze(-1)], 1)
+                cache = cache.index_select(0, src)
+                scores = torch.where(tok == 2, torch.full_like(top, -1e9), top)
+            return seqs
+
+    return step
+
+
+def optimizer_in_backward():
+    """The optimizer run inside the backward pass: each parameter's own SGD steps in a hook called
+    when its gradient is accumulated (``register_post_accumulate_grad_hook``), so no gradient of the
+    whole model is held at once."""
+    model, x = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)), torch.randn(16, 64)
+    opts = {p: torch.optim.SGD([p], lr=0.01, momentum=0.9) for p in model.parameters()}
+
+    def hook(p):
+        opts[p].step()
+        opts[p].zero_grad()
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(hook)
+    return lambda: model(x).square().mean().backward()
+
+
+def ops_that_warn():
+    """Operators for which torch itself warns: an ``out=`` tensor of another shape, resized (at
+    every call), and ``index_reduce_`` (in beta, once a process). The replay runs them whatever the
+    warnings filters say, and lists the warnings as notes."""
+    a, b, src, idx = torch.randn(16, 8), torch.randn(16, 8), torch.randn(32, 8), torch.randint(0, 16, (32,))
+
+    def step():
+        out = torch.empty(3)
+        torch.mul(a, b, out=out)
+        return out.sum() + a.clone().index_reduce_(0, idx, src, "amax").sum()
+
+    return step
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -668,7 +820,8 @@ CASES = {f.__name__: f for f in (
     interpolation_modes, loss_functions, embedding_max_norm, tensor_contractions, integer_arithmetic,
     flex_attention_eager, control_flow_cond, kv_cache_decode, fake_quant_training, lbfgs_closure, adafactor,
     spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function,
-    program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts, masks_and_counts)}  # fmt: skip
+    program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts, masks_and_counts,
+    ppo_update, hungarian_matching, masked_autoencoder, vq_codebook, beam_search, optimizer_in_backward, ops_that_warn)}  # fmt: skip
 
 
 def main() -> int:
