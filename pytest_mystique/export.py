@@ -107,7 +107,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             spread = ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
                       tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values), r.runs) for r in skew.rows),
                       tuple(v + shift for v in skew.values), skew.runs)  # fmt: skip
-        if rng is not None and rng.kind != "uniform" and t.numel() and not (t.is_floating_point() or t.is_complex()):
+        if ((rng is not None and rng.kind != "uniform" or ref in replay.factory.masks) and t.numel()
+                and not (t.is_floating_point() or t.is_complex())):  # fmt: skip
             spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))
         views.append((slot, index[key], str(t.dtype).removeprefix("torch."), t.storage_offset(), tuple(t.shape),
                       tuple(t.stride()), low, high, slot in replay._mutated, spread))  # fmt: skip
@@ -260,7 +261,8 @@ OPS = {ops}
 # curve of the hottest values' shares, the tables whose indices it holds one after another, each row's
 # (share of distinct values, hottest share, curve, -, hottest values, their runs) for a tensor of coordinates,
 # the hottest values above low, and the (start, length) runs each stood in, where it stood together); or
-# ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths))
+# ("values", the values of an integer input with a layout its op needs: sorted offsets, lengths, or of a boolean
+# one the capture recorded: a padding mask))
 STORAGES = {storages}
 VIEWS = {views}
 # sparse COO inputs: (slot, shape, dtype, elements, sparse dimensions, coalesced)

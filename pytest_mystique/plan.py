@@ -129,6 +129,7 @@ class Planner:
         # integer inputs of the step, in the order they are first read -> the planned op that read it first
         int_inputs: dict[TensorRef, int] = {}
         float_inputs: dict[TensorRef, int] = {}  # and floating ones
+        mask_inputs: dict[TensorRef, int] = {}  # and boolean ones
         outside: dict[tuple[int, int], tuple] = {}  # tensors read as inputs of the step -> where they lay
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
@@ -207,6 +208,8 @@ class Planner:
                             int_inputs.setdefault(ref, len(planned) - 1)
                         elif ref.numel > 1 and _real_floating(ref):
                             float_inputs.setdefault(ref, len(planned) - 1)
+                        elif ref.numel > 1 and ref.dtype == "bool":
+                            mask_inputs.setdefault(ref, len(planned) - 1)
                         key = (ref.storage_id, ref.dtype)
                         start, stop = ref.offset * ref.itemsize, ref.reach_bytes()
                         spans = first_write.setdefault(key, [])
@@ -295,6 +298,7 @@ class Planner:
         self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
         self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"))
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
+        self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
         self._exact_scalars(planned, scalar_reads, written)
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         backward = backward_ops(self.trace)
@@ -826,6 +830,21 @@ class Planner:
             for key in deeper or [r.key for r in tensors_of(child.inputs)]:
                 seen.setdefault(key)
         return list(seen)
+
+    def _place_masks(self, mask_inputs: list[TensorRef]) -> None:
+        """Boolean inputs of the step (a key padding mask, an image's pixel mask given with the
+        batch) hold as many true elements as the original's did, where the capture helper recorded
+        them (the sidecar's ``mask_inputs``, matched as index inputs are), and where they stood if
+        it recorded their runs (:func:`.tensors.mask_of`). Without a record a mask is drawn half
+        true: a padding mask then hid half of each row's keys, and some rows' all of them."""
+        records = list(self.sidecar().get("mask_inputs", [])) if mask_inputs else []
+        for ref in mask_inputs:
+            record = take_record(records, ref.shape, ref.dtype)
+            if record is not None and not self._unfilled(ref):
+                self.factory.masks[ref] = (record["trues"], tuple((s, m) for s, m in record.get("runs", ())))
+        if self.factory.masks:
+            self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
+                              f"as the capture recorded (where they stood, where it recorded their runs)"] += 1  # fmt: skip
 
     def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the

@@ -206,6 +206,8 @@ def _record_inputs(step, result: Captured) -> None:
       destinations crowd on a few nodes where its sources do not;
     - each floating input's scale and spread (``float_inputs``: shape, type, mean, standard
       deviation, lowest and highest, and its values or its quantiles, :func:`_float_scale`);
+    - each boolean input's count of true elements, and where they stand if in few runs
+      (``mask_inputs``, :func:`_mask`): a key padding mask given with the batch;
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
       matrix, which a trace records with its id, type and shape only): its layout and, for sparse
       COO, its element count, sparse dimensions and coalescing;
@@ -238,8 +240,8 @@ def _record_inputs(step, result: Captured) -> None:
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "scalar_inputs": [],
-                                    "packed_weights": []}  # fmt: skip
+    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "mask_inputs": [],
+                                    "scalar_inputs": [], "packed_weights": []}  # fmt: skip
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -265,7 +267,8 @@ def _record_inputs(step, result: Captured) -> None:
                     record = _input_record(t)
                     if record is not None:
                         kind = ("sparse_inputs" if "layout" in record else
-                                "float_inputs" if t.dtype.is_floating_point else "index_inputs")  # fmt: skip
+                                "float_inputs" if t.dtype.is_floating_point else
+                                "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
                         found[kind].append(record)
             if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
@@ -349,7 +352,7 @@ def _scalar_value(t: torch.Tensor) -> float | int | None:
 def _input_record(t: torch.Tensor) -> dict | None:
     """What a replay needs to rebuild ``t``, an input of the step (see :func:`_record_inputs`):
     None for one this record cannot describe (nested, quantized, a tensor subclass other than a
-    parameter, symbolic sizes) or need not (complex, bool, fewer than two elements)."""
+    parameter, symbolic sizes) or need not (complex, fewer than two elements)."""
     if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_nested or t.is_quantized:
         return None
     try:
@@ -365,8 +368,10 @@ def _described(t: torch.Tensor) -> dict | None:
         if t.layout == torch.sparse_coo:
             record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
         return record
-    if t.dtype.is_complex or t.dtype == torch.bool or t.numel() < 2:
+    if t.dtype.is_complex or t.numel() < 2:
         return None
+    if t.dtype == torch.bool:
+        return record | _mask(t.detach())
     if t.dtype.is_floating_point:
         return record | _float_scale(t)
     record.update(_spread(t.detach()))
@@ -397,7 +402,7 @@ def _spread(t: torch.Tensor) -> dict:
     record = {"distinct": int(values.numel()), "top": round(float(ranked.values[0]) / t.numel(), 6),
               "low": int(values[0]), "high": int(values[-1]), "hot": _hot_shares(ranked.values, t.numel()),
               "hot_values": hot}  # fmt: skip
-    runs = [_runs(t.reshape(-1) == v) for v in hot]
+    runs = [_runs(t.reshape(-1) == v, HOT_RUNS) for v in hot]
     if any(runs):
         record["hot_runs"] = runs
     return record
@@ -476,23 +481,38 @@ def _hot_values(values: torch.Tensor, counts: torch.Tensor) -> list[int]:
 
 #: How many of an integer input's hottest values the capture records by value.
 HOT_VALUES = 4
+#: How many runs of a hot value the capture records where they stand at most (:func:`_runs`).
+HOT_RUNS = 16
 
 
-def _runs(at: torch.Tensor) -> list[list[int]]:
+def _runs(at: torch.Tensor, most: int = 16, together: int = 2) -> list[list[int]]:
     """Where the true elements of ``at`` (a 1-d mask: where a hot value stood) lie, as [start,
-    length] runs, if they stand together: in :data:`HOT_RUNS` runs at most, two elements a run or
+    length] runs, if they stand together: in ``most`` runs at most, ``together`` elements a run or
     more on average; else none. Image tokens sit in one run an image (a vision-language model
     finds each image's tokens from where its runs begin), a padded batch's pad ids at each row's
     end; a hot id of a recommender, scattered, has no runs recorded."""
     edges = torch.diff(at.to(torch.int8), prepend=at.new_zeros(1, dtype=torch.int8), append=at.new_zeros(1, dtype=torch.int8))
     starts, ends = torch.nonzero(edges == 1).reshape(-1), torch.nonzero(edges == -1).reshape(-1)
-    if not 0 < starts.numel() <= HOT_RUNS or int(at.sum()) < 2 * starts.numel():
+    if not 0 < starts.numel() <= most or int(at.sum()) < together * starts.numel():
         return []
     return [[s, e - s] for s, e in zip(starts.tolist(), ends.tolist())]
 
 
-#: How many runs of a hot value the capture records where they stand at most (:func:`_runs`).
-HOT_RUNS = 16
+def _mask(t: torch.Tensor) -> dict:
+    """A boolean input's record: how many of its elements are true (``trues``) and, where they
+    stand in :data:`MASK_RUNS` runs or fewer of the flattened tensor, those [start, length] runs
+    (``runs``): a key padding mask's pads at each row's end, an image's valid pixels. Drawn half
+    true at random, a padding mask hid half of each row's keys, some rows' all of them."""
+    flat = t.reshape(-1)
+    record = {"trues": int(flat.sum())}
+    runs = _runs(flat, MASK_RUNS, 1)
+    if runs:
+        record["runs"] = runs
+    return record
+
+
+#: How many runs a boolean input's true elements may stand in for the capture to record them (:func:`_mask`).
+MASK_RUNS = 64
 
 
 def _time_inside_operators(step, path: Path) -> None:

@@ -51,6 +51,11 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
                          f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
                          f"(ranks rising within the distinct values, shares in (0, 1] not falling), the lowest and highest "
                          f"values (numbers, the lowest first) and, for a 2-dimensional one, each row's spread (rows)")  # fmt: skip
+    masks = data.get("mask_inputs")
+    if masks is not None and not (isinstance(masks, list) and all(_mask_record_ok(r) for r in masks)):
+        raise ValueError(f"{path}: malformed timing sidecar: mask_inputs must be a list of records with a shape, "
+                         f"the dtype bool, a count of true elements at most the elements and, if any, the "
+                         f"[start, length] runs they stand in (in order, within the tensor, as many as that count)")  # fmt: skip
     floats = data.get("float_inputs")
     if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
@@ -195,6 +200,13 @@ def _hot_values_ok(values, low, high, distinct: int) -> bool:
     most as many as its distinct count."""
     return (isinstance(values, list) and len(values) <= distinct and len(set(values)) == len(values)
             and all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in values))  # fmt: skip
+
+
+def _mask_record_ok(r) -> bool:
+    if not (_input_record_ok(r) and r["dtype"] == "bool" and _count(r.get("trues"))):
+        return False
+    n, runs = math.prod(r["shape"]), r.get("runs")
+    return r["trues"] <= n and (runs is None or _hot_runs_ok([runs], 1, n) and sum(m for _, m in runs) == r["trues"])
 
 
 def _hot_runs_ok(runs, hot: int, n: int) -> bool:

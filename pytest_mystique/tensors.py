@@ -716,6 +716,8 @@ class TensorFactory:
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
+    # boolean inputs -> the original's count of true elements and the runs they stood in (see mask_of)
+    masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
     # each in an allocation of its own, as a writer gives many of them one storage id
     exact: dict[TensorRef, float | int] = field(default_factory=dict)
@@ -1055,12 +1057,12 @@ class TensorFactory:
 
     def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int) -> torch.Tensor:
         g, dev = self._generator, self.device
+        trues, runs = self.masks.get(ref, (None, ()))
         if rng.kind == "trues":  # (a mask, or the integers it is converted from: so many of them 1, the rest 0)
-            picked = torch.zeros(n, dtype=torch.bool, device=dev)
-            picked[torch.randperm(n, generator=g, device=dev)[: rng.values[0]]] = True
-            return picked.to(dtype)
+            # (where its op needs the original's count, the recorded runs hold it: they stand)
+            return mask_of(n, rng.values[0], runs if trues == rng.values[0] else (), g, dev).to(dtype)
         if dtype == torch.bool:
-            return torch.rand(n, generator=g, device=dev) < 0.5
+            return mask_of(n, trues, runs, g, dev) if trues is not None else torch.rand(n, generator=g, device=dev) < 0.5
         if dtype.is_floating_point or dtype.is_complex:
             return torch.empty(n, dtype=dtype, device=dev).uniform_(*self._float_range(ref), generator=g)
         if rng.kind == "values":
@@ -1086,6 +1088,18 @@ class TensorFactory:
         if skew is not None:
             return lo + _skewed_rows(max(hi - lo, 1), n, skew, g, dev, rng.tables).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
+
+
+def mask_of(n: int, trues: int, runs, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """``n`` booleans of which ``trues`` are true: those of ``runs`` ((start, length) pairs) where
+    they hold that many and fit, else seeded random ones."""
+    mask = torch.zeros(n, dtype=torch.bool, device=dev)
+    if runs and sum(m for _, m in runs) == trues and all(s + m <= n for s, m in runs):
+        for start, length in runs:
+            mask[start : start + length] = True
+    else:
+        mask[torch.randperm(n, generator=g, device=dev)[:trues]] = True
+    return mask
 
 
 def _bag_offsets(n: int, bags: Bags, limit: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:

@@ -193,6 +193,15 @@ def capture_image_tokens(path: Path) -> None:
     capture_step(lambda: model(ids, patches, others, given).backward(), path, warmup=1, runs=1, min_warmup_s=0)
 
 
+def padded_attention_step():
+    """A training step of ``nn.MultiheadAttention`` over 8 rows of 6 keys, the last two of each
+    row padding (its key padding mask, given with the batch, true there), and that mask."""
+    mha, x = torch.nn.MultiheadAttention(32, 4, batch_first=True), torch.randn(8, 6, 32)
+    pads = torch.zeros(8, 6, dtype=torch.bool)
+    pads[:, 4:] = True
+    return lambda: mha(x, x, x, key_padding_mask=pads)[0].square().mean().backward(), pads
+
+
 def extract_ops(data: dict, names: set[str], limit: int = 1) -> dict:
     """A small trace holding the first ``limit`` recorded top-level ops of each name in ``names``
     (with their recorded arguments), hung under the original thread root."""

@@ -319,6 +319,11 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     record = _input_record(padded)
     assert record["hot_values"] == [0, 3] and record["hot_runs"] == [[[6, 2], [10, 6]], []], record
     assert "hot_runs" not in _input_record(torch.arange(40) % 2)  # (20 runs of one each)
+    # a boolean one by its count of true elements, and their runs where they stand in 64 or fewer
+    pads = torch.zeros(3, 6, dtype=torch.bool)
+    pads[:, 4:] = True
+    assert _input_record(pads) == {"shape": [3, 6], "dtype": "bool", "trues": 6, "runs": [[4, 2], [10, 2], [16, 2]]}
+    assert _input_record(torch.arange(200) % 2 == 0) == {"shape": [200], "dtype": "bool", "trues": 100}  # (100 runs)
 
 
 def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_path):

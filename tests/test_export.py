@@ -18,6 +18,7 @@ from conftest import (
     capture_image_tokens,
     corpus,
     graph_step,
+    padded_attention_step,
     row_spreads,
     tbe_rows_read,
     tbe_step,
@@ -255,6 +256,20 @@ def test_exported_script_puts_the_originals_hottest_ids_where_they_stood(tmp_pat
     [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew" and v[4] == (2, 20)]
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
     assert torch.nonzero(made == ImageTokens.IMAGE)[:, 1].tolist() == [3, 4, 5, 6, 7, 8] * 2, made
+
+
+def test_exported_script_gives_a_padding_mask_the_originals_pads(tmp_path):
+    """A key padding mask given with the batch, whose true elements the capture recorded: the
+    exported script's mask is the original's, as the replay's is (not half true at random)."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    step, pads = padded_attention_step()
+    capture_step(step, tmp_path / "kpm.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    bench = _exported(tmp_path / "kpm.json.gz", tmp_path, "bench_kpm")
+    [view] = [v for v in bench.VIEWS if v[2] == "bool"]
+    assert torch.equal(bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]], pads)
 
 
 def test_exported_script_draws_a_graph_s_edge_index_row_by_row(tmp_path):

@@ -38,6 +38,7 @@ from conftest import (
     corpus,
     extract_ops,
     graph_step,
+    padded_attention_step,
     read_json,
     row_spreads,
     tbe_rows_read,
@@ -800,6 +801,38 @@ def test_ids_hold_the_originals_hottest_values_so_masks_computed_from_them_selec
         path.write_text(json.dumps({**side, "index_inputs": [{**side["index_inputs"][0], key: bad}]}))
         with pytest.raises(ReplayError, match=r"vlm\.meta\.json: malformed timing sidecar: index_inputs"):
             Replay(load_trace(tmp_path / "vlm.json.gz"), "cpu").prepare()
+
+
+def test_a_padding_mask_given_with_the_step_holds_the_originals_pads(tmp_path):
+    """A key padding mask given with the batch (``nn.MultiheadAttention``'s, True at each row's
+    last two keys) was drawn half true at random, hiding half of each row's keys and, in some
+    rows, all of them. The capture records a boolean input's count of true elements and their
+    runs, and the replay's mask is the original's; without the runs it holds as many true
+    elements, at seeded places. A record of more true elements than the mask has is an error
+    naming the sidecar."""
+    step, pads = padded_attention_step()
+    capture_step(step, tmp_path / "kpm.json.gz", warmup=1, runs=1, min_warmup_s=0)
+
+    def replayed_mask():
+        replay = Replay(load_trace(tmp_path / "kpm.json.gz"), "cpu").prepare()
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        replay.run()
+        [mask] = [t for _, t in replay.inputs() if t.dtype == torch.bool]
+        return mask, rep.notes
+
+    mask, notes = replayed_mask()
+    assert torch.equal(mask, pads), mask
+    assert any(n.startswith("1 boolean input(s) hold as many true elements") for n in notes), notes
+    path = sidecar_path(tmp_path / "kpm.json.gz")
+    side = json.loads(path.read_text())
+    [record] = side["mask_inputs"]
+    path.write_text(json.dumps({**side, "mask_inputs": [{k: v for k, v in record.items() if k != "runs"}]}))
+    mask, _ = replayed_mask()
+    assert int(mask.sum()) == 16 and not torch.equal(mask, pads), mask
+    path.write_text(json.dumps({**side, "mask_inputs": [{**record, "trues": 49, "runs": []}]}))
+    with pytest.raises(ReplayError, match=r"kpm\.meta\.json: malformed timing sidecar: mask_inputs"):
+        Replay(load_trace(tmp_path / "kpm.json.gz"), "cpu").prepare()
 
 
 def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
