@@ -844,7 +844,7 @@ class Planner:
                 self.factory.masks[ref] = (record["trues"], tuple((s, m) for s, m in record.get("runs", ())))
         if self.factory.masks:
             self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
-                              f"as the capture recorded (where they stood, where it recorded their runs)"] += 1  # fmt: skip
+                              f"as the capture recorded (in the original's places where it recorded them)"] += 1  # fmt: skip
 
     def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the

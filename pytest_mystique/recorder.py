@@ -485,12 +485,12 @@ HOT_VALUES = 4
 HOT_RUNS = 16
 
 
-def _runs(at: torch.Tensor, most: int = 16, together: int = 2) -> list[list[int]]:
-    """Where the true elements of ``at`` (a 1-d mask: where a hot value stood) lie, as [start,
-    length] runs, if they stand together: in ``most`` runs at most, ``together`` elements a run or
-    more on average; else none. Image tokens sit in one run an image (a vision-language model
-    finds each image's tokens from where its runs begin), a padded batch's pad ids at each row's
-    end; a hot id of a recommender, scattered, has no runs recorded."""
+def _runs(at: torch.Tensor, most: int, together: int = 2) -> list[list[int]]:
+    """Where the true elements of ``at`` (a 1-d mask: where a hot value stood, a boolean input)
+    lie, as [start, length] runs, if they stand together: in ``most`` runs at most, ``together``
+    elements a run or more on average; else none. Image tokens sit in one run an image (a
+    vision-language model finds each image's tokens from where its runs begin), a padded batch's
+    pad ids at each row's end; a hot id of a recommender, scattered, has no runs recorded."""
     edges = torch.diff(at.to(torch.int8), prepend=at.new_zeros(1, dtype=torch.int8), append=at.new_zeros(1, dtype=torch.int8))
     starts, ends = torch.nonzero(edges == 1).reshape(-1), torch.nonzero(edges == -1).reshape(-1)
     if not 0 < starts.numel() <= most or int(at.sum()) < together * starts.numel():

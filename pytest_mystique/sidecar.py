@@ -203,6 +203,8 @@ def _hot_values_ok(values, low, high, distinct: int) -> bool:
 
 
 def _mask_record_ok(r) -> bool:
+    """A boolean input's record: its count of true elements and, if any, the runs they stand in,
+    which hold that many."""
     if not (_input_record_ok(r) and r["dtype"] == "bool" and _count(r.get("trues"))):
         return False
     n, runs = math.prod(r["shape"]), r.get("runs")
