@@ -839,7 +839,8 @@ def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
     """Segment lengths must sum to the data's length (``segment_reduce``), and repeats to the
     ``output_size`` given (``repeat_interleave``): given with the step they were drawn 0 or 1,
     and both ops were skipped. Given ones now sum to that size; computed ones (``mask.sum(1)``
-    over a seeded mask) that do not are replaced by seeded ones that do, with a note."""
+    over a seeded mask) that do not are replaced by seeded ones that do, with a note. (With the
+    capture's record of the mask, the replay's mask is the original's, and its counts add up.)"""
     data, given = torch.randn(100, 16, requires_grad=True), torch.tensor([10, 30, 5, 55])
     mask = torch.rand(4, 30) > 0.3
     flat = torch.randn(int(mask.sum()), 16)
@@ -852,6 +853,13 @@ def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
         (reduced.pow(2).sum() + spread.sum() + means.sum()).backward()
 
     capture_step(step, tmp_path / "segments.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "segments.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("a mask or counts computed" in n for n in rep.notes), rep.notes
+    assert [torch.equal(t, mask) for _, t in replay.inputs() if t.dtype == torch.bool] == [True]
+    path = sidecar_path(tmp_path / "segments.json.gz")  # (a trace captured elsewhere: no record of the mask)
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "mask_inputs"}))
     replay = Replay(load_trace(tmp_path / "segments.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
