@@ -838,12 +838,11 @@ class Replay:
         loop below serves); without it, the steps run as straight-line code
         (:mod:`.straightline`), made at the end of :meth:`prepare` (or here, at its first use).
         Whoever changes ``steps`` after that calls :meth:`invalidate`."""
-        if after_step is None and self.steps:
-            with self._quiet():
-                self._run_straight()
-            return
         with self._quiet():
-            self._run_steps(after_step)
+            if after_step is None and self.steps:
+                self._run_straight()
+            else:
+                self._run_steps(after_step)
 
     def _quiet(self):
         """Where an op warned at the build (torch's ``TORCH_WARN``: a resized ``out=`` tensor, an

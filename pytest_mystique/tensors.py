@@ -1059,7 +1059,7 @@ class TensorFactory:
         g, dev = self._generator, self.device
         trues, runs = self.masks.get(ref, (None, ()))
         if rng.kind == "trues":  # (a mask, or the integers it is converted from: so many of them 1, the rest 0)
-            # (where its op needs the original's count, the recorded runs hold it: they stand)
+            # (in the recorded runs where they hold the count its op needs)
             return mask_of(n, rng.values[0], runs if trues == rng.values[0] else (), g, dev).to(dtype)
         if dtype == torch.bool:
             return mask_of(n, trues, runs, g, dev) if trues is not None else torch.rand(n, generator=g, device=dev) < 0.5
