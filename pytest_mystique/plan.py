@@ -115,6 +115,8 @@ class Planner:
         external_bytes: dict[tuple, int] = {}
         in_step = optimizer_step_ops(self.trace)
         stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
+        step_read: set[TensorRef] = set()  # inputs the optimizer's step reads
+        step_wrote: set[int] = set()  # storages the optimizer's step writes in place, through any tensor
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
         producer: dict[tuple[int, int], int] = {}  # a produced tensor -> the planned op that made it
         # a tensor read -> the planned op that had made it, as it was when read (``producer`` forgets a
@@ -222,8 +224,12 @@ class Planner:
                         external_bytes[key] = max(external_bytes.get(key, 0), stop)
                         if node.id not in in_step:
                             elsewhere.add(ref)
-                        elif pos < len(writes) and writes[pos]:
-                            stepped.add(ref)
+                        else:
+                            step_read.add(ref)
+                            if pos < len(writes) and writes[pos]:
+                                stepped.add(ref)
+                    if node.id in in_step and pos < len(writes) and writes[pos]:
+                        step_wrote.add(ref.storage_id)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
             self.unstrided_made.update(v.tensor_id for v in node.outputs if _unstrided(v))
             outs = tensors_of(node.outputs)
@@ -300,6 +306,8 @@ class Planner:
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
         self._exact_scalars(planned, scalar_reads, written)
+        # (a state the step writes through a view of it: Adam's complex moments, through view_as_real)
+        stepped |= {ref for ref in step_read if ref.storage_id in step_wrote}
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)

@@ -2625,6 +2625,38 @@ def test_optimizer_state_starts_at_zero_and_follows_the_gradients():
         assert 0.5 < zero_rows < 1.0, zero_rows
 
 
+def test_optimizer_state_written_through_a_view_starts_at_zero(tmp_path):
+    """Adam keeps a complex parameter's moments as complex tensors and updates them through
+    ``view_as_real``: the step writes them only through that view. They are optimizer state all
+    the same and start at zero; drawn at random, the second moment went negative and the square
+    root over it made the replay's data NaN."""
+    weight = torch.nn.Parameter(torch.randn(16, 8, dtype=torch.cfloat))
+    x = torch.randn(32, 16, dtype=torch.cfloat)
+    opt = torch.optim.Adam([weight], lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        (x @ weight).abs().square().mean().backward()
+        opt.step()
+
+    path = tmp_path / "complex_adam.json.gz"
+    capture_step(step, path, warmup=2, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    complex_zeros = [r for r in replay.factory.zeros if r.dtype.startswith("complex")]
+    assert len(complex_zeros) == 2, sorted(replay.factory.zeros, key=str)  # the two moments
+    roots = []
+
+    def after(step, result):
+        if step.name == "aten::sqrt":
+            roots.append(result)
+
+    replay.reset_state()
+    replay.run(after_step=after)
+    assert roots and all(bool(torch.isfinite(r).all()) for r in roots)
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
+
+
 @pytest.mark.parametrize("name", ["mlp_train", "transformer_train"])
 def test_every_input_a_step_writes_is_refilled_between_iterations(name):
     """A training step writes its parameters, some through an alias autograd made of them (the
