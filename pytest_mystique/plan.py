@@ -38,7 +38,7 @@ from .graph import (
 )
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
-from .sidecar import sidecar_path, take_record
+from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
 from .tensors import (
@@ -132,6 +132,7 @@ class Planner:
         int_inputs: dict[TensorRef, int] = {}
         float_inputs: dict[TensorRef, int] = {}  # and floating ones
         mask_inputs: dict[TensorRef, int] = {}  # and boolean ones
+        fresh_reads: list[TensorRef] = []  # tensors the program filled itself, in the order they were first read
         outside: dict[tuple[int, int], tuple] = {}  # tensors read as inputs of the step -> where they lay
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
@@ -188,6 +189,7 @@ class Planner:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
                             self.seeded.add(ref.key)  # the program filled it outside the ops
+                            fresh_reads.append(ref)
                     if (not _made(ref, made) and ref.key not in self.seeded and ref.storage_id in fresh
                             and lying_in.get(ref.storage_id) and _real_floating(ref)):  # fmt: skip
                         if inner is None:
@@ -305,6 +307,7 @@ class Planner:
         self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"))
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
+        self._fresh_values(fresh_reads)
         self._exact_scalars(planned, scalar_reads, written)
         # (a state the step writes through a view of it: Adam's complex moments, through view_as_real)
         stepped |= {ref for ref in step_read if ref.storage_id in step_wrote}
@@ -839,6 +842,32 @@ class Planner:
                 seen.setdefault(key)
         return list(seen)
 
+    def _fresh_values(self, reads: list[TensorRef]) -> None:
+        """Tensors the program made from its own numbers inside the step (``torch.tensor(list)``:
+        a trace records an uninitialised allocation, read before any op wrote it) hold the values
+        the capture helper recorded (the sidecar's ``fresh_inputs``, matched in the order the
+        step made them among those of the same shape and type). Drawn at random, a quantile's
+        levels fell outside [0, 1] and the op refused them; a divisor (an image's width and
+        height) came out 0 or 1. A writer that gives a later such tensor the same ids gives the
+        replay one tensor for both: it holds the first one's values (the later records are
+        passed over, so that the ones after them still line up)."""
+        records = list(self.sidecar().get("fresh_inputs", [])) if reads else []
+        given = 0
+        for ref in reads:
+            record = take_record(records, ref.shape, ref.dtype) if records else None
+            values = None if record is None else record.get("values")
+            if values is None or ref in self.factory.values or ref in self.factory.exact or self._unfilled(ref):
+                continue
+            values = tuple(NON_FINITE.get(v, v) if isinstance(v, str) else v for v in values)
+            if ref.shape == ():
+                self.factory.exact[ref] = values[0]
+            else:
+                self.factory.values[ref] = values
+            given += 1
+        if given:
+            self.report.notes[f"{given} tensor(s) the program made from its own numbers (torch.tensor(list)) hold the "
+                              f"original's values, as the capture recorded"] += 1  # fmt: skip
+
     def _place_masks(self, mask_inputs: list[TensorRef]) -> None:
         """Boolean inputs of the step (a key padding mask, an image's pixel mask given with the
         batch) hold as many true elements as the original's did, where the capture helper recorded
@@ -861,7 +890,7 @@ class Planner:
         those of the same shape and type): as many distinct values, the hottest as frequent
         (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = bagged = by_rows = 0
+        skewed = bagged = by_rows = parted = 0
         for ref in int_inputs:
             record = take_record(records, ref.shape, ref.dtype)
             if record is None or self._unfilled(ref):
@@ -873,6 +902,11 @@ class Planner:
                 # (checked by the sidecar's loader: two counts, the smallest first)
                 self.factory.bags[ref] = Bags(steps[0], steps[1], int(record["high"]))
                 bagged += 1
+                continue
+            if rng is not None and rng.kind == "parts" and 0 <= record.get("low", -1) <= record.get("high", -1):
+                # (counts that sum to a size: segment lengths, repeats) between the original's smallest and largest
+                self.factory.parts[ref] = (int(record["low"]), int(record["high"]))
+                parted += 1
                 continue
             if (rng is not None and rng.kind == "uniform" and rng.high - rng.low > 1
                     and (rng.derived or rng.low <= record.get("low", rng.low) and record.get("high", rng.low) < rng.high)):  # fmt: skip
@@ -891,6 +925,9 @@ class Planner:
         if bagged:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
+        if parted:
+            self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats) each between the "
+                              f"original's smallest and largest, as the capture recorded"] += 1  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)

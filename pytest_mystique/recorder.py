@@ -213,6 +213,10 @@ def _record_inputs(step, result: Captured) -> None:
       COO, its element count, sparse dimensions and coalescing;
     - each 0-dim input's value (``scalar_inputs``, :func:`_scalar_records`): a number the program
       passed, a 0-dim parameter or buffer;
+    - the values of each tensor the step made from its own numbers (``fresh_inputs``,
+      :func:`_fresh_record`: ``torch.tensor([0.1, 0.5, 0.9])``, ``torch.tensor(float("-inf"))``),
+      in the order it made them: a trace records an uninitialised allocation that the program
+      then filled, and nothing of what it put there;
     - the packed weights each quantized linear, convolution or embedding op call received
       (``packed_weights``, :func:`.packed.packed_record`, a record per call): a trace records them as
       an opaque object, and a convolution's kernel size, stride, padding and groups, or an embedding
@@ -241,7 +245,7 @@ def _record_inputs(step, result: Captured) -> None:
     if not wanted:
         return
     found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "mask_inputs": [],
-                                    "scalar_inputs": [], "packed_weights": []}  # fmt: skip
+                                    "scalar_inputs": [], "fresh_inputs": [], "packed_weights": []}  # fmt: skip
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -272,6 +276,8 @@ def _record_inputs(step, result: Captured) -> None:
                         found[kind].append(record)
             if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
+            elif func in fresh:
+                found["fresh_inputs"].extend(_fresh_record(t) for t in leaves if isinstance(t, torch.Tensor))
             found["packed_weights"].extend(packed_record(func, x) for x in leaves
                                            if isinstance(x, torch.ScriptObject) and is_packed(x._type().qualified_name()))  # fmt: skip
             out = func(*args, **(kwargs or {}))
@@ -347,6 +353,27 @@ def _scalar_value(t: torch.Tensor) -> float | int | None:
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return None
     return value
+
+
+def _fresh_record(t: torch.Tensor) -> dict:
+    """A tensor the step made from its own numbers (``torch.tensor(...)``): its shape, type and,
+    for a real one of at most :data:`FRESH_VALUES` elements, its values (JSON numbers or booleans;
+    a float's infinities and NaN as the strings ``"inf"``, ``"-inf"`` and ``"nan"``). A larger or
+    complex one is recorded without values, so that the records still line up with the trace's
+    tensors in order."""
+    record = {"shape": [int(d) for d in t.shape], "dtype": str(t.dtype).removeprefix("torch.")}
+    if (t.numel() <= FRESH_VALUES and type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+            and not (t.is_complex() or t.is_quantized or t.device.type == "meta")):  # fmt: skip
+        flat = t.detach().reshape(-1).cpu()
+        if t.is_floating_point():
+            record["values"] = [v if math.isfinite(v) else str(v) for v in _json_floats(flat)]
+        else:
+            record["values"] = flat.tolist()
+    return record
+
+
+#: A tensor the step made from its own numbers is recorded with its values up to this many elements.
+FRESH_VALUES = 4096
 
 
 def _input_record(t: torch.Tensor) -> dict | None:

@@ -67,6 +67,11 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
                          f"operator, an argument's name, a place in a list or null, the operator's tensor shapes, "
                          f"a dtype and a finite value or null")  # fmt: skip
+    fresh = data.get("fresh_inputs")
+    if fresh is not None and not (isinstance(fresh, list) and all(_fresh_record_ok(r) for r in fresh)):
+        raise ValueError(f"{path}: malformed timing sidecar: fresh_inputs must be a list of records with a shape, "
+                         f"a dtype and, if any, its values (one an element: booleans for bool, integers for an "
+                         f"integer type, numbers or \"inf\", \"-inf\", \"nan\" for a floating one)")  # fmt: skip
     packed = data.get("packed_weights")
     if packed is not None and not (isinstance(packed, list) and all(_packed_record_ok(r) for r in packed)):
         raise ValueError(f"{path}: malformed timing sidecar: packed_weights must be a list of records with an "
@@ -115,6 +120,27 @@ def _scalar_record_ok(r) -> bool:
             and isinstance(shapes, list) and all(isinstance(x, list) and all(_count(d) for d in x) for x in shapes)
             and (value is None or (_number(value) and (math.isfinite(value) if isinstance(value, float)
                                                        else -(2**63) <= value < 2**63))))  # fmt: skip
+
+
+def _fresh_record_ok(r) -> bool:
+    """The record of a tensor the step made from its own numbers (see :func:`.recorder._fresh_record`)."""
+    if not _input_record_ok(r):
+        return False
+    values = r.get("values")
+    if values is None:
+        return True
+    if not (isinstance(values, list) and len(values) == math.prod(r["shape"])):
+        return False
+    dtype = r["dtype"]
+    if dtype == "bool":
+        return all(isinstance(v, bool) for v in values)
+    if dtype.startswith(("int", "uint")):
+        return all(isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**64 for v in values)
+    return all((_number(v) and math.isfinite(v)) or v in NON_FINITE for v in values)
+
+
+#: How a recorded value that is not a finite number is written (JSON has no such numbers).
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def _float_record_ok(r) -> bool:

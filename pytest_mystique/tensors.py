@@ -696,6 +696,8 @@ class TensorFactory:
     # their quantiles (a larger one): drawn as the original's were spread, within float_bounds' scale
     float_values: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
     float_quantiles: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
+    # tensors the program made from its own numbers (torch.tensor(list)): the original's values, as recorded
+    values: dict[TensorRef, tuple] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
     _quantized: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype) -> a flat quantized tensor
     _constrained: dict[tuple, bool] = field(default_factory=dict)  # keyed as _storages
@@ -716,6 +718,8 @@ class TensorFactory:
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
+    # counts that must sum to a size ("parts": segment lengths, repeats) -> the original's smallest and largest
+    parts: dict[TensorRef, tuple[int, int]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see mask_of)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
@@ -866,7 +870,7 @@ class TensorFactory:
                 distinct.copy_(self._sample(torch.bool, ref, rng, distinct.numel()).view(distinct.shape))
             self._constrained[key] = True
         elif (not self._constrained[key] and self._has_requirement(ref)) or (
-                ref in self.float_values and (not made or t.numel() * ref.itemsize != nbytes)
+                (ref in self.float_values or ref in self.values) and (not made or t.numel() * ref.itemsize != nbytes)
                 and torch._debug_has_internal_overlap(t) != 1):  # fmt: skip
             # (the original's values of a view are that memory's, whichever view was made first)
             self.fill(t, ref)
@@ -921,6 +925,10 @@ class TensorFactory:
                                 device=self.device)  # fmt: skip
             self.fill(drawn, ref, rng)
             t.copy_(drawn)
+            return
+        values = self.values.get(ref)
+        if values is not None and len(values) == n:
+            t.copy_(torch.tensor(values, dtype=t.dtype).view(t.shape))
             return
         self._seeded_generator()
         if t.dtype.is_floating_point and (ref in self.float_values or ref in self.float_quantiles):
@@ -1068,6 +1076,8 @@ class TensorFactory:
         if rng.kind == "values":
             reps = -(-n // max(len(rng.values), 1))
             return torch.tensor(rng.values or (0,), dtype=torch.int64, device=dev).repeat(reps)[:n].to(dtype)
+        if rng.kind == "parts" and ref in self.parts:
+            return bounded_parts(n, *self.parts[ref], max(rng.high, 0), g, dev).to(dtype)
         if rng.kind in ("cuts", "parts"):
             # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts)
             k = n if rng.kind == "cuts" else n + 1
@@ -1100,6 +1110,31 @@ def mask_of(n: int, trues: int, runs, g: torch.Generator, dev: torch.device) -> 
     else:
         mask[torch.randperm(n, generator=g, device=dev)[:trues]] = True
     return mask
+
+
+def bounded_parts(n: int, smallest: int, largest: int, total: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """``n`` counts from ``smallest`` to ``largest`` that sum to ``total`` (segment lengths the
+    original's record bounds): drawn uniformly in those bounds, then moved one by one, at seeded
+    places with room, until they sum to it. Sorted uniform cut points, as counts without a record
+    are drawn, make empty segments and some many times the mean: a mean over a segment's rows then
+    divided by zero. Bounds that cannot give ``total`` are widened to what can."""
+    if n <= 0:
+        return torch.zeros(0, dtype=torch.int64, device=dev)
+    smallest = min(max(smallest, 0), total // n)
+    largest = max(largest, smallest, -(-total // n))
+    parts = torch.randint(smallest, largest + 1, (n,), generator=g, device=dev)
+    left = total - int(parts.sum())
+    while left:
+        room = (largest - parts) if left > 0 else (parts - smallest)
+        open_at = torch.nonzero(room > 0).reshape(-1)
+        open_at = open_at[torch.randperm(open_at.numel(), generator=g, device=dev)]
+        each = min(abs(left) // open_at.numel(), int(room[open_at].min()))
+        step = torch.full_like(open_at, max(each, 1))
+        if each == 0:  # fewer left than places with room: one more at the first ``left`` of them
+            open_at, step = open_at[: abs(left)], step[: abs(left)]
+        parts.index_add_(0, open_at, step if left > 0 else -step)
+        left -= int(step.sum()) if left > 0 else -int(step.sum())
+    return parts
 
 
 def _bag_offsets(n: int, bags: Bags, limit: int, g: torch.Generator, dev: torch.device) -> torch.Tensor:

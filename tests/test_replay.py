@@ -871,6 +871,64 @@ def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
         replay.run()
 
 
+def test_segment_lengths_given_with_the_step_stay_within_the_originals_bounds(tmp_path):
+    """Lengths of ragged segments given with the step (2 to 19 rows each) and a mean over each
+    segment: drawn as counts that only sum to the rows, some came out 0, the mean divided by
+    zero and the replay's data went infinite from there on. With the capture's record of their
+    smallest and largest, each count lies between those and they still sum to the rows."""
+    lengths = torch.randint(2, 20, (32,))
+    rows = torch.randn(int(lengths.sum()), 16, requires_grad=True)
+
+    def step():
+        seg = torch.repeat_interleave(torch.arange(32), lengths)
+        sums = torch.zeros(32, 16).index_add_(0, seg, rows)
+        (sums / lengths[:, None]).square().mean().backward()
+
+    capture_step(step, tmp_path / "ragged.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "ragged.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("counts that sum to a size" in n for n in rep.notes), rep.notes
+    [given] = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (32,)]
+    low, high = int(lengths.min()), int(lengths.max())
+    assert int(given.sum()) == rows.shape[0] and low <= int(given.min()) and int(given.max()) <= high, given
+    replay.run()
+    assert not any("NaN or inf" in n for n in rep.notes), rep.notes
+
+
+def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values(tmp_path):
+    """``torch.tensor(...)`` inside the step: the trace records an uninitialised allocation that
+    the program filled, read before any op wrote it. Seeded, a quantile's levels fell outside [0,
+    1] and the op was skipped, and a divisor made of a feature map's width and height came out 0
+    or 1. The capture records such tensors' values (an infinity as a string), and the replay's
+    hold them; a record whose values do not fit its shape is an error naming the sidecar."""
+    x, offsets = torch.randn(16, 100), torch.randn(16, 2, requires_grad=True)
+
+    def step():
+        levels = torch.quantile(x, torch.tensor([0.1, 0.5, 0.9]), dim=1)
+        scaled = offsets / torch.tensor([32, 24])
+        floor = torch.maximum(x, torch.tensor(float("-inf")))
+        (levels.sum() + scaled.sum() + floor.sum()).backward()
+
+    capture_step(step, tmp_path / "fresh.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "fresh.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any(n.startswith("3 tensor(s) the program made from its own numbers") for n in rep.notes), rep.notes
+    replay.run()
+    made = {(t.dtype, tuple(t.shape)): t for _, t in replay.inputs()}
+    assert torch.allclose(made[torch.float32, (3,)], torch.tensor([0.1, 0.5, 0.9])), made
+    assert torch.equal(made[torch.int64, (2,)], torch.tensor([32, 24])), made
+    assert float(made[torch.float32, ()]) == float("-inf"), made
+    path = sidecar_path(tmp_path / "fresh.json.gz")
+    side = json.loads(path.read_text())
+    levels, divisor, floor = (r["values"] for r in side["fresh_inputs"])
+    assert levels == pytest.approx([0.1, 0.5, 0.9]) and divisor == [32, 24] and floor == ["-inf"], side["fresh_inputs"]
+    path.write_text(json.dumps({**side, "fresh_inputs": [{**side["fresh_inputs"][0], "values": [0.1]}]}))
+    with pytest.raises(ReplayError, match=r"fresh\.meta\.json: malformed timing sidecar: fresh_inputs"):
+        Replay(load_trace(tmp_path / "fresh.json.gz"), "cpu").prepare()
+
+
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
     """A distillation loss, ``kl_div(log_probs, probs)``, over a student's log-probabilities and a
     teacher's probabilities given with the step: both of one shape, so the capture's records are
