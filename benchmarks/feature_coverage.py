@@ -809,6 +809,54 @@ def ops_that_warn():
     return step
 
 
+def program_made_tensors():
+    """Tensors the step makes from its own numbers (``torch.tensor(list)``): a quantile's levels,
+    a YOLO head's anchors and an image's normalisation constants, a loss's class weights and an
+    infinite floor; and ragged segments cut by lengths given with the step, averaged."""
+    head, x, y = nn.Conv2d(3, 6, 1), torch.rand(2, 3, 16, 16), torch.randint(0, 6, (2, 16, 16))
+    lengths = torch.randint(2, 12, (16,))
+    rows = torch.randn(int(lengths.sum()), 8, requires_grad=True)
+    opt = torch.optim.SGD([*head.parameters(), rows], lr=0.01)
+
+    def step():
+        mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        out = head((x - mean) / std)
+        anchors = torch.tensor([[10, 13], [16, 30], [33, 23]]) / 32.0
+        boxes = out[:, :2].sigmoid().mean((2, 3))[:, None] * anchors
+        levels = torch.quantile(out.flatten(1), torch.tensor([0.1, 0.5, 0.9]), dim=1)
+        loss = F.cross_entropy(out, y, weight=torch.tensor([1.0, 2.0, 0.5, 4.0, 1.0, 1.0]))
+        floor = torch.maximum(out, torch.tensor(float("-inf"))).mean()
+        seg = torch.repeat_interleave(torch.arange(16), lengths)
+        means = torch.zeros(16, 8).index_add_(0, seg, rows) / lengths[:, None]
+        opt.zero_grad()
+        (loss + boxes.sum() + levels.sum() + floor + means.square().mean()).backward()
+        opt.step()
+
+    return step
+
+
+def fourier_neural_operator():
+    """A Fourier neural operator's training step: real FFTs of a 2-d field, its lowest modes
+    mixed by complex weights (``einsum`` over complex tensors), inverse FFTs, and Adam over the
+    complex weights, whose moments it updates through ``view_as_real``."""
+    spectral = nn.Parameter(torch.randn(8, 8, 6, 6, dtype=torch.cfloat) / 8)
+    lift, project = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 1, 1)
+    opt = torch.optim.Adam([spectral, *lift.parameters(), *project.parameters()], lr=1e-3)
+    x, y = torch.randn(4, 3, 24, 24), torch.randn(4, 1, 24, 24)
+
+    def step():
+        h = lift(x)
+        modes = torch.fft.rfft2(h)
+        mixed = torch.zeros_like(modes)
+        mixed[:, :, :6, :6] = torch.einsum("bixy,ioxy->boxy", modes[:, :, :6, :6], spectral)
+        h = F.gelu(torch.fft.irfft2(mixed, s=h.shape[-2:]) + h)
+        opt.zero_grad()
+        F.mse_loss(project(h), y).backward()
+        opt.step()
+
+    return step
+
+
 CASES = {f.__name__: f for f in (
     sparse_embedding, message_passing, sparse_adjacency, compiled, quantized_dynamic, quantized_static, quantized_pt2e,
     torchao_int8,
@@ -821,7 +869,8 @@ CASES = {f.__name__: f for f in (
     flex_attention_eager, control_flow_cond, kv_cache_decode, fake_quant_training, lbfgs_closure, adafactor,
     spectrogram, nested_jagged, exported_module, distributions, hessian_forward_mode, custom_autograd_function,
     program_generator, mkldnn_inference, complex_layer, vectorized_jacobian, float8_casts, masks_and_counts,
-    ppo_update, hungarian_matching, masked_autoencoder, vq_codebook, beam_search, optimizer_in_backward, ops_that_warn)}  # fmt: skip
+    ppo_update, hungarian_matching, masked_autoencoder, vq_codebook, beam_search, optimizer_in_backward, ops_that_warn,
+    program_made_tensors, fourier_neural_operator)}  # fmt: skip
 
 
 def main() -> int:
