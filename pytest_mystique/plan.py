@@ -888,7 +888,9 @@ class Planner:
         replay knows) get values spread as the original's were, where the capture helper recorded
         them (the sidecar's ``index_inputs``, matched in the order the step first read them among
         those of the same shape and type): as many distinct values, the hottest as frequent
-        (:class:`.tensors.Skew`). Without a record they are uniform in their range."""
+        (:class:`.tensors.Skew`). Without a record they are uniform in their range. Offsets cut
+        bags between the original's smallest and largest (:class:`.tensors.Bags`), and counts
+        that sum to a size lie between its lowest and highest (:func:`.tensors.bounded_parts`)."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = bagged = by_rows = parted = 0
         for ref in int_inputs:
