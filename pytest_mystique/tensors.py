@@ -129,6 +129,10 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         d = tensor("other")
         if d is not None:  # a divisor away from 0 (see the module's docstring)
             out[d] = (1.0, 1.0) if not d.shape else (0.5, 1.5)
+    if name in ("quantile", "nanquantile"):
+        q = tensor("q")
+        if q is not None:  # levels (torch refuses any outside [0, 1])
+            out[q] = (0.0, 1.0)
     for arg in _POSITIVE_ARGS:
         r = tensor(arg)
         if r is not None:
@@ -143,7 +147,7 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: The ops (names without namespace) whose inputs :func:`float_ranges` may give a range by the
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
-                        "div", "div_"})  # fmt: skip
+                        "div", "div_", "quantile", "nanquantile"})  # fmt: skip
 
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 

@@ -927,6 +927,12 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     path.write_text(json.dumps({**side, "fresh_inputs": [{**side["fresh_inputs"][0], "values": [0.1]}]}))
     with pytest.raises(ReplayError, match=r"fresh\.meta\.json: malformed timing sidecar: fresh_inputs"):
         Replay(load_trace(tmp_path / "fresh.json.gz"), "cpu").prepare()
+    # a trace captured elsewhere, without the record: the levels are drawn where torch accepts them
+    path.write_text(json.dumps({k: v for k, v in side.items() if k != "fresh_inputs"}))
+    replay = Replay(load_trace(tmp_path / "fresh.json.gz"), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    levels = next(t for _, t in replay.inputs() if t.dtype == torch.float32 and t.shape == (3,))
+    assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
 
 
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
