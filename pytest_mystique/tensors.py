@@ -57,6 +57,13 @@ POOL_MIN = 1024
 UNTOUCHED_MIN_BYTES = 64 << 20
 
 # Arguments whose values must be positive for the op to see realistic data.
+#: The arguments of ops that torch refuses outside [0, 1] (probabilities), by op.
+_PROBABILITY_ARGS = {"multinomial": ("self",), "bernoulli": ("self", "p"), "bernoulli_": ("p",),
+                     "binary_cross_entropy": ("self", "target"), "binary_cross_entropy_backward": ("self", "target"),
+                     "binomial": ("prob",)}  # fmt: skip
+#: And those it refuses when negative (a sampler's rates, concentrations and counts), by op.
+_RATE_ARGS = {"poisson": ("self",), "_standard_gamma": ("self",), "_sample_dirichlet": ("self",),
+              "binomial": ("count",)}  # fmt: skip
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
 _POSITIVE_OPS = {"sqrt", "rsqrt", "log", "log2", "log10", "_foreach_sqrt", "_foreach_sqrt_", "_foreach_log",
                  "_foreach_log_", "sqrt_", "rsqrt_", "log_"}  # fmt: skip
@@ -133,6 +140,18 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         q = tensor("q")
         if q is not None:  # levels (torch refuses any outside [0, 1])
             out[q] = (0.0, 1.0)
+    for arg in _PROBABILITY_ARGS.get(name, ()):
+        r = tensor(arg)
+        if r is not None and not (name == "bernoulli" and arg == "self" and "p" in args):  # (bernoulli.p: a shape)
+            out[r] = (0.0, 1.0)
+    if name == "kl_div" and getattr(args.get("log_target"), "value", False) is not True:
+        t = tensor("target")
+        if t is not None:  # probabilities (their logs are taken)
+            out[t] = (0.0, 1.0)
+    for arg in _RATE_ARGS.get(name, ()):
+        r = tensor(arg)
+        if r is not None:  # rates and concentrations (torch refuses negative ones)
+            out[r] = (0.5, 1.5)
     for arg in _POSITIVE_ARGS:
         r = tensor(arg)
         if r is not None:
@@ -147,7 +166,7 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: The ops (names without namespace) whose inputs :func:`float_ranges` may give a range by the
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
-                        "div", "div_", "quantile", "nanquantile"})  # fmt: skip
+                        "div", "div_", "quantile", "nanquantile", "kl_div", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
 
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
@@ -802,10 +821,15 @@ class TensorFactory:
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
         """The first op to consume a tensor sets its range (a weight is read first by its layer);
-        a positivity requirement from any consumer wins over a signed range."""
+        a positivity requirement from any consumer wins over a signed range; two ranges of no
+        negative values hold together where they overlap (probabilities whose logarithm is taken
+        too: [0.5, 1])."""
         for ref, rng in bounds.items():
             old = self.float_bounds.get(ref)
-            if old is None or (rng[0] > 0 and old[0] <= 0):
+            both = None if old is None else (max(old[0], rng[0]), min(old[1], rng[1]))
+            if old is not None and old[0] >= 0 and rng[0] >= 0 and both[0] < both[1]:
+                self.float_bounds[ref] = both
+            elif old is None or (rng[0] > 0 and old[0] <= 0):
                 self.float_bounds[ref] = rng
 
     def make(self, ref: TensorRef) -> torch.Tensor:

@@ -935,6 +935,34 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
 
 
+def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_them(tmp_path):
+    """A trace captured elsewhere has no record of its inputs' values. Drawn from [-1, 1), the
+    probabilities a sampler or a binary cross-entropy reads and the rates of a Poisson draw were
+    refused by torch, and those ops skipped; a KL divergence's target had its logarithm taken and
+    went NaN. They are drawn in [0, 1] (a sampler's rates positive), and probabilities whose
+    logarithm is taken too, where both hold."""
+    probs, p, target, x = torch.rand(8, 10), torch.rand(64, 16), torch.rand(64, 16), torch.rand(64, 16)
+    rates, concentration = torch.rand(100) * 5, torch.rand(30) + 0.1
+
+    def step():
+        picks, coins = torch.multinomial(probs, 3), torch.bernoulli(p)
+        bce = torch.nn.functional.binary_cross_entropy(x, target)
+        kl = torch.nn.functional.kl_div(x.log(), target, reduction="batchmean")
+        return picks, coins, bce, kl, torch.poisson(rates), torch._standard_gamma(concentration)
+
+    path = tmp_path / "samplers.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 8, rep.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    bce = next(s for s in replay.steps if s.name == "aten::binary_cross_entropy")
+    read = replay.env[bce.fills[0][1]]
+    assert 0.5 <= float(read.min()) and float(read.max()) <= 1, read  # (its log is taken too)
+
+
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
     """A distillation loss, ``kl_div(log_probs, probs)``, over a student's log-probabilities and a
     teacher's probabilities given with the step: both of one shape, so the capture's records are
