@@ -63,7 +63,7 @@ _PROBABILITY_ARGS = {"multinomial": ("self",), "bernoulli": ("self", "p"), "bern
                      "binomial": ("prob",)}  # fmt: skip
 #: And those it refuses when negative (a sampler's rates, concentrations and counts), by op.
 _RATE_ARGS = {"poisson": ("self",), "_standard_gamma": ("self",), "_sample_dirichlet": ("self",),
-              "binomial": ("count",)}  # fmt: skip
+              "binomial": ("count",), "igamma": ("self", "other"), "igammac": ("self", "other")}  # fmt: skip
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
 _POSITIVE_OPS = {"sqrt", "rsqrt", "log", "log2", "log10", "_foreach_sqrt", "_foreach_sqrt_", "_foreach_log",
                  "_foreach_log_", "sqrt_", "rsqrt_", "log_"}  # fmt: skip
@@ -148,6 +148,19 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         t = tensor("target")
         if t is not None:  # probabilities (their logs are taken)
             out[t] = (0.0, 1.0)
+    if name in ("pow", "pow_", "float_power"):
+        e = getattr(args.get("exponent"), "value", None)
+        base = tensor("self")
+        if base is not None and isinstance(e, float) and not e.is_integer():
+            out[base] = (0.0, 1.0)  # (a root of a negative number is NaN; 1 - base stays positive too)
+    if name == "poisson_nll_loss" and getattr(args.get("log_input"), "value", True) is False:
+        r = tensor("input")
+        if r is not None:  # rates, whose logarithm is taken
+            out[r] = (0.5, 1.5)
+    if name == "logit" and getattr(args.get("eps"), "value", None) in (None, "<None>"):
+        r = tensor("self")
+        if r is not None:  # probabilities (no eps clamps them)
+            out[r] = (0.0, 1.0)
     for arg in _RATE_ARGS.get(name, ()):
         r = tensor(arg)
         if r is not None:  # rates and concentrations (torch refuses negative ones)
@@ -166,7 +179,8 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: The ops (names without namespace) whose inputs :func:`float_ranges` may give a range by the
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
-                        "div", "div_", "quantile", "nanquantile", "kl_div", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
+                        "div", "div_", "quantile", "nanquantile", "kl_div", "pow", "pow_", "float_power",
+                        "poisson_nll_loss", "logit", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
 
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
@@ -585,6 +599,9 @@ _COPIES = {"aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "ate
 #: a value range on an output (not a layout such as offsets) holds for the inputs it was picked
 #: from. Output position -> the schema argument it is picked from.
 _PICKS = {"aten::index_select": ("self",), "aten::cat": ("tensors",), "aten::concat": ("tensors",),
+          "aten::stack": ("tensors",), "aten::index": ("self",), "aten::gather": ("self",), "aten::take": ("self",),
+          "aten::masked_select": ("self",), "aten::flip": ("self",), "aten::roll": ("self",), "aten::repeat": ("self",),
+          "aten::sort": ("self",), "aten::topk": ("self",), "aten::embedding": ("weight",),
           **dict.fromkeys(("fbgemm::permute_2D_sparse_data", "fbgemm::permute_1D_sparse_data",
                            "fbgemm::permute_sparse_data"), ("lengths", "values", "weights"))}  # fmt: skip
 
@@ -816,7 +833,12 @@ class TensorFactory:
             return True
         if not _floating(src):
             return False
-        self.suggest_floats({src: self.float_bounds[ref]})
+        low, high = self.float_bounds[ref]
+        if low == high and low > 0 and src.numel > 1:
+            # a number's exact value (a 0-dim divisor's 1), read from a tensor of them (``alphas[t]``
+            # of a noise schedule): the tensor's values lie around it, not all at it
+            low, high = low / 2, high * 1.5
+        self.suggest_floats({src: (low, high)})
         return True
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:

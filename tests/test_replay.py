@@ -939,28 +939,61 @@ def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_
     """A trace captured elsewhere has no record of its inputs' values. Drawn from [-1, 1), the
     probabilities a sampler or a binary cross-entropy reads and the rates of a Poisson draw were
     refused by torch, and those ops skipped; a KL divergence's target had its logarithm taken and
-    went NaN. They are drawn in [0, 1] (a sampler's rates positive), and probabilities whose
-    logarithm is taken too, where both hold."""
+    went NaN, and so did a Poisson loss's rates, an incomplete gamma function's arguments and a
+    logit's probabilities. They are drawn in [0, 1] (a sampler's rates positive), and
+    probabilities whose logarithm is taken too, where both hold."""
     probs, p, target, x = torch.rand(8, 10), torch.rand(64, 16), torch.rand(64, 16), torch.rand(64, 16)
     rates, concentration = torch.rand(100) * 5, torch.rand(30) + 0.1
+    predicted, counts, shape, upto, q = torch.rand(50) + 0.1, torch.rand(50) * 3, torch.rand(20) + 0.1, torch.rand(20), torch.rand(40)
 
     def step():
         picks, coins = torch.multinomial(probs, 3), torch.bernoulli(p)
         bce = torch.nn.functional.binary_cross_entropy(x, target)
         kl = torch.nn.functional.kl_div(x.log(), target, reduction="batchmean")
-        return picks, coins, bce, kl, torch.poisson(rates), torch._standard_gamma(concentration)
+        nll = torch.nn.functional.poisson_nll_loss(predicted, counts, log_input=False)
+        return (picks, coins, bce, kl, torch.poisson(rates), torch._standard_gamma(concentration), nll,
+                torch.special.gammainc(shape, upto), torch.logit(q))  # fmt: skip
 
     path = tmp_path / "samplers.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     sidecar_path(path).unlink()
     replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 8, rep.skipped_list()
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 11, rep.skipped_list()
     replay.run()
     assert not any("NaN" in n for n in rep.notes), rep.notes
     bce = next(s for s in replay.steps if s.name == "aten::binary_cross_entropy")
     read = replay.env[bce.fills[0][1]]
     assert 0.5 <= float(read.min()) and float(read.max()) <= 1, read  # (its log is taken too)
+
+
+def test_a_noise_schedule_without_a_record_gives_roots_and_divisors_that_hold(tmp_path):
+    """A diffusion step reads its noise schedule (``alphas_cumprod``, a buffer of 100 values in (0,
+    1)) at drawn time steps and takes ``a ** 0.5`` and ``(1 - a) ** 0.5`` of them, and a sampler
+    divides by one entry. Without a record, the schedule was drawn from [-1, 1) (the roots' range
+    stayed on the picked values, the ``index`` output) or all 1 (a 0-dim divisor's exact 1, given
+    to the whole buffer it was read from), and the replay's data went NaN or infinite. The roots'
+    range reaches the buffer through the ``index``, and a number's exact 1 reaches it as a range
+    around 1: the buffer's values lie in [0.5, 1)."""
+    alphas = torch.cumprod(1 - torch.linspace(1e-4, 0.02, 100), 0)
+    x, noise = torch.randn(4, 8), torch.randn(4, 8)
+
+    def step():
+        t = torch.randint(0, 100, (4,))
+        a = alphas[t]
+        noisy = a[:, None] ** 0.5 * x + (1 - a[:, None]) ** 0.5 * noise
+        return noisy / alphas[36], (noisy - (1 - alphas[36]) ** 0.5 * noise) / (1 - alphas[36])
+
+    path = tmp_path / "schedule.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    [schedule] = [t for _, t in replay.inputs() if t.shape == (100,)]
+    assert 0.5 <= float(schedule.min()) and float(schedule.max()) < 1 and len(set(schedule.tolist())) > 90, schedule
 
 
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
