@@ -153,6 +153,10 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         base = tensor("self")
         if base is not None and isinstance(e, float) and not e.is_integer():
             out[base] = (0.0, 1.0)  # (a root of a negative number is NaN; 1 - base stays positive too)
+    if name in ("acosh", "acosh_"):
+        r = tensor("self")
+        if r is not None:  # (NaN below 1)
+            out[r] = (1.0, 2.0)
     if name == "poisson_nll_loss" and getattr(args.get("log_input"), "value", True) is False:
         r = tensor("input")
         if r is not None:  # rates, whose logarithm is taken
@@ -180,7 +184,7 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
                         "div", "div_", "quantile", "nanquantile", "kl_div", "pow", "pow_", "float_power",
-                        "poisson_nll_loss", "logit", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
+                        "poisson_nll_loss", "logit", "acosh", "acosh_", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
 
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
@@ -235,8 +239,9 @@ def _einsum_weights(node: Node) -> dict[TensorRef, tuple[float, float]]:
     return out
 
 
-#: Ops that factorise their first argument as a Hermitian positive-definite matrix.
-_DEFINITE = {"cholesky", "linalg_cholesky", "linalg_cholesky_ex"}
+#: Ops that factorise their first argument as a Hermitian positive-definite matrix, or take the
+#: logarithm of its determinant (NaN where it is negative: a covariance's, in a Gaussian's density).
+_DEFINITE = {"cholesky", "linalg_cholesky", "linalg_cholesky_ex", "logdet"}
 
 
 def definite_inputs(node: Node) -> list[TensorRef]:

@@ -939,12 +939,14 @@ def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_
     """A trace captured elsewhere has no record of its inputs' values. Drawn from [-1, 1), the
     probabilities a sampler or a binary cross-entropy reads and the rates of a Poisson draw were
     refused by torch, and those ops skipped; a KL divergence's target had its logarithm taken and
-    went NaN, and so did a Poisson loss's rates, an incomplete gamma function's arguments and a
-    logit's probabilities. They are drawn in [0, 1] (a sampler's rates positive), and
+    went NaN, and so did a Poisson loss's rates, an incomplete gamma function's arguments, a
+    logit's probabilities, an inverse hyperbolic cosine's argument and a covariance's log
+    determinant. They are drawn in [0, 1] (a sampler's rates positive), and
     probabilities whose logarithm is taken too, where both hold."""
     probs, p, target, x = torch.rand(8, 10), torch.rand(64, 16), torch.rand(64, 16), torch.rand(64, 16)
     rates, concentration = torch.rand(100) * 5, torch.rand(30) + 0.1
     predicted, counts, shape, upto, q = torch.rand(50) + 0.1, torch.rand(50) * 3, torch.rand(20) + 0.1, torch.rand(20), torch.rand(40)
+    above_one, covariance = torch.rand(30) + 1, torch.eye(6) * 2
 
     def step():
         picks, coins = torch.multinomial(probs, 3), torch.bernoulli(p)
@@ -952,14 +954,14 @@ def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_
         kl = torch.nn.functional.kl_div(x.log(), target, reduction="batchmean")
         nll = torch.nn.functional.poisson_nll_loss(predicted, counts, log_input=False)
         return (picks, coins, bce, kl, torch.poisson(rates), torch._standard_gamma(concentration), nll,
-                torch.special.gammainc(shape, upto), torch.logit(q))  # fmt: skip
+                torch.special.gammainc(shape, upto), torch.logit(q), torch.acosh(above_one), torch.logdet(covariance))  # fmt: skip
 
     path = tmp_path / "samplers.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     sidecar_path(path).unlink()
     replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 11, rep.skipped_list()
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 13, rep.skipped_list()
     replay.run()
     assert not any("NaN" in n for n in rep.notes), rep.notes
     bce = next(s for s in replay.steps if s.name == "aten::binary_cross_entropy")
