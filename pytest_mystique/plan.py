@@ -122,6 +122,9 @@ class Planner:
         # a tensor read -> the planned op that had made it, as it was when read (``producer`` forgets a
         # tensor once a later op allocates in its storage again, and the ranges pass back at the end)
         read_from: dict[tuple[int, int], int] = {}
+        # and the ops that made it before, where a writer gave a later tensor the same ids: a
+        # floating range on the ids, which holds for every tensor of them, reaches theirs too
+        read_before: dict[tuple[int, int], set[int]] = {}
         unwritten: set[tuple[int, int]] = set()  # outputs of empty-like ops that no op has used yet
         made_at: dict[tuple[int, int], int] = {}  # a produced tensor -> the id of the node that made it
         fresh: set[int] = set()  # storages whose present allocation a planned op made (not an input's)
@@ -181,6 +184,9 @@ class Planner:
                 for ref in arg_refs(v):
                     read.add(ref.key)
                     if ref.key in producer:
+                        was = read_from.get(ref.key)
+                        if was is not None and was != producer[ref.key]:
+                            read_before.setdefault(ref.key, set()).add(was)
                         read_from[ref.key] = producer[ref.key]
                     else:
                         read_from.pop(ref.key, None)
@@ -299,7 +305,9 @@ class Planner:
         def sources_of(key: tuple[int, int]) -> tuple[list, int] | None:
             i = read_from.get(key)
             if i is not None and key not in derived:
-                derived[key] = (_value_sources(planned[i], key), i)
+                earlier = [src for j in sorted(read_before.get(key, ())) for src in _value_sources(planned[j], key)
+                           if _real_floating(src[0])]  # fmt: skip
+                derived[key] = (_value_sources(planned[i], key) + earlier, i)
             return derived.get(key)
 
         self.factory.pass_back(sources_of)

@@ -615,7 +615,8 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]],
                   outputs: list[list[TensorRef]]) -> dict[tuple[int, int], list[tuple[TensorRef, str]]]:  # fmt: skip
     """Where the values of the op ``op``'s outputs come from: output tensor key -> [(input, how)],
     ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
-    "copy" (``_COPIES``) or "pick" (``_PICKS``). ``inputs``: (schema argument name, its tensors);
+    "copy" (``_COPIES``), "pick" (``_PICKS``) or "shift" (an addition of a number: ``var + eps``,
+    whose sum is positive where the tensor is). ``inputs``: (schema argument name, its tensors);
     ``outputs``: the tensors of each recorded output."""
     found: dict[tuple[int, int], list[tuple[TensorRef, str]]] = {}
     in_keys = {r.key for _, refs in inputs for r in refs}
@@ -634,6 +635,12 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]],
                 found[out.key] = [(self_ref, "copy")]
             elif i < len(picks) and named.get(picks[i]):
                 found[out.key] = [(src, "pick") for src in named[picks[i]]]
+            elif op == "aten::add" and out.shape:
+                # (a tensor plus a number, either way round: the number a 0-dim tensor or a Scalar)
+                terms = [r for name in ("self", "other") for r in named.get(name, ())]
+                shifted = [r for r in terms if r.shape == out.shape]
+                if len(shifted) == 1 and all(r is shifted[0] or not r.shape for r in terms):
+                    found[out.key] = [(shifted[0], "shift")]
     return found
 
 
@@ -829,6 +836,14 @@ class TensorFactory:
             if src in self.ranges and self.ranges[src].kind != "trues":  # (ids an embedding reads keep their range)
                 return False
             self.constrain(src, self.ranges[ref])
+            return True
+        if how == "shift":
+            # only a range that asks for positive values passes (an epsilon or a variance is
+            # positive): not an index range, nor one bounded at 1 (a probability plus a number)
+            low, high = self.float_bounds.get(ref, (0.0, 0.0))
+            if not (_floating(ref) and _floating(src) and low > 0 and high > 1):
+                return False
+            self.suggest_floats({src: (low, high)})
             return True
         if _integral(ref):
             rng = self.ranges[ref]

@@ -2,6 +2,7 @@
 
 import collections
 import copy
+import gzip
 import importlib.util
 import json
 import math
@@ -996,6 +997,65 @@ def test_a_noise_schedule_without_a_record_gives_roots_and_divisors_that_hold(tm
     assert not any("NaN" in n for n in rep.notes), rep.notes
     [schedule] = [t for _, t in replay.inputs() if t.shape == (100,)]
     assert 0.5 <= float(schedule.min()) and float(schedule.max()) < 1 and len(set(schedule.tolist())) > 90, schedule
+
+
+def test_frozen_batch_norms_without_a_record_take_the_root_of_positive_variances(tmp_path):
+    """A detection backbone's frozen batch norms (DETR's, torchvision's) compute ``w * (var +
+    eps).rsqrt()`` from buffers given with the step. Without a record the variances were drawn
+    from [-1, 1): the root's requirement stayed on the sum, and its square root went NaN. It now
+    reaches the variance through the addition of a number; and where the writer gave the sum's
+    ids to a later tensor (a product of the same shape), through the op that made each."""
+    convs = [torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(3)]
+    buffers = [(torch.rand(8) + 0.5, torch.randn(8) * 0.1, torch.rand(8) + 0.5, torch.randn(8) * 0.1) for _ in convs]
+    x = torch.randn(2, 8, 16, 16, requires_grad=True)
+
+    def step():
+        h = x
+        for conv, (w, b, var, mean) in zip(convs, buffers):
+            scale = w.reshape(1, -1, 1, 1) * (var.reshape(1, -1, 1, 1) + 1e-5).rsqrt()
+            shift = b.reshape(1, -1, 1, 1) - mean.reshape(1, -1, 1, 1) * scale
+            h = torch.relu(conv(h) * scale + shift)
+            gate = w.reshape(1, -1, 1, 1) * b.reshape(1, -1, 1, 1)
+            h = h * gate
+        h.square().mean().backward()
+
+    path = tmp_path / "frozen_bn.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    roots = [s for s in replay.steps if s.name == "aten::rsqrt"]
+    assert len(roots) == 3
+    # the writer gives the first sum's ids to the first layer's gate (as freed memory is reused)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    ops = [n for n in data["nodes"] if n["name"].startswith("aten::")]
+    first_root = next(n for n in ops if n["name"] == "aten::rsqrt")
+    total = first_root["inputs"]["values"][0]
+    gate = next(n for n in ops if n["name"] == "aten::mul" and n["id"] > first_root["id"]
+                and all(v[1] not in {t[1] for t in first_root["outputs"]["values"]} for v in n["inputs"]["values"])
+                and n["inputs"]["shapes"] == [[1, 8, 1, 1], [1, 8, 1, 1]] and n["ctrl_deps"] == first_root["ctrl_deps"]
+                and not any(v[:2] == total[:2] for v in n["inputs"]["values"]))  # fmt: skip
+    gate_ids = gate["outputs"]["values"][0][:2]
+    later = [n for n in ops if n["id"] > gate["id"] and any(v[:2] == gate_ids for v in n["inputs"]["values"] if isinstance(v, list))]
+    assert later  # (a later op reads the gate)
+
+    def renamed(v):
+        if isinstance(v, list) and len(v) == 6 and v[:2] == gate_ids:
+            return total[:2] + v[2:]
+        return [renamed(x) for x in v] if isinstance(v, list) else v
+
+    for n in ops:
+        for side in ("inputs", "outputs"):
+            n[side]["values"] = renamed(n[side]["values"])
+    reused = tmp_path / "reused_ids.json.gz"
+    reused.write_bytes(gzip.compress(json.dumps(data).encode()))
+    replay = Replay(load_trace(reused), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
 
 
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
