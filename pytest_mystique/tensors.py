@@ -927,7 +927,11 @@ class TensorFactory:
                     want = want.narrow(other)
             # (a view drawn row by row is drawn in its own order, whatever its place in the allocation)
             by_rows = ref in self.skews and bool(self.skews[ref].rows)
-            if (not made or by_rows) and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
+            # (a view whose values already lie in its range keeps them: ops built before it read
+            # them, as a writer's reused ids give two numbers one allocation; ``a // k`` had
+            # passed its index check with k = 2, and a later number of k's ids drew it again, 1)
+            kept = not made and not by_rows and ref not in self.skews and _within(t, want)
+            if (not made or by_rows) and not kept and torch._debug_has_internal_overlap(t) != 1:  # (an expanded view cannot be written; 2: unknown)
                 self.fill(t, ref, want)
             self._index_spans[key].append((start, stop, want))
             self._constrained[key] = True
@@ -1168,6 +1172,16 @@ class TensorFactory:
         if skew is not None:
             return lo + _skewed_rows(max(hi - lo, 1), n, skew, g, dev, rng.tables).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
+
+
+def _within(t: torch.Tensor, rng: IntRange) -> bool:
+    """Every value of ``t`` (an integer tensor, not on ``meta``) lies in the uniform range ``rng``."""
+    if t.device.type == "meta" or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        return False
+    if t.numel() == 0:
+        return True
+    low, high = torch.aminmax(t)
+    return rng.low <= int(low) and int(high) < rng.high
 
 
 def mask_of(n: int, trues: int, runs, g: torch.Generator, dev: torch.device) -> torch.Tensor:

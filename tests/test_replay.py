@@ -2649,6 +2649,27 @@ def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
     _, counts = factory.make(ref).unique(return_counts=True)
     assert counts.numel() == round(0.6 * n) and counts.max().item() / n == pytest.approx(0.01, rel=0.1)
 
+def test_a_number_made_again_under_reused_ids_keeps_the_value_earlier_ops_read():
+    """A writer gives two numbers of a step one storage id (Mixtral's ``sorted // top_k`` in two
+    layers); the replay makes them one allocation. The second was drawn again in its range when
+    the build reached its op, after the first layer's index had been checked against the first
+    draw: the divisor changed under it, and every iteration failed on an index out of range.
+    Values that already lie in the range are kept."""
+    from pytest_mystique.tensors import IntRange
+
+    factory = TensorFactory(torch.device("cpu"))
+    first, second = (TensorRef(i, 7, 0, 1, 8, "cpu", "int64", (), ()) for i in (1, 2))
+    for ref in (first, second):
+        factory.constrain(ref, IntRange(0, 1000))
+    a = factory.make(first)
+    value = int(a)
+    b = factory.make(second)
+    assert int(a) == int(b) == value
+    third = TensorRef(3, 7, 0, 1, 8, "cpu", "int64", (), ())  # (a narrower range still draws again)
+    factory.constrain(third, IntRange(value + 1, value + 2))
+    assert int(factory.make(third)) == value + 1
+
+
 def test_recorded_values_and_quantiles_fill_views_and_large_tensors():
     """A small input's recorded values go to its own elements even where it is a view into a larger
     allocation (the rest drawn from those values' spread); a tensor past TILE elements drawn from
