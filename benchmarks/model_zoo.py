@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import statistics
 import sys
@@ -87,9 +88,9 @@ sys.path.insert(0, str(ROOT))
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, profiled_calls, steady_allocator  # noqa: E402
-from pytest_mystique.recorder import capture_step  # noqa: E402
+from pytest_mystique.recorder import INPUT_RECORDS, capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
-from pytest_mystique.sidecar import load_sidecar  # noqa: E402
+from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
 # the other families, each where its library is installed (benchmarks/ is on the path of whatever
@@ -512,6 +513,9 @@ def main() -> int:
                          "(benchmarks/graph_models.py; needs torch_geometric), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
+    ap.add_argument("--without-records", action="store_true",
+                    help="replay each trace as one captured elsewhere: its sidecar keeps the original's timings "
+                         "and loses the capture's records of the step's inputs (recorder.INPUT_RECORDS)")  # fmt: skip
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip
@@ -554,6 +558,10 @@ def main() -> int:
             try:
                 path = tmp / f"{label}.json.gz"
                 capture_step(step, path, warmup=2, runs=1, min_warmup_s=0)
+                if args.without_records:
+                    side = sidecar_path(path)
+                    kept = {k: v for k, v in json.loads(side.read_text()).items() if k not in INPUT_RECORDS}
+                    side.write_text(json.dumps(kept))
                 replay = Replay(load_trace(path), "cpu").prepare()
             except Exception as e:  # noqa: BLE001 - reported in the table
                 print(f"{label:<28} failed: {type(e).__name__}: {str(e)[:120]}")

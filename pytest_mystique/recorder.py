@@ -244,8 +244,7 @@ def _record_inputs(step, result: Captured) -> None:
         made.update(ref.key for ref in tensors_of(node.outputs))
     if not wanted:
         return
-    found: dict[str, list[dict]] = {"index_inputs": [], "sparse_inputs": [], "float_inputs": [], "mask_inputs": [],
-                                    "scalar_inputs": [], "fresh_inputs": [], "packed_weights": []}  # fmt: skip
+    found: dict[str, list[dict]] = {key: [] for key in INPUT_RECORDS}
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
 
@@ -353,6 +352,12 @@ def _scalar_value(t: torch.Tensor) -> float | int | None:
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return None
     return value
+
+
+#: The sidecar's records of the step's inputs (:func:`_record_inputs`): what a trace captured
+#: elsewhere, with its timing alone beside it, does not have.
+INPUT_RECORDS = ("index_inputs", "sparse_inputs", "float_inputs", "mask_inputs", "scalar_inputs", "fresh_inputs",
+                 "packed_weights")  # fmt: skip
 
 
 def _fresh_record(t: torch.Tensor) -> dict:
