@@ -254,6 +254,7 @@ def _record_inputs(step, result: Captured) -> None:
     # ``torch.tensor(...)`` inside the step: the new tensor reaches the ops through these, and the
     # trace counts it as made there
     fresh = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift.default}
+    fresh_values = [0]  # (the values recorded of such tensors so far)
 
     class Inputs(OperatorWatch):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -276,7 +277,11 @@ def _record_inputs(step, result: Captured) -> None:
             if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
             elif func in fresh:
-                found["fresh_inputs"].extend(_fresh_record(t) for t in leaves if isinstance(t, torch.Tensor))
+                for t in leaves:
+                    if isinstance(t, torch.Tensor):
+                        record = _fresh_record(t, fresh_values[0] + t.numel() <= FRESH_TOTAL)
+                        fresh_values[0] += len(record.get("values", ()))
+                        found["fresh_inputs"].append(record)
             found["packed_weights"].extend(packed_record(func, x) for x in leaves
                                            if isinstance(x, torch.ScriptObject) and is_packed(x._type().qualified_name()))  # fmt: skip
             out = func(*args, **(kwargs or {}))
@@ -360,14 +365,15 @@ INPUT_RECORDS = ("index_inputs", "sparse_inputs", "float_inputs", "mask_inputs",
                  "packed_weights")  # fmt: skip
 
 
-def _fresh_record(t: torch.Tensor) -> dict:
+def _fresh_record(t: torch.Tensor, with_values: bool = True) -> dict:
     """A tensor the step made from its own numbers (``torch.tensor(...)``): its shape, type and,
     for a real one of at most :data:`FRESH_VALUES` elements, its values (JSON numbers or booleans;
     a float's infinities and NaN as the strings ``"inf"``, ``"-inf"`` and ``"nan"``). A larger or
-    complex one is recorded without values, so that the records still line up with the trace's
-    tensors in order."""
+    complex one, or one past a step's :data:`FRESH_TOTAL` values (``with_values`` False), is
+    recorded without values, so that the records still line up with the trace's tensors in order."""
     record = {"shape": [int(d) for d in t.shape], "dtype": str(t.dtype).removeprefix("torch.")}
-    if (t.numel() <= FRESH_VALUES and type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+    if (with_values and t.numel() <= FRESH_VALUES and type(t) in (torch.Tensor, torch.nn.Parameter)
+            and t.layout == torch.strided
             and not (t.is_complex() or t.is_quantized or t.device.type == "meta")):  # fmt: skip
         flat = t.detach().reshape(-1).cpu()
         if t.is_floating_point():
@@ -377,8 +383,10 @@ def _fresh_record(t: torch.Tensor) -> dict:
     return record
 
 
-#: A tensor the step made from its own numbers is recorded with its values up to this many elements.
+#: A tensor the step made from its own numbers is recorded with its values up to this many elements,
+#: and a step's such tensors up to this many in all (a sidecar of a few megabytes at most).
 FRESH_VALUES = 4096
+FRESH_TOTAL = 1 << 18
 
 
 def _input_record(t: torch.Tensor) -> dict | None:

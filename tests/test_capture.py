@@ -391,3 +391,18 @@ def test_an_input_written_whole_first_passes_its_record_over(tmp_path):
     assert any("left unfilled" in n for n in replay.report.notes)
     bounds = {ref.shape: b for ref, b in replay.factory.float_bounds.items()}
     assert len(replay.factory.float_bounds) == 3 and 30 < bounds[(8, 8)][0] < 40 < bounds[(8, 8)][1] < 50
+
+
+def test_the_capture_records_the_values_of_tensors_the_step_makes_up_to_a_limit(tmp_path):
+    """The values of tensors the step makes from its own numbers are recorded in the order it
+    makes them, up to FRESH_TOTAL values in all: later ones by shape and type alone, so that the
+    sidecar stays small and its records still line up with the trace's tensors."""
+    from pytest_mystique.recorder import FRESH_TOTAL, FRESH_VALUES
+
+    rows = [[float(i)] * FRESH_VALUES for i in range(FRESH_TOTAL // FRESH_VALUES + 6)]
+    capture_step(lambda: sum(torch.tensor(r).sum() for r in rows), tmp_path / "many.json.gz", warmup=1, runs=1,
+                 min_warmup_s=0)  # fmt: skip
+    fresh = load_sidecar(tmp_path / "many.json.gz")["fresh_inputs"]
+    assert [r["shape"] for r in fresh] == [[FRESH_VALUES]] * len(rows)
+    kept = [r["values"] for r in fresh if "values" in r]
+    assert len(kept) == FRESH_TOTAL // FRESH_VALUES and [v[0] for v in kept] == [float(i) for i in range(len(kept))]
