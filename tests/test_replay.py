@@ -936,6 +936,19 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
 
 
+def _replayed_without_records(step, path):
+    """``step`` captured into ``path`` and replayed as a trace captured elsewhere (no sidecar):
+    every op replays, and an iteration runs without the data going NaN or infinite."""
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    return replay
+
+
 def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_them(tmp_path):
     """A trace captured elsewhere has no record of its inputs' values. Drawn from [-1, 1), the
     probabilities a sampler or a binary cross-entropy reads and the rates of a Poisson draw were
@@ -957,14 +970,8 @@ def test_probabilities_and_rates_without_a_record_are_drawn_where_torch_accepts_
         return (picks, coins, bce, kl, torch.poisson(rates), torch._standard_gamma(concentration), nll,
                 torch.special.gammainc(shape, upto), torch.logit(q), torch.acosh(above_one), torch.logdet(covariance))  # fmt: skip
 
-    path = tmp_path / "samplers.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    sidecar_path(path).unlink()
-    replay = Replay(load_trace(path), "cpu").prepare()
-    rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total == 13, rep.skipped_list()
-    replay.run()
-    assert not any("NaN" in n for n in rep.notes), rep.notes
+    replay = _replayed_without_records(step, tmp_path / "samplers.json.gz")
+    assert replay.report.ops_total == 13
     bce = next(s for s in replay.steps if s.name == "aten::binary_cross_entropy")
     read = replay.env[bce.fills[0][1]]
     assert 0.5 <= float(read.min()) and float(read.max()) <= 1, read  # (its log is taken too)
@@ -987,14 +994,7 @@ def test_a_noise_schedule_without_a_record_gives_roots_and_divisors_that_hold(tm
         noisy = a[:, None] ** 0.5 * x + (1 - a[:, None]) ** 0.5 * noise
         return noisy / alphas[36], (noisy - (1 - alphas[36]) ** 0.5 * noise) / (1 - alphas[36])
 
-    path = tmp_path / "schedule.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    sidecar_path(path).unlink()
-    replay = Replay(load_trace(path), "cpu").prepare()
-    rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
-    replay.run()
-    assert not any("NaN" in n for n in rep.notes), rep.notes
+    replay = _replayed_without_records(step, tmp_path / "schedule.json.gz")
     [schedule] = [t for _, t in replay.inputs() if t.shape == (100,)]
     assert 0.5 <= float(schedule.min()) and float(schedule.max()) < 1 and len(set(schedule.tolist())) > 90, schedule
 
@@ -1020,13 +1020,7 @@ def test_frozen_batch_norms_without_a_record_take_the_root_of_positive_variances
         h.square().mean().backward()
 
     path = tmp_path / "frozen_bn.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    sidecar_path(path).unlink()
-    replay = Replay(load_trace(path), "cpu").prepare()
-    rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
-    replay.run()
-    assert not any("NaN" in n for n in rep.notes), rep.notes
+    replay = _replayed_without_records(step, path)
     roots = [s for s in replay.steps if s.name == "aten::rsqrt"]
     assert len(roots) == 3
     # the writer gives the first sum's ids to the first layer's gate (as freed memory is reused)
