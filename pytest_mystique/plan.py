@@ -50,6 +50,7 @@ from .tensors import (
     definite_inputs,
     float_ranges,
     index_ranges,
+    torch_dtype,
     value_sources,
 )
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
@@ -867,6 +868,9 @@ class Planner:
             if values is None or ref in self.factory.values or ref in self.factory.exact or self._unfilled(ref):
                 continue
             values = tuple(NON_FINITE.get(v, v) if isinstance(v, str) else v for v in values)
+            if _real_floating(ref):  # (nine digits of float32's largest, -3.40282347e+38, read back overflow it)
+                top = torch.finfo(torch_dtype(ref.dtype)).max
+                values = tuple(min(max(v, -top), top) if math.isfinite(v) else v for v in values)
             if ref.shape == ():
                 self.factory.exact[ref] = values[0]
             else:

@@ -909,21 +909,23 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
         levels = torch.quantile(x, torch.tensor([0.1, 0.5, 0.9]), dim=1)
         scaled = offsets / torch.tensor([32, 24])
         floor = torch.maximum(x, torch.tensor(float("-inf")))
-        (levels.sum() + scaled.sum() + floor.sum()).backward()
+        lowest = torch.maximum(x, torch.tensor(torch.finfo(torch.float32).min))  # (GPT-Neo's mask value)
+        (levels.sum() + scaled.sum() + floor.sum() + lowest.sum()).backward()
 
     capture_step(step, tmp_path / "fresh.json.gz", warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(tmp_path / "fresh.json.gz"), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
-    assert any(n.startswith("3 tensor(s) the program made from its own numbers") for n in rep.notes), rep.notes
+    assert any(n.startswith("4 tensor(s) the program made from its own numbers") for n in rep.notes), rep.notes
     replay.run()
-    made = {(t.dtype, tuple(t.shape)): t for _, t in replay.inputs()}
+    made = {(t.dtype, tuple(t.shape)): t for _, t in replay.inputs() if t.shape}
     assert torch.allclose(made[torch.float32, (3,)], torch.tensor([0.1, 0.5, 0.9])), made
     assert torch.equal(made[torch.int64, (2,)], torch.tensor([32, 24])), made
-    assert float(made[torch.float32, ()]) == float("-inf"), made
+    numbers = sorted(float(t) for _, t in replay.inputs() if not t.shape and t.dtype == torch.float32)
+    assert numbers == [float("-inf"), torch.finfo(torch.float32).min], numbers
     path = sidecar_path(tmp_path / "fresh.json.gz")
     side = json.loads(path.read_text())
-    levels, divisor, floor = (r["values"] for r in side["fresh_inputs"])
+    levels, divisor, floor, _ = (r["values"] for r in side["fresh_inputs"])
     assert levels == pytest.approx([0.1, 0.5, 0.9]) and divisor == [32, 24] and floor == ["-inf"], side["fresh_inputs"]
     path.write_text(json.dumps({**side, "fresh_inputs": [{**side["fresh_inputs"][0], "values": [0.1]}]}))
     with pytest.raises(ReplayError, match=r"fresh\.meta\.json: malformed timing sidecar: fresh_inputs"):
