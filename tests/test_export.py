@@ -328,3 +328,18 @@ def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_pat
             bench.step(e)
     ran = {ev.key for ev in prof.key_averages()}
     assert "aten::mm" in ran and "aten::bmm" not in ran, ran
+
+
+def test_exported_script_gives_tensors_the_step_made_from_its_numbers_their_values(tmp_path):
+    """``torch.tensor([32, 24, ...])`` inside the step, divisors: the exported script holds the
+    original's values, as the replay does (not drawn between their lowest and highest)."""
+    import torch
+
+    from pytest_mystique import capture_step
+
+    offsets, sizes = torch.randn(16, 8), [32, 24, 16, 8, 4, 2, 1, 64]
+    capture_step(lambda: offsets / torch.tensor(sizes), tmp_path / "div.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    bench = _exported(tmp_path / "div.json.gz", tmp_path, "bench_div")
+    [view] = [v for v in bench.VIEWS if v[2] == "int64"]
+    made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))[view[0]]
+    assert made.tolist() == sizes
