@@ -56,14 +56,47 @@ POOL_MIN = 1024
 #: Embedding tables read row by row from this size on are not filled (see TensorFactory.make).
 UNTOUCHED_MIN_BYTES = 64 << 20
 
+_UNIT, _RATE = (0.0, 1.0), (0.5, 1.5)
+#: Arguments that an op refuses, or turns NaN, outside a domain: op -> ((argument, (low, high)),
+#: ...). A sampler's probabilities and rates, a binary cross-entropy's and a KL divergence's
+#: probabilities, a quantile's levels; the base of a fractional power (a noise schedule's
+#: ``alphas_cumprod[t] ** 0.5``) in [0, 1], so that ``1 - a`` stays positive too. Some hold only
+#: for some calls (:func:`_domain_holds`).
+_DOMAINS = {
+    "multinomial": (("self", _UNIT),), "bernoulli": (("self", _UNIT), ("p", _UNIT)), "bernoulli_": (("p", _UNIT),),
+    "binary_cross_entropy": (("self", _UNIT), ("target", _UNIT)),
+    "binary_cross_entropy_backward": (("self", _UNIT), ("target", _UNIT)),
+    "binomial": (("prob", _UNIT), ("count", _RATE)), "kl_div": (("target", _UNIT),), "logit": (("self", _UNIT),),
+    "quantile": (("q", _UNIT),), "nanquantile": (("q", _UNIT),),
+    "poisson": (("self", _RATE),), "_standard_gamma": (("self", _RATE),), "_sample_dirichlet": (("self", _RATE),),
+    "igamma": (("self", _RATE), ("other", _RATE)), "igammac": (("self", _RATE), ("other", _RATE)),
+    "poisson_nll_loss": (("input", _RATE),),
+    "pow": (("self", _UNIT),), "pow_": (("self", _UNIT),), "float_power": (("self", _UNIT),),
+    "acosh": (("self", (1.0, 2.0)),), "acosh_": (("self", (1.0, 2.0)),),
+}  # fmt: skip
+
+
+def _domain_holds(name: str, arg: str, args: dict) -> bool:
+    """Whether ``name``'s domain for ``arg`` (:data:`_DOMAINS`) holds for a call of these ``args``."""
+
+    def value(key, default=None):
+        return getattr(args.get(key), "value", default)
+
+    if name == "bernoulli" and arg == "self":
+        return "p" not in args  # (bernoulli.p's self gives the shape only)
+    if name == "kl_div":
+        return value("log_target", False) is not True
+    if name == "poisson_nll_loss":
+        return value("log_input", True) is False  # (rates, whose logarithm is taken)
+    if name == "logit":
+        return value("eps") in (None, "<None>")  # (no eps clamps them)
+    if name in ("pow", "pow_", "float_power"):
+        e = value("exponent")
+        return isinstance(e, float) and not e.is_integer()
+    return True
+
+
 # Arguments whose values must be positive for the op to see realistic data.
-#: The arguments of ops that torch refuses outside [0, 1] (probabilities), by op.
-_PROBABILITY_ARGS = {"multinomial": ("self",), "bernoulli": ("self", "p"), "bernoulli_": ("p",),
-                     "binary_cross_entropy": ("self", "target"), "binary_cross_entropy_backward": ("self", "target"),
-                     "binomial": ("prob",)}  # fmt: skip
-#: And those it refuses when negative (a sampler's rates, concentrations and counts), by op.
-_RATE_ARGS = {"poisson": ("self",), "_standard_gamma": ("self",), "_sample_dirichlet": ("self",),
-              "binomial": ("count",), "igamma": ("self", "other"), "igammac": ("self", "other")}  # fmt: skip
 _POSITIVE_ARGS = {"running_var", "var", "exp_avg_sq", "save_var", "save_invstd", "invstd", "std"}
 _POSITIVE_OPS = {"sqrt", "rsqrt", "log", "log2", "log10", "_foreach_sqrt", "_foreach_sqrt_", "_foreach_log",
                  "_foreach_log_", "sqrt_", "rsqrt_", "log_"}  # fmt: skip
@@ -136,39 +169,10 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         d = tensor("other")
         if d is not None:  # a divisor away from 0 (see the module's docstring)
             out[d] = (1.0, 1.0) if not d.shape else (0.5, 1.5)
-    if name in ("quantile", "nanquantile"):
-        q = tensor("q")
-        if q is not None:  # levels (torch refuses any outside [0, 1])
-            out[q] = (0.0, 1.0)
-    for arg in _PROBABILITY_ARGS.get(name, ()):
+    for arg, domain in _DOMAINS.get(name, ()):
         r = tensor(arg)
-        if r is not None and not (name == "bernoulli" and arg == "self" and "p" in args):  # (bernoulli.p: a shape)
-            out[r] = (0.0, 1.0)
-    if name == "kl_div" and getattr(args.get("log_target"), "value", False) is not True:
-        t = tensor("target")
-        if t is not None:  # probabilities (their logs are taken)
-            out[t] = (0.0, 1.0)
-    if name in ("pow", "pow_", "float_power"):
-        e = getattr(args.get("exponent"), "value", None)
-        base = tensor("self")
-        if base is not None and isinstance(e, float) and not e.is_integer():
-            out[base] = (0.0, 1.0)  # (a root of a negative number is NaN; 1 - base stays positive too)
-    if name in ("acosh", "acosh_"):
-        r = tensor("self")
-        if r is not None:  # (NaN below 1)
-            out[r] = (1.0, 2.0)
-    if name == "poisson_nll_loss" and getattr(args.get("log_input"), "value", True) is False:
-        r = tensor("input")
-        if r is not None:  # rates, whose logarithm is taken
-            out[r] = (0.5, 1.5)
-    if name == "logit" and getattr(args.get("eps"), "value", None) in (None, "<None>"):
-        r = tensor("self")
-        if r is not None:  # probabilities (no eps clamps them)
-            out[r] = (0.0, 1.0)
-    for arg in _RATE_ARGS.get(name, ()):
-        r = tensor(arg)
-        if r is not None:  # rates and concentrations (torch refuses negative ones)
-            out[r] = (0.5, 1.5)
+        if r is not None and _domain_holds(name, arg, args):
+            out[r] = domain
     for arg in _POSITIVE_ARGS:
         r = tensor(arg)
         if r is not None:
@@ -183,8 +187,7 @@ _RNN_OPS = {"lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn
 #: The ops (names without namespace) whose inputs :func:`float_ranges` may give a range by the
 #: op alone (besides the arguments named like a variance, which any op's may be).
 RANGED_OPS = frozenset({*(op for op, _ in _FAN_IN), *_CONV_OPS, *_NORM_OPS, *_RNN_OPS, *_POSITIVE_OPS, "einsum",
-                        "div", "div_", "quantile", "nanquantile", "kl_div", "pow", "pow_", "float_power",
-                        "poisson_nll_loss", "logit", "acosh", "acosh_", *_PROBABILITY_ARGS, *_RATE_ARGS})  # fmt: skip
+                        "div", "div_", *_DOMAINS})  # fmt: skip
 
 _RNN_WEIGHTS = ("params", "weight", "weight0", "weight1", "weight2", "weight3", "w_ih", "w_hh", "b_ih", "b_hh")
 
