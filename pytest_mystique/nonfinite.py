@@ -134,6 +134,13 @@ def _host_elements(v: torch.Tensor) -> Any:
         return None
 
 
+def infinite_numbers(args: list[Any]) -> bool:
+    """Some number among an op's arguments (in lists too) is infinite or NaN: ``full_like(x,
+    -inf)``, ``masked_fill(mask, -inf)``. No tensor is read."""
+    return any((isinstance(a, float) and not math.isfinite(a)) or (isinstance(a, (list, tuple)) and infinite_numbers(a))
+               for a in args)  # fmt: skip
+
+
 def nonfinite_inputs(args: list[Any]) -> bool:
     """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
     NaN or inf came from them, not from the op. A whole check (:func:`finite_sum`), made only when

@@ -36,7 +36,7 @@ from .errors import ReplayError, reason
 from .graph import UNINITIALISED
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
-from .nonfinite import LOG_TABLES, keeps_values, nonfinite_inputs, odd_data
+from .nonfinite import LOG_TABLES, infinite_numbers, keeps_values, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
@@ -144,6 +144,7 @@ class Replay:
         self._flag_paths: Counter = Counter()
         self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
+        self._infinite_made: set[int] = set()  # addresses of outputs an op made from an infinity the trace gave
         self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
         self._warned: Counter = Counter()  # (op, torch's warning) at the build (see _quiet)
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
@@ -575,11 +576,19 @@ class Replay:
                  and not any(w in p.node.name for w in _RANDOM_WORDS)
                  and all(s in self._original for s in read_slots(step)))  # fmt: skip
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
+        # (an infinity the trace gives, as a number or in a tensor made from one and written in place
+        # here: a router's scores filled with -inf, then scattered into, hold it in the original too)
+        given_inf = self._first_nonfinite is None and (
+            infinite_numbers(call) or any(isinstance(a, torch.Tensor) and a.data_ptr() in self._infinite_made
+                                          for i, a in enumerate(call) if i < len(writes) and writes[i]))  # fmt: skip
+        if given_inf:
+            self._infinite_made.update(r.data_ptr() for r in results if isinstance(r, torch.Tensor))
         if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
                                 subnormal=self._first_subnormal is None)  # fmt: skip
-            if nan and not nonfinite_inputs([a for i, a in enumerate(call) if not (i < len(writes) and writes[i])]):
+            if nan and not given_inf and not nonfinite_inputs([a for i, a in enumerate(call)
+                                                               if not (i < len(writes) and writes[i])]):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
             if sub:
                 self._first_subnormal = f"{p.node.name} (node {p.node.id})"

@@ -1054,6 +1054,25 @@ def test_frozen_batch_norms_without_a_record_take_the_root_of_positive_variances
     assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
 
 
+def test_an_infinity_the_trace_gives_is_not_reported_as_the_replays_data_going_nan(tmp_path):
+    """A router's scores are filled with -inf and its top choices scattered into them (Llama 4):
+    the -inf is the original's, given by a number the trace records. The build had noted the
+    replay's data becoming NaN or inf at the scatter; it now notes only what the replay's data
+    did of themselves (the square root of a drawn value less 2, here)."""
+    logits, x = torch.randn(32, 8), torch.rand(32, 8)
+
+    def step():
+        top = logits.topk(2, dim=-1)
+        scores = torch.full_like(logits, float("-inf")).scatter_(1, top.indices, top.values)
+        return torch.sigmoid(scores).sum() + torch.sqrt(x - 2).sum()
+
+    path = tmp_path / "router.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    notes = [n for n in replay.report.notes if "NaN or inf" in n]
+    assert len(notes) == 1 and "aten::sqrt" in notes[0], replay.report.notes
+
+
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
     """A distillation loss, ``kl_div(log_probs, probs)``, over a student's log-probabilities and a
     teacher's probabilities given with the step: both of one shape, so the capture's records are
