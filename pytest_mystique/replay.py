@@ -144,7 +144,7 @@ class Replay:
         self._flag_paths: Counter = Counter()
         self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
-        self._infinite_made: set[int] = set()  # addresses of outputs an op made from an infinity the trace gave
+        self._infinite_made: set[int] = set()  # allocations of outputs an op made from an infinity the trace gave
         self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
         self._warned: Counter = Counter()  # (op, torch's warning) at the build (see _quiet)
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
@@ -579,10 +579,10 @@ class Replay:
         # (an infinity the trace gives, as a number or in a tensor made from one and written in place
         # here: a router's scores filled with -inf, then scattered into, hold it in the original too)
         given_inf = self._first_nonfinite is None and (
-            infinite_numbers(call) or any(isinstance(a, torch.Tensor) and a.data_ptr() in self._infinite_made
+            infinite_numbers(call) or any(_address(a) in self._infinite_made
                                           for i, a in enumerate(call) if i < len(writes) and writes[i]))  # fmt: skip
         if given_inf:
-            self._infinite_made.update(r.data_ptr() for r in results if isinstance(r, torch.Tensor))
+            self._infinite_made.update(a for r in results if (a := _address(r)))
         if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
