@@ -228,6 +228,14 @@ class Comms:
 
         return Collective(call, schema), args
 
+    def settle(self) -> None:
+        """Wait on the sends and receives still pending at the end of an iteration: the step's
+        last point-to-point op waits on them (:func:`_p2p`), but where that op was skipped none
+        does, and a rank's handles would pile up iteration after iteration."""
+        pending, self.recvs, self.sends = self.recvs + self.sends, [], []
+        for work in pending:
+            work.wait()
+
     def _peer(self, node: Node, group, recorded: dict) -> int:
         """A send's or receive's recorded peer: a rank of its group other than this one."""
         peer = next((recorded[k] for k in _PEER_NAMES if k in recorded), None)

@@ -299,6 +299,7 @@ def rank_main(spec: dict, conn) -> None:
                         comms=Comms(trace, rank, spec["world_size"]))  # fmt: skip
         t0 = time.perf_counter()
         replay.prepare()
+        replay.comms.settle()
         setup_s = time.perf_counter() - t0
         rep = replay.report
         conn.send(("ready", {
@@ -322,13 +323,16 @@ def rank_main(spec: dict, conn) -> None:
                     dist.barrier()
                     t = time.perf_counter()
                     replay.run()
+                    replay.comms.settle()  # (as the original's schedule waits on its sends by its step's end)
                     if cuda:
                         torch.cuda.synchronize(device)
                     times.append(time.perf_counter() - t)
                 conn.send(("times", times))
             elif kind == "per_op":
                 dist.barrier()
-                conn.send(("per_op", per_op_medians(replay, arg)))
+                medians = per_op_medians(replay, arg)
+                replay.comms.settle()
+                conn.send(("per_op", medians))
     except (EOFError, KeyboardInterrupt):
         pass
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which names the rank

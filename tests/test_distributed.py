@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pytest_mystique.collectives import backend_for
+from pytest_mystique.collectives import Comms, backend_for
 from pytest_mystique.distributed import rank_of, resolve_job
 from pytest_mystique.errors import TraceError
 from pytest_mystique.graph import select_ops
@@ -289,3 +289,24 @@ def test_the_one_process_group_is_destroyed_at_exit():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "initialized at exit: False" in done.stdout
+
+
+def test_sends_and_receives_left_pending_are_waited_on_at_the_end_of_an_iteration():
+    """The step's last point-to-point op waits on the sends and receives started before it; where
+    that op was skipped, none did, and a rank's pending handles piled up iteration after
+    iteration. Each iteration's end (and the build's) waits on what is left, receives first."""
+    waited = []
+
+    class Work:
+        def __init__(self, name):
+            self.name = name
+
+        def wait(self):
+            waited.append(self.name)
+
+    comms = Comms.__new__(Comms)  # (its groups need a world; the pending handles do not)
+    comms.sends, comms.recvs = [Work("send 1"), Work("send 2")], [Work("receive 1")]
+    comms.settle()
+    assert waited == ["receive 1", "send 1", "send 2"] and comms.sends == comms.recvs == []
+    comms.settle()
+    assert len(waited) == 3
