@@ -144,7 +144,7 @@ class Replay:
         self._flag_paths: Counter = Counter()
         self._flag_given: set[tuple[int, str]] = set()  # the allocations of _flagged given the flag at the build
         self._first_nonfinite: str | None = None  # the first op whose output held NaN or inf, at the build
-        self._infinite_made: set[int] = set()  # allocations of outputs an op made from an infinity the trace gave
+        self._infinite_made: set[int] = set()  # slots of outputs an op made from an infinity the trace gave
         self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
         self._warned: Counter = Counter()  # (op, torch's warning) at the build (see _quiet)
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
@@ -578,11 +578,9 @@ class Replay:
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
         # (an infinity the trace gives, as a number or in a tensor made from one and written in place
         # here: a router's scores filled with -inf, then scattered into, hold it in the original too)
-        given_inf = self._first_nonfinite is None and (
-            infinite_numbers(call) or any(_address(a) in self._infinite_made
-                                          for i, a in enumerate(call) if i < len(writes) and writes[i]))  # fmt: skip
-        if given_inf:
-            self._infinite_made.update(a for r in results if (a := _address(r)))
+        # (by slot: an allocation's address is another tensor's once it is freed)
+        given_inf = self._first_nonfinite is None and (infinite_numbers(call) or any(
+            slot in self._infinite_made for pos, slot in step.fills if pos < len(writes) and writes[pos]))  # fmt: skip
         if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
@@ -611,6 +609,8 @@ class Replay:
                     env[s] = value
         self.steps.append(step)
         self.report.ops_replayed += 1
+        if given_inf:
+            self._infinite_made.update(out_slots(step.outs))
         if exact:
             self._mark_original(out_slots(step.outs))
         for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
