@@ -918,9 +918,9 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert any(n.startswith("4 tensor(s) the program made from its own numbers") for n in rep.notes), rep.notes
     replay.run()
-    made = {(t.dtype, tuple(t.shape)): t for _, t in replay.inputs() if t.shape}
-    assert torch.allclose(made[torch.float32, (3,)], torch.tensor([0.1, 0.5, 0.9])), made
-    assert torch.equal(made[torch.int64, (2,)], torch.tensor([32, 24])), made
+    made = [t for _, t in replay.inputs() if t.shape]
+    assert any(t.dtype == torch.float32 and torch.allclose(t, torch.tensor([0.1, 0.5, 0.9])) for t in made if t.shape == (3,))
+    assert any(torch.equal(t, torch.tensor([32, 24])) for t in made if t.shape == (2,)), made
     # (among others: where the writer reuses ids, a level of the quantile can be read as a 0-dim input)
     numbers = {float(t) for _, t in replay.inputs() if not t.shape and t.dtype == torch.float32}
     assert {float("-inf"), torch.finfo(torch.float32).min} <= numbers, numbers
