@@ -115,7 +115,6 @@ class Planner:
         lying_in: dict[int, list[TensorRef]] = {}  # a storage id -> the produced tensors in its allocation
         external_bytes: dict[tuple, int] = {}
         in_step = optimizer_step_ops(self.trace)
-        stepped: set[TensorRef] = set()  # inputs the optimizer's step writes in place
         step_read: set[TensorRef] = set()  # inputs the optimizer's step reads
         step_wrote: set[int] = set()  # storages the optimizer's step writes in place, through any tensor
         elsewhere: set[TensorRef] = set()  # inputs an op outside it reads
@@ -235,8 +234,6 @@ class Planner:
                             elsewhere.add(ref)
                         else:
                             step_read.add(ref)
-                            if pos < len(writes) and writes[pos]:
-                                stepped.add(ref)
                     if node.id in in_step and pos < len(writes) and writes[pos]:
                         step_wrote.add(ref.storage_id)
             derives = not p.collective and p.substitution is None  # its outputs' values follow from its inputs
@@ -318,8 +315,9 @@ class Planner:
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
         self._fresh_values(fresh_reads)
         self._exact_scalars(planned, scalar_reads, written)
-        # (a state the step writes through a view of it: Adam's complex moments, through view_as_real)
-        stepped |= {ref for ref in step_read if ref.storage_id in step_wrote}
+        # inputs the optimizer's step writes in place, themselves or through a view (Adam's complex
+        # moments, through view_as_real)
+        stepped = {ref for ref in step_read if ref.storage_id in step_wrote}
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)
