@@ -41,7 +41,7 @@ import json
 import math
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -304,6 +304,11 @@ class IntRange:
     tables: int = 1  # (derived) the tables whose indices the tensor holds, one table's after another
 
     def narrow(self, other: IntRange) -> IntRange:
+        if {self.kind, other.kind} == {"parts", "uniform"}:
+            # counts that must sum to a size keep that layout, and no part lies below the other's
+            # lowest: segment lengths a mean over each segment divides by are never 0
+            parts, bound = (self, other) if self.kind == "parts" else (other, self)
+            return replace(parts, low=max(parts.low, bound.low))
         if other.kind != "uniform":
             return other
         if self.kind != "uniform":
@@ -1156,12 +1161,15 @@ class TensorFactory:
         if rng.kind == "parts" and ref in self.parts:
             return bounded_parts(n, *self.parts[ref], max(rng.high, 0), g, dev).to(dtype)
         if rng.kind in ("cuts", "parts"):
-            # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts)
+            # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts);
+            # parts of at least ``low`` (where they can be) are ``low`` each plus parts of the rest
             k = n if rng.kind == "cuts" else n + 1
-            inner = torch.sort(torch.randint(0, max(rng.high, 0) + 1, (max(k - 2, 0),), generator=g, device=dev)).values
+            least = rng.low if rng.kind == "parts" and 0 < rng.low and rng.low * n <= rng.high else 0
+            top = max(rng.high - least * n, 0)
+            inner = torch.sort(torch.randint(0, top + 1, (max(k - 2, 0),), generator=g, device=dev)).values
             cuts = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), inner,
-                              torch.full((1,), max(rng.high, 0), dtype=torch.int64, device=dev)])[-k:]  # fmt: skip
-            return (cuts if rng.kind == "cuts" else cuts.diff()).to(dtype)
+                              torch.full((1,), top, dtype=torch.int64, device=dev)])[-k:]  # fmt: skip
+            return (cuts if rng.kind == "cuts" else cuts.diff() + least).to(dtype)
         if rng.kind == "offsets" and ref in self.bags:
             return _bag_offsets(n, self.bags[ref], rng.high - 1, g, dev).to(dtype)
         if rng.kind == "offsets":

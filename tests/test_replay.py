@@ -877,14 +877,7 @@ def test_segment_lengths_given_with_the_step_stay_within_the_originals_bounds(tm
     segment: drawn as counts that only sum to the rows, some came out 0, the mean divided by
     zero and the replay's data went infinite from there on. With the capture's record of their
     smallest and largest, each count lies between those and they still sum to the rows."""
-    lengths = torch.randint(2, 20, (32,))
-    rows = torch.randn(int(lengths.sum()), 16, requires_grad=True)
-
-    def step():
-        seg = torch.repeat_interleave(torch.arange(32), lengths)
-        sums = torch.zeros(32, 16).index_add_(0, seg, rows)
-        (sums / lengths[:, None]).square().mean().backward()
-
+    lengths, rows, step = _segment_means()
     capture_step(step, tmp_path / "ragged.json.gz", warmup=1, runs=1, min_warmup_s=0)
     replay = Replay(load_trace(tmp_path / "ragged.json.gz"), "cpu").prepare()
     rep = replay.report
@@ -895,6 +888,30 @@ def test_segment_lengths_given_with_the_step_stay_within_the_originals_bounds(tm
     assert int(given.sum()) == rows.shape[0] and low <= int(given.min()) and int(given.max()) <= high, given
     replay.run()
     assert not any("NaN or inf" in n for n in rep.notes), rep.notes
+
+
+def _segment_means():
+    """Lengths of 32 ragged segments (2 to 19 rows each), the rows, and a training step that
+    takes the mean over each segment."""
+    lengths = torch.randint(2, 20, (32,))
+    rows = torch.randn(int(lengths.sum()), 16, requires_grad=True)
+
+    def step():
+        seg = torch.repeat_interleave(torch.arange(32), lengths)
+        sums = torch.zeros(32, 16).index_add_(0, seg, rows)
+        (sums / lengths[:, None]).square().mean().backward()
+
+    return lengths, rows, step
+
+
+def test_segment_lengths_without_a_record_that_divide_are_never_zero(tmp_path):
+    """The same segment means in a trace captured elsewhere: no record bounds the lengths. Cut
+    from sorted uniform points, some came out 0 and the mean divided by zero. A length the step
+    divides by is at least 1; the lengths still sum to the rows."""
+    lengths, rows, step = _segment_means()
+    replay = _replayed_without_records(step, tmp_path / "ragged.json.gz")
+    [given] = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (32,)]
+    assert int(given.sum()) == rows.shape[0] and int(given.min()) >= 1, given
 
 
 def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values(tmp_path):
