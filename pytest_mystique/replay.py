@@ -148,11 +148,16 @@ class Replay:
         self._first_subnormal: str | None = None  # the first whose output held subnormal numbers
         self._warned: Counter = Counter()  # (op, torch's warning) at the build (see _quiet)
         # slots holding the original's values: made by ops of recorded constants alone (arange, full, a
-        # causal mask) or of such slots; NaN or inf there (a mask's -inf, the log of a 0) was the original's.
-        # A 0-dim input counts as such: most often a Python number the program passed, whose value the
-        # trace does not hold (seeded, it keeps the zeros and signs of what it scales)
+        # causal mask, a number whose value the capture recorded) or of such slots; NaN or inf there (a
+        # mask's -inf, the log of a 0) was the original's.
         self._original: set[int] = set()
-        self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of _original in it
+        # slots made by such ops of those and of 0-dim inputs without a recorded value (most often a
+        # Python number the program passed, drawn here): NaN or inf there may be the original's (the log
+        # of ``arange / 8`` at 0) or not (``exp`` of ``arange`` scaled by a number drawn of the wrong sign)
+        self._numbered: set[int] = set()
+        self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of both sets in it
+        self._nonfinite_numbered = False  # the first NaN or inf was in one of _numbered
+        self._drawn_args: set[int] = set()  # ops (node ids) that take drawn numbers as numbers (see _rebuilt_with_numbers)
         self._input_storages: dict[int, int] = {}  # an input allocation's address -> the input that filled it
         self._unstrided: dict[int, int] = {}  # a planned op's output without storage -> the slot of the last op's output with it, at the build
         self._side: dict | None = None  # the trace's sidecar (see _sidecar)
@@ -193,8 +198,8 @@ class Replay:
             slot = self._new_slot(t)
             self._externals[key] = slot
             self.permanent.add(slot)
-            if ref.shape == ():  # most often a number the program passed: its sign and scale pass
-                self._mark_original((slot,))
+            if ref.shape == ():  # most often a number the program passed
+                self._mark_original((slot,), self._original if self._recorded_value(ref) else self._numbered)
             if (ref.storage_id, ref.dtype) in self._parameters:
                 t.requires_grad_(True)
             elif (ref.storage_id, ref.dtype) in self._flagged and (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -269,8 +274,9 @@ class Replay:
                                name="aten::as_strided", node_id=p.node.id, grad=grad,
                                op="aten::as_strided.default", view=True))  # fmt: skip
         self._record_produced(slot, ref)
-        if bslot in self._original:
-            self._mark_original((slot,))
+        for known in (self._original, self._numbered):
+            if bslot in known:
+                self._mark_original((slot,), known)
         return slot
 
     def _record_produced(self, slot: int, ref: TensorRef) -> None:
@@ -325,9 +331,15 @@ class Replay:
                 return slot
         return None
 
-    def _mark_original(self, slots) -> None:
+    def _recorded_value(self, ref: TensorRef) -> bool:
+        f = self.factory
+        return ref in f.exact or ref in f.values or ref in f.float_values
+
+    def _mark_original(self, slots, known: set[int] | None = None) -> None:
+        """Add ``slots`` to ``known``: :attr:`_original` (by default) or :attr:`_numbered`."""
+        known = self._original if known is None else known
         for s in slots:
-            self._original.add(s)
+            known.add(s)
             ptr = _address(self.env[s])
             if ptr:
                 self._original_in.setdefault(ptr, set()).add(s)
@@ -336,8 +348,9 @@ class Replay:
         """An op wrote the replay's own values into ``slot``: neither it nor any view of its memory
         holds the original's any more. (Slots that an allocation at the same address held before are
         forgotten too: they are no longer read.)"""
-        self._original.discard(slot)
-        self._original.difference_update(self._original_in.pop(_address(self.env[slot]), ()))
+        gone = {slot, *self._original_in.pop(_address(self.env[slot]), ())}
+        self._original.difference_update(gone)
+        self._numbered.difference_update(gone)
 
     def _sidecar(self) -> dict:
         """The trace's sidecar (empty where it has none), read once; a malformed one is an error
@@ -572,9 +585,12 @@ class Replay:
         if not p.collective and self._rebuilt_with_numbers(p, results):
             return
         # its output holds the original's values where all its inputs do and it draws nothing at random
-        exact = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
-                 and not any(w in p.node.name for w in _RANDOM_WORDS)
-                 and all(s in self._original for s in read_slots(step)))  # fmt: skip
+        # (numbered: some of its inputs are drawn numbers or were made of some, the rest the original's)
+        pure = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
+                and not any(w in p.node.name for w in _RANDOM_WORDS))  # fmt: skip
+        reads = read_slots(step)
+        exact = pure and p.node.id not in self._drawn_args and all(s in self._original for s in reads)
+        numbered = pure and not exact and all(s in self._original or s in self._numbered for s in reads)
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
         # (an infinity the trace gives, as a number or in a tensor made from one and written in place
         # here: a router's scores filled with -inf, then scattered into, hold it in the original too)
@@ -588,6 +604,7 @@ class Replay:
             if nan and not given_inf and not nonfinite_inputs([a for i, a in enumerate(call)
                                                                if not (i < len(writes) and writes[i])]):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
+                self._nonfinite_numbered = numbered
             if sub:
                 self._first_subnormal = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in arg_refs(v)}
@@ -611,11 +628,9 @@ class Replay:
         self.report.ops_replayed += 1
         if given_inf:
             self._infinite_made.update(out_slots(step.outs))
-        if exact:
-            self._mark_original(out_slots(step.outs))
-        for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]:
-            if not (p.collective or (pos < len(writes) and writes[pos])):
-                continue
+        written = [slot for pos, slot in [*step.fills, *((pos, s) for pos, slots in step.list_fills for s in slots)]
+                   if p.collective or (pos < len(writes) and writes[pos])]  # fmt: skip
+        for slot in written:
             if not exact:
                 self._forget_original(slot)
             if slot in self.permanent:
@@ -624,6 +639,10 @@ class Replay:
                 # written through an op's output that lies in an input's memory (a parameter the
                 # optimizer reaches through an alias autograd made of it)
                 self._mutated.add(base)
+        if exact:
+            self._mark_original(out_slots(step.outs))
+        elif numbered:
+            self._mark_original([*out_slots(step.outs), *written], self._numbered)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
         t0 = time.perf_counter()
@@ -652,7 +671,10 @@ class Replay:
             return False
         values = list(p.values)
         for i in wrapped:
-            values[i] = self.env[self._slot_for(values[i].ref)].item()
+            slot = self._slot_for(values[i].ref)
+            values[i] = self.env[slot].item()
+            if slot not in self._original:  # (a drawn number: the op's output is not the original's)
+                self._drawn_args.add(p.node.id)
         self.report.notes["0-dim float64/int64 inputs that were Python numbers in the original (they did not promote "
                           "the result's type) are passed as numbers"] += 1  # fmt: skip
         self._build_step(PlannedOp(p.node, p.overload, values, p.kwnames, p.substitution, p.collective, p.views,
@@ -824,8 +846,10 @@ class Replay:
                               f"CPU computes with many times slower), first in the output of {self._first_subnormal}: "
                               f"unless the original's did too, the ops after it take longer than the original's"] += 1  # fmt: skip
         if self._first_nonfinite:
-            self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}: "
-                              f"the ops after it may not take the original's time"] += 1  # fmt: skip
+            numbers = (", which was made of numbers the trace does not record (drawn here; whether the original's "
+                       "was NaN or inf there too, the trace cannot tell)" if self._nonfinite_numbered else "")  # fmt: skip
+            self.report.notes[f"the replay's data became NaN or inf, first in the output of {self._first_nonfinite}"
+                              f"{numbers}: the ops after it may not take the original's time"] += 1  # fmt: skip
         for (op, text), n in self._warned.items():
             self.report.notes[f"{op}: torch warned as the replay built it, and the replay ran it on (the original's call "
                               f"warned too where it ran alike; the warnings filters do not make it an error): {text}"] += n  # fmt: skip

@@ -1393,6 +1393,29 @@ def test_a_conversion_that_overflows_is_named_though_copies_and_relus_are_not_re
     assert f"first in the output of aten::copy_ (node {copies[1].id})" in note, note  # (the integers' copy)
 
 
+def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_it_first_did(tmp_path):
+    """A diffusion model's timestep embedding: ``exp(-log(10000) * arange(half) / half)``. The two
+    numbers reach the trace as 0-dim tensors without their values; in a trace captured elsewhere
+    they are drawn, positive, and ``exp`` overflows. The report named an op of the optimizer's
+    step, hundreds of ops later: a drawn number was taken for the program's own, and the ops
+    reading only such numbers and ``arange`` for exact, never read. It names the ``exp``."""
+    torch.manual_seed(0)
+    t, lin = torch.rand(8) * 1000, torch.nn.Linear(2048, 16)
+
+    def step():
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(1024, dtype=torch.float32) / 1024)
+        args = t[:, None] * freqs[None]
+        lin(torch.cat([args.cos(), args.sin()], -1)).square().mean().backward()
+
+    path = tmp_path / "timesteps.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    trace = load_trace(path)
+    (note,) = [n for n in Replay(trace, "cpu").prepare().report.notes if "NaN or inf" in n]
+    [exp] = [n for n in select_ops(trace) if n.name == "aten::exp"]
+    assert f"first in the output of aten::exp (node {exp.id}), which was made of numbers the trace does not record" in note, note
+
+
 def test_data_gone_subnormal_is_reported_where_it_first_did(tmp_path):
     """Subnormal numbers (below float32's smallest normal one) are computed with many times
     slower on a CPU: the report names the first op whose output held them (not the ops that read
