@@ -199,7 +199,7 @@ class Replay:
             self._externals[key] = slot
             self.permanent.add(slot)
             if ref.shape == ():  # most often a number the program passed
-                self._mark_original((slot,), self._original if self._recorded_value(ref) else self._numbered)
+                self._mark((slot,), self._original if self._recorded_value(ref) else self._numbered)
             if (ref.storage_id, ref.dtype) in self._parameters:
                 t.requires_grad_(True)
             elif (ref.storage_id, ref.dtype) in self._flagged and (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -276,7 +276,7 @@ class Replay:
         self._record_produced(slot, ref)
         for known in (self._original, self._numbered):
             if bslot in known:
-                self._mark_original((slot,), known)
+                self._mark((slot,), known)
         return slot
 
     def _record_produced(self, slot: int, ref: TensorRef) -> None:
@@ -335,9 +335,8 @@ class Replay:
         f = self.factory
         return ref in f.exact or ref in f.values or ref in f.float_values
 
-    def _mark_original(self, slots, known: set[int] | None = None) -> None:
-        """Add ``slots`` to ``known``: :attr:`_original` (by default) or :attr:`_numbered`."""
-        known = self._original if known is None else known
+    def _mark(self, slots, known: set[int]) -> None:
+        """Add ``slots`` to ``known``: :attr:`_original` or :attr:`_numbered`."""
         for s in slots:
             known.add(s)
             ptr = _address(self.env[s])
@@ -588,7 +587,7 @@ class Replay:
         # (numbered: some of its inputs are drawn numbers or were made of some, the rest the original's)
         pure = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
                 and not any(w in p.node.name for w in _RANDOM_WORDS))  # fmt: skip
-        reads = read_slots(step)
+        reads = read_slots(step) if pure else ()
         exact = pure and p.node.id not in self._drawn_args and all(s in self._original for s in reads)
         numbered = pure and not exact and all(s in self._original or s in self._numbered for s in reads)
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
@@ -640,9 +639,9 @@ class Replay:
                 # optimizer reaches through an alias autograd made of it)
                 self._mutated.add(base)
         if exact:
-            self._mark_original(out_slots(step.outs))
+            self._mark(out_slots(step.outs), self._original)
         elif numbered:
-            self._mark_original([*out_slots(step.outs), *written], self._numbered)
+            self._mark([*out_slots(step.outs), *written], self._numbered)
         if p.substitution:
             self.report.substitutions[(p.node.name, p.substitution)] += 1
         t0 = time.perf_counter()
