@@ -155,6 +155,28 @@ def nonfinite_inputs(args: list[Any]) -> bool:
     return False
 
 
+def made_of_zeros(inputs: list[Any], out: Any) -> bool:
+    """Every NaN or inf of ``out``, an elementwise op's one output, stands where one of its tensor
+    ``inputs`` (broadcast to its shape) holds 0: ``log(0)``, ``x / 0``. A zero scaled by any number
+    stays one: where the inputs were made of the original's data and numbers drawn without a
+    record (``log(relative_position.abs() / max_exact)``), the original's output held the same NaN
+    or inf; an overflow (``base ** (arange / dim)`` with a drawn ``dim``) is the drawn numbers'.
+    Read in full, once a build at most (where an output first holds NaN or inf)."""
+    if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point or out.device.type == "meta":
+        return False
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor) and a.layout is torch.strided and a.numel()]
+    try:
+        if torch.broadcast_shapes(*(a.shape for a in tensors)) != out.shape:
+            return False  # (not elementwise: a reduction, a matrix product)
+        zero = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
+        for a in tensors:
+            zero |= a.to(out.device) == 0
+    except RuntimeError:
+        return False
+    odd = ~torch.isfinite(out)
+    return bool(odd.any()) and not bool((odd & ~zero).any())
+
+
 def finite_sum(t: torch.Tensor) -> bool:
     """``t``'s elements are all finite: their sum in float64 is (finite float32 values never overflow
     it), one kernel call and no tensor of ``t``'s size. (A meta tensor has no values.)"""

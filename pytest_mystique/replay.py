@@ -36,7 +36,7 @@ from .errors import ReplayError, reason
 from .graph import UNINITIALISED
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
-from .nonfinite import LOG_TABLES, infinite_numbers, keeps_values, nonfinite_inputs, odd_data
+from .nonfinite import LOG_TABLES, infinite_numbers, keeps_values, made_of_zeros, nonfinite_inputs, odd_data
 from .ops import arg_specs, schema_facts
 from .plan import Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
@@ -152,8 +152,9 @@ class Replay:
         # mask's -inf, the log of a 0) was the original's.
         self._original: set[int] = set()
         # slots made by such ops of those and of 0-dim inputs without a recorded value (most often a
-        # Python number the program passed, drawn here): NaN or inf there may be the original's (the log
-        # of ``arange / 8`` at 0) or not (``exp`` of ``arange`` scaled by a number drawn of the wrong sign)
+        # Python number the program passed, drawn here): NaN or inf there is the original's where an input
+        # held 0 (the log of ``arange / 8`` at 0: see made_of_zeros), else maybe not (``exp`` of ``arange``
+        # scaled by a number drawn of the wrong sign)
         self._numbered: set[int] = set()
         self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of both sets in it
         self._nonfinite_numbered = False  # the first NaN or inf was in one of _numbered
@@ -600,8 +601,9 @@ class Replay:
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
                                 subnormal=self._first_subnormal is None)  # fmt: skip
-            if nan and not given_inf and not nonfinite_inputs([a for i, a in enumerate(call)
-                                                               if not (i < len(writes) and writes[i])]):  # fmt: skip
+            read = [a for i, a in enumerate(call) if not (i < len(writes) and writes[i])]
+            if (nan and not given_inf and not nonfinite_inputs(read)
+                    and not (numbered and len(results) == 1 and made_of_zeros(read, results[0]))):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
                 self._nonfinite_numbered = numbered
             if sub:

@@ -1398,14 +1398,19 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
     numbers reach the trace as 0-dim tensors without their values; in a trace captured elsewhere
     they are drawn, positive, and ``exp`` overflows. The report named an op of the optimizer's
     step, hundreds of ops later: a drawn number was taken for the program's own, and the ops
-    reading only such numbers and ``arange`` for exact, never read. It names the ``exp``."""
+    reading only such numbers and ``arange`` for exact, never read. It names the ``exp``. Before
+    it, a T5's relative position buckets take the log of ``|i - j| / 8``: -inf on the diagonal,
+    the original's too, as a zero divided by any number stays 0 (no note there)."""
     torch.manual_seed(0)
     t, lin = torch.rand(8) * 1000, torch.nn.Linear(2048, 16)
 
     def step():
+        distance = (torch.arange(64)[None, :] - torch.arange(64)[:, None]).abs()
+        buckets = torch.log(distance.float() / 8) / math.log(128 / 8)
+        far = torch.where(distance < 8, distance.float(), buckets.clamp(min=0)).sum()
         freqs = torch.exp(-math.log(10000.0) * torch.arange(1024, dtype=torch.float32) / 1024)
         args = t[:, None] * freqs[None]
-        lin(torch.cat([args.cos(), args.sin()], -1)).square().mean().backward()
+        (lin(torch.cat([args.cos(), args.sin()], -1)).square().mean() + far).backward()
 
     path = tmp_path / "timesteps.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
@@ -1413,6 +1418,7 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
     trace = load_trace(path)
     (note,) = [n for n in Replay(trace, "cpu").prepare().report.notes if "NaN or inf" in n]
     [exp] = [n for n in select_ops(trace) if n.name == "aten::exp"]
+    assert any(n.name == "aten::log" and n.id < exp.id for n in select_ops(trace))
     assert f"first in the output of aten::exp (node {exp.id}), which was made of numbers the trace does not record" in note, note
 
 
