@@ -601,8 +601,8 @@ class Replay:
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
                                 subnormal=self._first_subnormal is None)  # fmt: skip
-            read = [a for i, a in enumerate(call) if not (i < len(writes) and writes[i])]
-            if (nan and not given_inf and not nonfinite_inputs(read)
+            read = [a for i, a in enumerate(call) if not (i < len(writes) and writes[i])] if nan and not given_inf else None
+            if (read is not None and not nonfinite_inputs(read)
                     and not (numbered and len(results) == 1 and made_of_zeros(read, results[0]))):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
                 self._nonfinite_numbered = numbered
