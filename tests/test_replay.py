@@ -22,7 +22,7 @@ from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.memory import _storage_bytes, limits_allocations, replay_peak_bytes
-from pytest_mystique.nonfinite import keeps_values
+from pytest_mystique.nonfinite import keeps_values, made_of_zeros
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
@@ -1420,6 +1420,21 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
     [exp] = [n for n in select_ops(trace) if n.name == "aten::exp"]
     assert any(n.name == "aten::log" and n.id < exp.id for n in select_ops(trace))
     assert f"first in the output of aten::exp (node {exp.id}), which was made of numbers the trace does not record" in note, note
+
+
+def test_nan_or_inf_is_made_of_zeros_only_where_each_stands_at_an_inputs_zero():
+    """The test the note above rests on, op by op: a log or a division of a zero (broadcast
+    inputs too) is; an overflow, a NaN beside no zero, and an output whose shape is not its
+    inputs' broadcast (a matrix product) are not."""
+    distance = torch.arange(4.0)
+    with torch.no_grad():
+        assert made_of_zeros([distance / 8], torch.log(distance / 8))
+        assert made_of_zeros([torch.ones(3, 4), distance], torch.ones(3, 4) / distance)
+        assert not made_of_zeros([distance * 60], torch.exp(distance * 60))
+        assert not made_of_zeros([distance], torch.log(distance - 2))  # (the log of -2: no zero there)
+        assert not made_of_zeros([distance], torch.log(distance + 1))  # (nothing odd at all)
+        a, b = torch.zeros(4, 3), torch.zeros(3, 4)  # (shapes that do not broadcast to the output's)
+        assert not made_of_zeros([a, b], torch.full((4, 4), math.inf))
 
 
 def test_data_gone_subnormal_is_reported_where_it_first_did(tmp_path):
