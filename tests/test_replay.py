@@ -914,6 +914,23 @@ def test_segment_lengths_without_a_record_that_divide_are_never_zero(tmp_path):
     assert int(given.sum()) == rows.shape[0] and int(given.min()) >= 1, given
 
 
+def test_a_width_a_rotary_table_divides_by_without_a_record_is_drawn_as_a_size(tmp_path):
+    """``1 / base ** (arange(0, dim, 2) / dim)`` computed in the step (XLNet's, Funnel's, DETR's
+    position tables): ``dim`` reaches the trace as a 0-dim integer tensor without its value. Drawn
+    1 or 2, as an integer divisor is, the power overflowed. A Python integer that a floating tensor
+    is divided by is drawn as a size, from 8 to 64; an integer division's divisor stays 1 or 2."""
+    pos, ids = torch.arange(32.0), torch.randint(0, 100, (8,))
+
+    def step():
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64))
+        angles = pos[:, None] * inv_freq[None, :]
+        return torch.cat([angles.sin(), angles.cos()], -1).sum() + (ids // 7).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "rotary.json.gz")
+    numbers = [int(t) for _, t in replay.inputs() if t.dim() == 0 and t.dtype == torch.int64]
+    assert sorted(n >= 8 for n in numbers) == [False, True] and all(1 <= n <= 64 for n in numbers), numbers
+
+
 def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values(tmp_path):
     """``torch.tensor(...)`` inside the step: the trace records an uninitialised allocation that
     the program filled, read before any op wrote it. Seeded, a quantile's levels fell outside [0,
@@ -1394,9 +1411,9 @@ def test_a_conversion_that_overflows_is_named_though_copies_and_relus_are_not_re
 
 
 def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_it_first_did(tmp_path):
-    """A diffusion model's timestep embedding: ``exp(-log(10000) * arange(half) / half)``. The two
-    numbers reach the trace as 0-dim tensors without their values; in a trace captured elsewhere
-    they are drawn, positive, and ``exp`` overflows. The report named an op of the optimizer's
+    """A diffusion model's timestep embedding: ``exp(-log(10000) / half * arange(half))``. The
+    number reaches the trace as a 0-dim tensor without its value; in a trace captured elsewhere
+    it is drawn, positive, and ``exp`` overflows. The report named an op of the optimizer's
     step, hundreds of ops later: a drawn number was taken for the program's own, and the ops
     reading only such numbers and ``arange`` for exact, never read. It names the ``exp``. Before
     it, a T5's relative position buckets take the log of ``|i - j| / 8``: -inf on the diagonal,
@@ -1408,7 +1425,7 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
         distance = (torch.arange(64)[None, :] - torch.arange(64)[:, None]).abs()
         buckets = torch.log(distance.float() / 8) / math.log(128 / 8)
         far = torch.where(distance < 8, distance.float(), buckets.clamp(min=0)).sum()
-        freqs = torch.exp(-math.log(10000.0) * torch.arange(1024, dtype=torch.float32) / 1024)
+        freqs = torch.exp(-math.log(10000.0) / 1024 * torch.arange(1024, dtype=torch.float32))
         args = t[:, None] * freqs[None]
         (lin(torch.cat([args.cos(), args.sin()], -1)).square().mean() + far).backward()
 
