@@ -156,15 +156,16 @@ def nonfinite_inputs(args: list[Any]) -> bool:
 
 
 def made_of_zeros(inputs: list[Any], out: Any) -> bool:
-    """Every NaN or inf of ``out``, an elementwise op's one output, stands where one of its tensor
+    """Every NaN or inf of ``out``, a pointwise op's one output, stands where one of its tensor
     ``inputs`` (broadcast to its shape) holds 0: ``log(0)``, ``x / 0``. A zero scaled by any number
     stays one: where the inputs were made of the original's data and numbers drawn without a
     record (``log(relative_position.abs() / max_exact)``), the original's output held the same NaN
-    or inf; an overflow (``base ** (arange / dim)`` with a drawn ``dim``) is the drawn numbers'.
-    Read in full, once a build at most (where an output first holds NaN or inf)."""
+    or inf; an overflow (``base ** (arange / dim)`` with a drawn ``dim``) is the drawn numbers'. A
+    0-dim input is such a number, not the data: a 0 there is no zero of the data's. Read in full,
+    only where an output holds NaN or inf that its inputs did not."""
     if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point or out.device.type == "meta":
         return False
-    tensors = [a for a in inputs if isinstance(a, torch.Tensor) and a.layout is torch.strided and a.numel()]
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor) and a.layout is torch.strided and a.dim()]
     try:
         if torch.broadcast_shapes(*(a.shape for a in tensors)) != out.shape:
             return False  # (not elementwise: a reduction, a matrix product)

@@ -197,6 +197,7 @@ class SchemaFacts:
     binding: object = None  # the op's Python binding (see python_binding), or None
     dynamic: bool = False  # its output's shape depends on its input's values (see dynamic_shape)
     overwrites: tuple[bool, ...] = ()  # per argument: the op writes all of it without reading it (see overwritten)
+    pointwise: bool = False  # each output element is a function of the inputs' elements at its place (torch's tag)
 
 
 _facts: dict = {}
@@ -220,7 +221,8 @@ def schema_facts(overload) -> SchemaFacts:
                             tuple(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments),
                             tuple(a.default_value if a.has_default_value() else NO_DEFAULT for a in schema.arguments),
                             python_binding(schema.name) if op else None,
-                            op and dynamic_shape(overload, qualname), overwritten(schema))  # fmt: skip
+                            op and dynamic_shape(overload, qualname), overwritten(schema),
+                            op and torch.Tag.pointwise in overload.tags)  # fmt: skip
         if op:
             _facts[overload] = facts
     return facts

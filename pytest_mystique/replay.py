@@ -344,13 +344,14 @@ class Replay:
             if ptr:
                 self._original_in.setdefault(ptr, set()).add(s)
 
-    def _forget_original(self, slot: int) -> None:
+    def _forget_original(self, slot: int) -> set[int]:
         """An op wrote the replay's own values into ``slot``: neither it nor any view of its memory
         holds the original's any more. (Slots that an allocation at the same address held before are
         forgotten too: they are no longer read.)"""
         gone = {slot, *self._original_in.pop(_address(self.env[slot]), ())}
         self._original.difference_update(gone)
         self._numbered.difference_update(gone)
+        return gone
 
     def _sidecar(self) -> dict:
         """The trace's sidecar (empty where it has none), read once; a malformed one is an error
@@ -599,17 +600,18 @@ class Replay:
             slot in self._infinite_made for pos, slot in step.fills if pos < len(writes) and writes[pos]))  # fmt: skip
         if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
                 and not exact and not keeps_values(p.node)):  # fmt: skip
+            # (subnormal numbers made of drawn numbers are not looked for: a drawn scale's, not the data's)
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
-                                subnormal=self._first_subnormal is None)  # fmt: skip
+                                subnormal=self._first_subnormal is None and not numbered)  # fmt: skip
             read = [a for i, a in enumerate(call) if not (i < len(writes) and writes[i])] if nan and not given_inf else None
             if (read is not None and not nonfinite_inputs(read)
-                    and not (numbered and len(results) == 1 and made_of_zeros(read, results[0]))):  # fmt: skip
+                    and not (numbered and facts.pointwise and len(results) == 1 and made_of_zeros(read, results[0]))):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
                 self._nonfinite_numbered = numbered
             if sub:
                 self._first_subnormal = f"{p.node.name} (node {p.node.id})"
         in_storages = {ref.storage_id for v in p.values for ref in arg_refs(v)}
-        if facts.dynamic and not exact and _dynamic_here(p):
+        if facts.dynamic and not (exact or numbered) and _dynamic_here(p):
             # Its output's shape follows the replay's data, which differ from the original's and may
             # differ between iterations (dropout, a router's choice): its consumers read seeded
             # inputs of the recorded shapes, and their shapes stay the trace's.
@@ -633,7 +635,9 @@ class Replay:
                    if p.collective or (pos < len(writes) and writes[pos])]  # fmt: skip
         for slot in written:
             if not exact:
-                self._forget_original(slot)
+                gone = self._forget_original(slot)
+                if numbered:  # (its views, made before the write, hold what it does)
+                    self._mark(gone, self._numbered)
             if slot in self.permanent:
                 self._mutated.add(slot)
             elif (base := self._input_storages.get(_address(env[slot]))) is not None:

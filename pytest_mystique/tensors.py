@@ -464,9 +464,8 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
     elif name in _INT_DIVISIONS:
         other, x = args.get("other"), args.get("self")
         if isinstance(other, TensorRef) and _integral(other):
-            true = (name in ("div", "div_") and getattr(args.get("rounding_mode"), "value", None) is None
-                    and isinstance(x, TensorRef) and _floating(x))  # fmt: skip
-            # a Python integer a floating tensor is divided by is most often a size (see SIZES); an
+            true = name in ("div", "div_") and not integer_divisor(name, x, other, getattr(args.get("rounding_mode"), "value", None))
+            # a Python integer a tensor is divided by (to floats) is most often a size (see SIZES); an
             # integer division by zero raises
             put("other", SIZES if true and not other.shape else IntRange(1, 3))
     elif name in _CTC:
@@ -1175,7 +1174,7 @@ class TensorFactory:
             # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts);
             # parts of at least ``low`` (where they can be) are ``low`` each plus parts of the rest
             k = n if rng.kind == "cuts" else n + 1
-            least = rng.low if rng.kind == "parts" and 0 < rng.low and rng.low * n <= rng.high else 0
+            least = min(rng.low, rng.high // n) if rng.kind == "parts" and rng.low > 0 and n > 0 else 0
             top = max(rng.high - least * n, 0)
             inner = torch.sort(torch.randint(0, top + 1, (max(k - 2, 0),), generator=g, device=dev)).values
             cuts = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), inner,
