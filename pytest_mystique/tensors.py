@@ -345,8 +345,8 @@ def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
     return None
 
 
-#: The draw of a Python integer that a floating tensor is divided by (a 0-dim integer tensor in the
-#: trace, without its value): a head's or an embedding's width, a bucket count. In the zoo's 224
+#: The draw of a Python integer that a tensor is divided by into floats (a 0-dim integer tensor in
+#: the trace, without its value): a head's or an embedding's width, a bucket count. In the zoo's 224
 #: transformers models, such numbers were 8 to 2,048 in 14 of the 17 models that had any (1 or 2 in
 #: three; I-BERT's integer emulation aside). Drawn 1 or 2, ``base ** (arange(0, dim, 2) / dim)`` of
 #: a rotary or sinusoidal table overflowed (XLNet, Funnel, PhiMoE, DETR).

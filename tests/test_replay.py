@@ -973,12 +973,17 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
 
 
+def _captured_without_records(step, path):
+    """``step`` captured into ``path``, its sidecar taken away (as a trace captured elsewhere comes)."""
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    sidecar_path(path).unlink()
+    return load_trace(path)
+
+
 def _replayed_without_records(step, path):
     """``step`` captured into ``path`` and replayed as a trace captured elsewhere (no sidecar):
     every op replays, and an iteration runs without the data going NaN or infinite."""
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    sidecar_path(path).unlink()
-    replay = Replay(load_trace(path), "cpu").prepare()
+    replay = Replay(_captured_without_records(step, path), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     replay.run()
@@ -1429,10 +1434,7 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
         args = t[:, None] * freqs[None]
         (lin(torch.cat([args.cos(), args.sin()], -1)).square().mean() + far).backward()
 
-    path = tmp_path / "timesteps.json.gz"
-    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
-    sidecar_path(path).unlink()
-    trace = load_trace(path)
+    trace = _captured_without_records(step, tmp_path / "timesteps.json.gz")
     replay = Replay(trace, "cpu").prepare()
     # (the premise: the scale the replay drew is positive, as numbers without a record are)
     assert all(float(t) > 0 for _, t in replay.inputs() if t.dim() == 0 and t.is_floating_point())
