@@ -1161,8 +1161,9 @@ def _kind(v: Any) -> str:
 def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
     """The tensors the values of ``p``'s output ``key`` come from (see tensors.value_sources)."""
     names = [a.name for a in arg_specs(p.overload)]
+    numbers = {n: v for n, v in zip(names, p.values) if isinstance(v, (int, float))}
     found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],
-                          [tensors_of([out]) for out in p.node.outputs])  # fmt: skip
+                          [tensors_of([out]) for out in p.node.outputs], numbers)  # fmt: skip
     return found.get(key, [])
 
 

@@ -629,13 +629,23 @@ _PICKS = {"aten::index_select": ("self",), "aten::cat": ("tensors",), "aten::con
                            "fbgemm::permute_sparse_data"), ("lengths", "values", "weights"))}  # fmt: skip
 
 
-def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]],
-                  outputs: list[list[TensorRef]]) -> dict[tuple[int, int], list[tuple[TensorRef, str]]]:  # fmt: skip
+#: Reductions whose output is positive where every element of their input is (a mean, a sum, a
+#: maximum): output -> "keep" from ``self``.
+_KEEPS_SIGN = frozenset({"aten::mean", "aten::sum", "aten::nansum", "aten::nanmean", "aten::prod", "aten::amax",
+                         "aten::amin", "aten::max", "aten::min", "aten::cumsum", "aten::cumprod"})  # fmt: skip
+
+
+def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: list[list[TensorRef]],
+                  numbers: dict[str, Any] | None = None) -> dict[tuple[int, int], list[tuple[TensorRef, str]]]:  # fmt: skip
     """Where the values of the op ``op``'s outputs come from: output tensor key -> [(input, how)],
     ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
-    "copy" (``_COPIES``), "pick" (``_PICKS``) or "shift" (an addition of a number: ``var + eps``,
-    whose sum is positive where the tensor is). ``inputs``: (schema argument name, its tensors);
-    ``outputs``: the tensors of each recorded output."""
+    "copy" (``_COPIES``), "pick" (``_PICKS``), "shift" (an addition of a number: ``var + eps``,
+    whose sum is positive where the tensor is), "scale" (a product by a number, ``x * 0.5``, or a
+    quotient of the tensor, ``v / n``, ``wh / anchors``: a divisor is drawn positive, see
+    :func:`float_ranges`, and so is a number without a record) or "keep" (``_KEEPS_SIGN``).
+    ``inputs``: (schema argument name, its tensors); ``outputs``: the tensors of each recorded
+    output; ``numbers``: the op's arguments that are plain numbers (a Scalar overload's), by name:
+    a negative one scales nothing."""
     found: dict[tuple[int, int], list[tuple[TensorRef, str]]] = {}
     in_keys = {r.key for _, refs in inputs for r in refs}
     placed = {(r.storage_id, r.dtype): r for _, refs in inputs for r in refs}
@@ -659,7 +669,29 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]],
                 shifted = [r for r in terms if r.shape == out.shape]
                 if len(shifted) == 1 and all(r is shifted[0] or not r.shape for r in terms):
                     found[out.key] = [(shifted[0], "shift")]
+            elif op in ("aten::mul", "aten::div") and out.shape:
+                scaled = _scaled(op, named, numbers or {})
+                if scaled is not None:
+                    found[out.key] = [(scaled, "scale")]
+            elif op in _KEEPS_SIGN and self_ref is not None and i == 0:
+                found[out.key] = [(self_ref, "keep")]
     return found
+
+
+def _scaled(op: str, named: dict[str, list[TensorRef]], numbers: dict[str, Any]) -> TensorRef | None:
+    """The tensor whose sign the product or quotient ``op`` keeps: the dividend of a division, the
+    one tensor of a product by a number (a 0-dim tensor: a number without a record is drawn
+    positive). None where a plain number among the operands is not positive, or a product is of
+    two tensors."""
+    if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 for v in numbers.values()):
+        return None
+    this, that = named.get("self", ()), named.get("other", ())
+    if len(this) != 1 or len(that) > 1:
+        return None
+    if op == "aten::div":
+        return this[0]
+    shaped = [r for r in (*this, *that) if r.shape]
+    return shaped[0] if len(shaped) == 1 else None
 
 
 def _integral(ref: TensorRef) -> bool:
@@ -855,13 +887,21 @@ class TensorFactory:
                 return False
             self.constrain(src, self.ranges[ref])
             return True
-        if how == "shift":
+        if how in ("shift", "scale", "keep"):
             # only a range that asks for positive values passes (an epsilon or a variance is
-            # positive): not an index range, nor one bounded at 1 (a probability plus a number)
+            # positive, a positive number scales it, a mean of positive values is one): not an
+            # index range, nor one bounded at 1 (a probability plus a number, or times one)
             low, high = self.float_bounds.get(ref, (0.0, 0.0))
-            if not (_floating(ref) and _floating(src) and low > 0 and high > 1):
+            if not (_floating(ref) and low > 0 and high > 1):
                 return False
-            self.suggest_floats({src: (low, high)})
+            if _floating(src):
+                self.suggest_floats({src: (low, high)})
+                return True
+            if how != "scale" or not _integral(src):
+                return False
+            # integers divided into floats (a detector's anchor sizes, ``torch.tensor(sizes) / stride``)
+            old = self.ranges.get(src)
+            self.constrain(src, IntRange(1, max(old.high, 2) if old is not None else 3))
             return True
         if _integral(ref):
             rng = self.ranges[ref]

@@ -931,6 +931,31 @@ def test_a_width_a_rotary_table_divides_by_without_a_record_is_drawn_as_a_size(t
     assert sorted(n >= 8 for n in numbers) == [False, True] and all(1 <= n <= 64 for n in numbers), numbers
 
 
+def test_a_positive_range_passes_back_through_a_product_by_a_number_a_quotient_and_a_mean(tmp_path):
+    """A square root or a logarithm of an input scaled by a number (``log(x * 3)``, ``sqrt(v /
+    2)``, ``rsqrt(w * 0.5 + eps)``), of an input's mean, or of a quotient of integers the program
+    made (a detector's anchor sizes, ``torch.tensor(sizes) / stride``): without a record, each
+    input was drawn signed (the integers 0 or 1) and the replay's data went NaN, where the
+    original's was positive. The requirement passes back through the product, the quotient and
+    the mean to the input. Not through a product by a negative number, which flips the sign."""
+    x, v, w = torch.rand(64, 16) + 0.1, torch.rand(48, 16) + 0.1, torch.rand(32, 16) + 0.1
+    wh, m, neg = torch.rand(3, 2) + 0.1, torch.rand(24, 16) + 0.1, -torch.rand(5, 7)
+
+    def step():
+        anchors = torch.tensor([[10, 13], [16, 30], [33, 23]]) / 8
+        return (torch.log(x * 3).sum() + torch.sqrt(v / 2).sum() + torch.rsqrt(w * 0.5 + 1e-6).sum()
+                + torch.log(m.mean(0)).sum() + torch.log(wh / anchors).sum())  # fmt: skip
+
+    replay = _replayed_without_records(step, tmp_path / "scaled.json.gz")
+    made = {(tuple(t.shape), t.dtype): t for _, t in replay.inputs() if t.shape}
+    assert all(bool((made[tuple(t.shape), t.dtype] > 0).all()) for t in (x, v, w, m, wh)), made
+    assert bool((made[(3, 2), torch.int64] >= 1).all()), made  # (the anchor sizes)
+
+    trace = _captured_without_records(lambda: torch.sqrt(torch.ops.aten.mul.Scalar(neg, -2.0)), tmp_path / "neg.json.gz")
+    drawn = next(t for _, t in Replay(trace, "cpu").prepare().inputs() if t.shape == (5, 7))
+    assert bool((drawn < 0).any()), drawn
+
+
 def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values(tmp_path):
     """``torch.tensor(...)`` inside the step: the trace records an uninitialised allocation that
     the program filled, read before any op wrote it. Seeded, a quantile's levels fell outside [0,
