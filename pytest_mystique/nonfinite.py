@@ -155,27 +155,41 @@ def nonfinite_inputs(args: list[Any]) -> bool:
     return False
 
 
-def made_of_zeros(inputs: list[Any], out: Any) -> bool:
-    """Every NaN or inf of ``out``, a pointwise op's one output, stands where one of its tensor
-    ``inputs`` (broadcast to its shape) holds 0: ``log(0)``, ``x / 0``. A zero scaled by any number
-    stays one: where the inputs were made of the original's data and numbers drawn without a
-    record (``log(relative_position.abs() / max_exact)``), the original's output held the same NaN
-    or inf; an overflow (``base ** (arange / dim)`` with a drawn ``dim``) is the drawn numbers'. A
-    0-dim input is such a number, not the data: a 0 there is no zero of the data's. Read in full,
-    only where an output holds NaN or inf that its inputs did not."""
+#: Ops that convert their one tensor to another type, element for element (autocast's casts): a
+#: value beyond the new type's range becomes an infinity there, as in the original.
+CONVERSIONS = frozenset({"aten::to", "aten::_to_copy", "aten::type_as"})
+
+
+def made_of_zeros_or_extremes(inputs: list[Any], out: Any, *, zeros: bool = True) -> bool:
+    """Every NaN or inf of ``out``, a pointwise op's or a conversion's one output, stands where one
+    of its tensor ``inputs`` (broadcast to its shape) holds 0 (``log(0)``, ``x / 0``) or its type's
+    largest finite magnitude (a mask's stand-in for infinity, ``torch.finfo(torch.float32).min``,
+    which a cast to bfloat16 or any growth turns into one). A zero scaled by any number stays
+    one, and such an extreme grows into an infinity or stays one: where the inputs were made of
+    the original's data and numbers drawn without a record (``log(relative_position.abs() /
+    max_exact)``, a mask filled at places the drawn data chose), the original's output held the
+    same NaN or inf; an overflow (``base ** (arange / dim)`` with a drawn ``dim``) is the drawn
+    numbers'. A 0-dim input is such a number, not the data: a 0 there is no zero of the data's.
+    ``zeros=False`` where the inputs hold drawn data, whose zeros are not the original's: a type's
+    extreme is never drawn, it is a constant the program gave. Read in full, only where an output
+    holds NaN or inf that its inputs did not."""
     if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point or out.device.type == "meta":
         return False
     tensors = [a for a in inputs if isinstance(a, torch.Tensor) and a.layout is torch.strided and a.dim()]
     try:
         if torch.broadcast_shapes(*(a.shape for a in tensors)) != out.shape:
             return False  # (not elementwise: a reduction, a matrix product)
-        zero = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
+        given = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
         for a in tensors:
-            zero |= a.to(out.device) == 0
+            a = a.to(out.device)
+            if zeros:
+                given |= a == 0
+            if a.dtype.is_floating_point:
+                given |= a.abs() == torch.finfo(a.dtype).max
     except RuntimeError:
         return False
     odd = ~torch.isfinite(out)
-    return bool(odd.any()) and not bool((odd & ~zero).any())
+    return bool(odd.any()) and not bool((odd & ~given).any())
 
 
 def finite_sum(t: torch.Tensor) -> bool:

@@ -36,7 +36,15 @@ from .errors import ReplayError, reason
 from .graph import UNINITIALISED
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
-from .nonfinite import LOG_TABLES, infinite_numbers, keeps_values, made_of_zeros, nonfinite_inputs, odd_data
+from .nonfinite import (
+    CONVERSIONS,
+    LOG_TABLES,
+    infinite_numbers,
+    keeps_values,
+    made_of_zeros_or_extremes,
+    nonfinite_inputs,
+    odd_data,
+)
 from .ops import arg_specs, schema_facts
 from .plan import Planner, may_be_number, substitute_of
 from .sidecar import load_sidecar, take_record
@@ -153,7 +161,7 @@ class Replay:
         self._original: set[int] = set()
         # slots made by such ops of those and of 0-dim inputs without a recorded value (most often a
         # Python number the program passed, drawn here): NaN or inf there is the original's where an input
-        # held 0 (the log of ``arange / 8`` at 0: see made_of_zeros), else maybe not (``exp`` of ``arange``
+        # held 0 or a stand-in for infinity (the log of ``arange / 8`` at 0: see made_of_zeros_or_extremes), else maybe not (``exp`` of ``arange``
         # scaled by a number drawn of the wrong sign)
         self._numbered: set[int] = set()
         self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of both sets in it
@@ -605,7 +613,8 @@ class Replay:
                                 subnormal=self._first_subnormal is None and not numbered)  # fmt: skip
             read = [a for i, a in enumerate(call) if not (i < len(writes) and writes[i])] if nan and not given_inf else None
             if (read is not None and not nonfinite_inputs(read)
-                    and not (numbered and facts.pointwise and len(results) == 1 and made_of_zeros(read, results[0]))):  # fmt: skip
+                    and not ((facts.pointwise or p.node.name in CONVERSIONS) and len(results) == 1
+                             and made_of_zeros_or_extremes(read, results[0], zeros=numbered))):  # fmt: skip
                 self._first_nonfinite = f"{p.node.name} (node {p.node.id})"
                 self._nonfinite_numbered = numbered
             if sub:

@@ -22,7 +22,7 @@ from pytest_mystique.errors import ReplayError
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.memory import _storage_bytes, limits_allocations, replay_peak_bytes
-from pytest_mystique.nonfinite import keeps_values, made_of_zeros
+from pytest_mystique.nonfinite import keeps_values, made_of_zeros_or_extremes
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
@@ -1469,19 +1469,44 @@ def test_data_gone_infinite_through_numbers_without_a_record_is_reported_where_i
     assert f"first in the output of aten::exp (node {exp.id}), which was made of numbers the trace does not record" in note, note
 
 
-def test_nan_or_inf_is_made_of_zeros_only_where_each_stands_at_an_inputs_zero():
+def test_nan_or_inf_is_the_originals_only_where_each_stands_at_an_inputs_zero_or_extreme():
     """The test the note above rests on, op by op: a log or a division of a zero (broadcast
-    inputs too) is; an overflow, a NaN beside no zero, and an output whose shape is not its
-    inputs' broadcast (a matrix product) are not."""
-    distance = torch.arange(4.0)
+    inputs too) is; so is a mask's stand-in for infinity (float32's lowest) cast to bfloat16 or
+    doubled, whether the data around it was drawn or not (a zero of drawn data is not the
+    original's); an overflow (of a value short of the type's extreme too), a NaN beside no zero,
+    and an output whose shape is not its inputs' broadcast (a matrix product) are not."""
+    distance, lowest = torch.arange(4.0), torch.finfo(torch.float32).min
+    mask = torch.tensor([0.0, lowest, 0.0, lowest])
     with torch.no_grad():
-        assert made_of_zeros([distance / 8], torch.log(distance / 8))
-        assert made_of_zeros([torch.ones(3, 4), distance], torch.ones(3, 4) / distance)
-        assert not made_of_zeros([distance * 60], torch.exp(distance * 60))
-        assert not made_of_zeros([distance], torch.log(distance - 2))  # (the log of -2: no zero there)
-        assert not made_of_zeros([distance], torch.log(distance + 1))  # (nothing odd at all)
+        assert made_of_zeros_or_extremes([distance / 8], torch.log(distance / 8))
+        assert not made_of_zeros_or_extremes([distance / 8], torch.log(distance / 8), zeros=False)
+        assert made_of_zeros_or_extremes([torch.ones(3, 4), distance], torch.ones(3, 4) / distance)
+        assert not made_of_zeros_or_extremes([distance * 60], torch.exp(distance * 60))
+        assert not made_of_zeros_or_extremes([distance], torch.log(distance - 2))  # (the log of -2: no zero there)
+        assert not made_of_zeros_or_extremes([distance], torch.log(distance + 1))  # (nothing odd at all)
         a, b = torch.zeros(4, 3), torch.zeros(3, 4)  # (shapes that do not broadcast to the output's)
-        assert not made_of_zeros([a, b], torch.full((4, 4), math.inf))
+        assert not made_of_zeros_or_extremes([a, b], torch.full((4, 4), math.inf))
+        for zeros in (True, False):
+            assert made_of_zeros_or_extremes([mask], mask.to(torch.bfloat16), zeros=zeros)
+            assert made_of_zeros_or_extremes([mask, torch.full((3, 4), 2.0)], mask * torch.full((3, 4), 2.0), zeros=zeros)
+        large = torch.tensor([1.0, 1e5])  # (beyond float16's range, short of float32's extreme)
+        assert not made_of_zeros_or_extremes([large], large.to(torch.float16))
+
+
+def test_a_masks_stand_in_for_infinity_cast_under_autocast_is_not_reported_as_the_replays_nan(tmp_path):
+    """A mask of float32's lowest value where drawn ids are padding, cast to bfloat16 under
+    autocast (ProphetNet's and others' masks in a bfloat16 step): the cast makes it -inf, in the
+    original too. Without a record the mask is made of drawn data, and the note named the cast as
+    where the replay's data went NaN or inf."""
+    ids, q, k = torch.randint(0, 10, (2, 16)), torch.randn(2, 16, 8), torch.randn(2, 16, 8)
+
+    def step():
+        mask = torch.where(ids[:, None, :] > 0, 0.0, torch.finfo(torch.float32).min)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (torch.matmul(q, k.transpose(-1, -2)) + mask.to(torch.bfloat16)).softmax(-1).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "mask.json.gz")
+    assert any(s.name == "aten::to" for s in replay.steps)
 
 
 def test_data_gone_subnormal_is_reported_where_it_first_did(tmp_path):
