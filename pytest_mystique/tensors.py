@@ -30,7 +30,8 @@ consumer: the ``tensor_range`` the trace recorded when it has one, otherwise a r
 from the consuming op (the row count of an embedding table, the size of the indexed dimension,
 the number of classes of a loss, a divisor that is not zero; FBGEMM's table metadata,
 ``fbgemm.py``). A requirement on a tensor the program derived from an input (a view, a type
-conversion, a permutation) is passed back to that input (``TensorFactory.pass_back``).
+conversion, a permutation; a positive one through a product by a number, a quotient or a mean
+too) is passed back to that input (``TensorFactory.pass_back``).
 """
 
 from __future__ import annotations
