@@ -952,9 +952,16 @@ class TensorFactory:
             return torch.full((), self.exact[ref], dtype=dtype, device=device)
         key = (ref.storage_id, ref.dtype)
         nbytes = max(self.storage_bytes.get(key, 0), ref.reach_bytes())
+        if not ref.shape and nbytes <= ref.itemsize:
+            # Numbers alone in their storage (0-dim inputs: a program's Python numbers) under other
+            # tensor ids are numbers made at different times at an address the writer recycled,
+            # each read by its own ops. In one allocation, a later one's draw replaced the value
+            # the ops built before it had read, and the iterations read that: LongT5's bucket
+            # scale, 1 at the build, was a divisor's 38 there, and its indices went negative.
+            key = (*key, ref.tensor_id)
         device = self.device
         if ref in self.host and device.type != "cpu":
-            device, key = torch.device("cpu"), (ref.storage_id, ref.dtype, "host")
+            device, key = torch.device("cpu"), (*key, "host")
         base = self._storages.get(key)
         if base is None or base.numel() < nbytes:
             base = torch.empty(nbytes, dtype=torch.uint8, device=device)

@@ -2799,12 +2799,15 @@ def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
     assert counts.numel() == round(0.6 * n) and counts.max().item() / n == pytest.approx(0.01, rel=0.1)
 
 def test_a_number_made_again_under_reused_ids_keeps_the_value_earlier_ops_read():
-    """A writer gives two numbers of a step one storage id (Mixtral's ``sorted // top_k`` in two
-    layers); the replay makes them one allocation. The second was drawn again in its range when
-    the build reached its op, after the first layer's index had been checked against the first
-    draw: the divisor changed under it, and every iteration failed on an index out of range.
-    Values that already lie in the range are kept."""
-    from pytest_mystique.tensors import IntRange
+    """A writer gives two numbers of a step one storage id, made at different times at an address
+    it recycled (Mixtral's ``sorted // top_k`` in two layers; LongT5's bucket scale and, later, a
+    divisor). In one allocation of the replay, the second's draw, made when the build reached its
+    op, replaced the value the first one's ops had been built with, and the iterations read it:
+    Mixtral's index, checked against the first divisor, went out of range in every iteration;
+    LongT5's scale, 1 at the build, became the divisor's 38 and its bucket indices negative. A
+    number alone in its storage gets an allocation of its own. One that is an element of a larger
+    input shares that input's: it keeps the values there that lie in its range."""
+    from pytest_mystique.tensors import SIZES, IntRange
 
     factory = TensorFactory(torch.device("cpu"))
     first, second = (TensorRef(i, 7, 0, 1, 8, "cpu", "int64", (), ()) for i in (1, 2))
@@ -2812,11 +2815,47 @@ def test_a_number_made_again_under_reused_ids_keeps_the_value_earlier_ops_read()
         factory.constrain(ref, IntRange(0, 1000))
     a = factory.make(first)
     value = int(a)
-    b = factory.make(second)
-    assert int(a) == int(b) == value
-    third = TensorRef(3, 7, 0, 1, 8, "cpu", "int64", (), ())  # (a narrower range still draws again)
-    factory.constrain(third, IntRange(value + 1, value + 2))
-    assert int(factory.make(third)) == value + 1
+    assert 0 <= int(factory.make(second)) < 1000 and int(a) == value
+    scale, divisor = (TensorRef(i, 8, 0, 1, 8, "cpu", "int64", (), ()) for i in (3, 4))
+    s = factory.make(scale)  # (no range of its own: 1 or 2)
+    drawn = int(s)
+    factory.constrain(divisor, SIZES)
+    assert 8 <= int(factory.make(divisor)) < 65 and int(s) == drawn and drawn in (1, 2)
+
+    row = TensorRef(5, 9, 0, 4, 8, "cpu", "int64", (4,), (1,))
+    factory.reserve(row)
+    factory.constrain(row, IntRange(0, 1000))
+    whole = factory.make(row)
+    element, narrower = (TensorRef(i, 9, 2, 1, 8, "cpu", "int64", (), ()) for i in (6, 7))
+    factory.constrain(element, IntRange(0, 1000))
+    assert int(factory.make(element)) == int(whole[2])
+    factory.constrain(narrower, IntRange(int(whole[2]) + 1, int(whole[2]) + 2))  # (a narrower range draws again)
+    assert int(factory.make(narrower)) == int(whole[2])
+
+
+def test_numbers_a_writer_gave_one_storage_id_read_their_own_values_in_the_iterations(tmp_path):
+    """The same, end to end: a step whose ``ids * 2`` indexes a table and whose ``y / 7`` divides,
+    its trace edited so that the two numbers share a storage id (as LongT5's did). Without a record,
+    the scale is drawn 1 or 2 and the divisor from 8 to 64: in one allocation, the build checked the
+    indices with the scale, and the first iteration read the divisor's value there and failed on
+    an index out of range."""
+    table, ids, y = torch.randn(3, 4), torch.randint(0, 2, (16,)), torch.randn(8)
+
+    def step():
+        return table[ids * 2].sum() + (y / 7).sum()
+
+    path = tmp_path / "numbers.json.gz"
+    _captured_without_records(step, path)
+    data = read_json(path)
+    scale, divisor = (next(v for n in data["nodes"] if n["name"] == name
+                           for v, shape in zip(n["inputs"]["values"], n["inputs"]["shapes"])
+                           if _is_tensor_value(v) and shape == [])
+                      for name in ("aten::mul", "aten::div"))  # fmt: skip
+    assert scale[0] != divisor[0]
+    divisor[1] = scale[1]
+    replay = Replay(load_trace(write_json(path, data)), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
 
 
 def test_recorded_values_and_quantiles_fill_views_and_large_tensors():
