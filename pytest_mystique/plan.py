@@ -465,7 +465,7 @@ class Planner:
                 kwnames.append(arg.name)
             elif kwnames:
                 raise Unsupported("positional argument after keyword-only ones")
-        if node.name in _EPSILON_ADDS or not _EPSILON_ARGS.isdisjoint(names):
+        if node.name in _EPSILON_ADDS or node.name in _EPSILON_MINS or not _EPSILON_ARGS.isdisjoint(names):
             self._epsilon_below_resolution(node, names, values)
         if self.device.type != "cpu":
             self._place_on_host(node.name, names, values)
@@ -600,15 +600,17 @@ class Planner:
         an optimizer's epsilon (1e-8), added to a denominator that is 0 where a parameter's gradient
         was, made the replay's parameters NaN; a layer norm's (1e-12, BERT's and DeiT's) divides a
         row of equal values (a class token and a position embedding initialised to zeros) by the
-        square root of its variance, 0. An op's ``eps`` (``epsilon``) recorded as 0.0, and an
-        addition's 0.0, take a value below that resolution instead (the same to the trace, and no
-        different in time)."""
-        adds = node.name in _EPSILON_ADDS
+        square root of its variance, 0; a router's top-2 weights, each divided by their sum clamped
+        at float32's epsilon, where the replay's capacity dropped both of a token's experts. An
+        op's ``eps`` (``epsilon``) recorded as 0.0, an addition's 0.0 and a clamp's ``min`` of
+        0.0 take a value below that resolution instead (the same to the trace, and no different
+        in time; a clamp at 0 that was one holds that value where it held 0)."""
+        adds, mins = node.name in _EPSILON_ADDS, node.name in _EPSILON_MINS
         for i, (name, val) in enumerate(zip(names, node.inputs)):
-            if (name in _EPSILON_ARGS or (adds and name in ("other", "scalar"))) and isinstance(val, Scalar) \
-                    and val.type == "Double" and val.value == 0.0:  # fmt: skip
+            if (name in _EPSILON_ARGS or (adds and name in ("other", "scalar")) or (mins and name == "min")) \
+                    and isinstance(val, Scalar) and val.type == "Double" and val.value == 0.0:  # fmt: skip
                 values[i] = _BELOW_RESOLUTION
-                what = f"its {name}" if name in _EPSILON_ARGS else "a float"
+                what = f"its {name}" if name in _EPSILON_ARGS or name == "min" else "a float"
                 self.report.notes[f"{node.name}: {what} recorded as 0.0 (the trace keeps six decimals: an epsilon "
                                   f"such as 1e-8 reads 0.0) is taken as {_BELOW_RESOLUTION:g}"] += 1  # fmt: skip
 
@@ -1169,6 +1171,9 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
 
 #: Additions of a scalar that may be an epsilon the trace writer's six decimals printed as 0.0
 _EPSILON_ADDS = {"aten::add", "aten::add_", "aten::_foreach_add", "aten::_foreach_add_"}
+#: Clamps whose ``min`` recorded as 0.0 may be an epsilon that keeps a denominator from 0
+#: (NLLB-MoE's router: ``clamp(p1 + p2, min=torch.finfo(torch.float32).eps)``, then ``p1 / denom``)
+_EPSILON_MINS = {"aten::clamp", "aten::clamp_", "aten::clamp_min", "aten::clamp_min_"}
 #: Schema arguments that are an epsilon wherever they appear (norms, optimizers, distances)
 _EPSILON_ARGS = frozenset({"eps", "epsilon"})
 _BELOW_RESOLUTION = 1e-8

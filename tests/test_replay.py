@@ -1224,6 +1224,23 @@ def test_a_layer_norms_epsilon_printed_as_zero_keeps_a_constant_row_finite(tmp_p
     assert all(bool(torch.isfinite(t).all()) for t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
+def test_a_clamp_at_an_epsilon_the_trace_printed_as_zero_keeps_a_routers_weights_finite(tmp_path):
+    """A top-2 router divides each expert's weight by their sum clamped at float32's epsilon
+    (NLLB-MoE's): where the capacity drops both of a token's experts, the sum is 0 and the weight
+    0 / eps = 0. The writer printed the clamp's ``min`` as 0.0, and 0/0 made the replay's
+    weights NaN. It takes a value below the writer's resolution, as an epsilon, and says so."""
+    probs = torch.rand(64, 2)
+
+    def step():
+        kept = (torch.arange(64) % 4 != 0).unsqueeze(-1)  # (tokens over capacity: both experts dropped)
+        p1, p2 = probs[:, :1] * kept, probs[:, 1:] * kept
+        denom = torch.clamp(p1 + p2, min=torch.finfo(torch.float32).eps)
+        return (p1 / denom + p2 / denom).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "router.json.gz")
+    assert any(n.startswith("aten::clamp: its min recorded as 0.0") for n in replay.report.notes), replay.report.notes
+
+
 def test_an_epsilon_the_trace_printed_as_zero_keeps_the_optimizer_finite(tmp_path):
     """The trace writer prints float scalars with six decimals: AdamW's epsilon (1e-8), which the
     foreach path adds to its denominators, is recorded as 0.0. Rows of an embedding that no id
