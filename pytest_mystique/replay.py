@@ -161,8 +161,8 @@ class Replay:
         self._original: set[int] = set()
         # slots made by such ops of those and of 0-dim inputs without a recorded value (most often a
         # Python number the program passed, drawn here): NaN or inf there is the original's where an input
-        # held 0 or a stand-in for infinity (the log of ``arange / 8`` at 0: see made_of_zeros_or_extremes), else maybe not (``exp`` of ``arange``
-        # scaled by a number drawn of the wrong sign)
+        # held 0 or a stand-in for infinity (the log of ``arange / 8`` at 0: see made_of_zeros_or_extremes),
+        # else maybe not (``exp`` of ``arange`` scaled by a number drawn of the wrong sign)
         self._numbered: set[int] = set()
         self._original_in: dict[int, set[int]] = {}  # an allocation's address -> the slots of both sets in it
         self._nonfinite_numbered = False  # the first NaN or inf was in one of _numbered

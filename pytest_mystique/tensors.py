@@ -938,7 +938,8 @@ class TensorFactory:
 
         Input tensors share an allocation when they have the same storage id and element type:
         views of one parameter do, and so do tensors that lived at different times in a block the
-        original allocator reused (as they did then). Tensors of different element types never
+        original allocator reused (as they did then), but for numbers (0-dim tensors) alone there,
+        each of which keeps its own value. Tensors of different element types never
         share one: a trace writer's recycled id must not make a float64 scalar overwrite a
         float32 one. An allocation is filled once, when it is
         made, with the data its first tensor needs; a later view refills its part only when it
