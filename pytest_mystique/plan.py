@@ -319,6 +319,7 @@ class Planner:
         # moments, through view_as_real)
         stepped = {ref for ref in step_read if ref.storage_id in step_wrote}
         self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
+        self._decay_factors(planned, in_step, stepped & elsewhere)
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)
         if not backward:
@@ -375,6 +376,21 @@ class Planner:
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
+
+    def _decay_factors(self, planned: list[PlannedOp], in_step: set[int], params: set[TensorRef]) -> None:
+        """A number the optimizer's step multiplies parameters by in place (AdamW's weight decay,
+        ``param.mul_(1 - lr * wd)``: a Python number, which the trace records without its value)
+        is 1, as it is within a hair in the original. Drawn from [0.5, 1) as other numbers are, it
+        shrank the bundled transformer's weights by a third every iteration. A recorded value
+        (:meth:`_exact_scalars`) stands before it."""
+        for p in planned:
+            if p.node.id not in in_step or p.node.name not in _DECAYS:
+                continue
+            args = dict(zip((a.name for a in arg_specs(p.overload)), p.values))
+            if any(ref in params for ref in arg_refs(args.get("self"))):
+                for ref in arg_refs(args.get("other")):
+                    if not ref.shape and _real_floating(ref):
+                        self.factory.float_bounds[ref] = (1.0, 1.0)
 
     def _unfilled(self, ref: TensorRef) -> bool:
         """``ref`` lies in an input allocation that is left unfilled (:meth:`_overwritten`)."""
@@ -1169,6 +1185,8 @@ def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
     return found.get(key, [])
 
 
+#: In-place products by which an optimizer's step decays parameters (see Planner._decay_factors)
+_DECAYS = {"aten::mul_", "aten::_foreach_mul_"}
 #: Additions of a scalar that may be an epsilon the trace writer's six decimals printed as 0.0
 _EPSILON_ADDS = {"aten::add", "aten::add_", "aten::_foreach_add", "aten::_foreach_add_"}
 #: Clamps whose ``min`` recorded as 0.0 may be an epsilon that keeps a denominator from 0

@@ -21,7 +21,9 @@ step cannot grow without bound. One that divides (attention's sqrt(head size), a
 correction) is 1: a divisor under 1 scaled attention scores up until the softmax's outputs
 underflowed to subnormal numbers, which made the matrix products reading them twice as slow,
 and a trace writer gives many wrapped numbers one id, so the same tensor may also multiply
-state (weight decay's 1 - lr * wd), which a value over 1 would grow. A tensor that divides is
+state (weight decay's 1 - lr * wd), which a value over 1 would grow; one that an optimizer's
+step multiplies parameters by in place (that weight decay) is 1 too, which a value under 1 would
+shrink (``Planner._decay_factors``). A tensor that divides is
 in [0.5, 1.5). A 0-dim integer tensor is most often a wrapped Python number too
 (a size, a count: ``torch.tensor(x.size(-1))``) and is 1 or 2, never 0, which a division by it
 would meet. The optimizer's state starts at zero (see
