@@ -141,6 +141,24 @@ def infinite_numbers(args: list[Any]) -> bool:
                for a in args)  # fmt: skip
 
 
+#: Ops whose second argument divides the first (the foreach forms' one number per tensor too).
+DIVISIONS = frozenset({"aten::div", "aten::div_", "aten::true_divide", "aten::true_divide_", "aten::floor_divide",
+                       "aten::floor_divide_", "aten::remainder", "aten::remainder_", "aten::fmod", "aten::fmod_",
+                       "aten::_foreach_div", "aten::_foreach_div_"})  # fmt: skip
+
+
+def divides_by_a_given_zero(op: str, args: list[Any]) -> bool:
+    """The op divides by a number the trace gives as 0 (one of a list of numbers, for the foreach
+    forms): its inf or NaN is the original's too. RAdam's first steps divide each parameter's
+    buffer by a rectified step size of -0.0 (``_foreach_div_(buffers, [-0.0, ...])``) and take the
+    reciprocal of the infinities after. No tensor is read."""
+    if op not in DIVISIONS or len(args) < 2:
+        return False
+    divisor = args[1]
+    numbers = divisor if isinstance(divisor, (list, tuple)) else (divisor,)
+    return any(isinstance(x, (int, float)) and not isinstance(x, bool) and x == 0 for x in numbers)
+
+
 def nonfinite_inputs(args: list[Any]) -> bool:
     """An op's arguments hold NaN or inf (a number, or anywhere in a floating tensor): an output's
     NaN or inf came from them, not from the op. A whole check (:func:`finite_sum`), made only when

@@ -39,6 +39,7 @@ from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
 from .nonfinite import (
     CONVERSIONS,
     LOG_TABLES,
+    divides_by_a_given_zero,
     infinite_numbers,
     keeps_values,
     made_of_zeros_or_extremes,
@@ -601,11 +602,13 @@ class Replay:
         exact = pure and p.node.id not in self._drawn_args and all(s in self._original for s in reads)
         numbered = pure and not exact and all(s in self._original or s in self._numbered for s in reads)
         # (an allocation's memory holds whatever was there before: NaN bytes in it are not the replay's data)
-        # (an infinity the trace gives, as a number or in a tensor made from one and written in place
-        # here: a router's scores filled with -inf, then scattered into, hold it in the original too)
+        # (an infinity the trace gives, as a number, as a division by a number it gives as 0, or in a
+        # tensor made from one and written in place here: a router's scores filled with -inf, then
+        # scattered into, hold it in the original too)
         # (by slot: an allocation's address is another tensor's once it is freed)
-        given_inf = self._first_nonfinite is None and (infinite_numbers(call) or any(
-            slot in self._infinite_made for pos, slot in step.fills if pos < len(writes) and writes[pos]))  # fmt: skip
+        given_inf = self._first_nonfinite is None and (
+            infinite_numbers(call) or divides_by_a_given_zero(p.node.name, call)
+            or any(slot in self._infinite_made for pos, slot in step.fills if pos < len(writes) and writes[pos]))  # fmt: skip
         if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
                 and not exact and not keeps_values(p.node)):  # fmt: skip
             # (subnormal numbers made of drawn numbers are not looked for: a drawn scale's, not the data's)

@@ -1142,6 +1142,32 @@ def test_an_infinity_the_trace_gives_is_not_reported_as_the_replays_data_going_n
     assert len(notes) == 1 and "aten::sqrt" in notes[0], replay.report.notes
 
 
+def test_a_division_by_a_zero_the_trace_gives_is_not_reported_as_the_replays_data_going_nan(tmp_path):
+    """RAdam's first steps (foreach form) divide each parameter's buffer by a rectified step size
+    the trace gives as -0.0 (``_foreach_div_(buffers, [-0.0, ...])``) and take the reciprocal of
+    the infinities: the original's data are infinite there too. The build had noted that division
+    as where the replay's data went NaN or inf; it notes only the square root of a drawn value
+    less 2, after the optimizer's step."""
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)), torch.rand(8, 16)
+    opt = torch.optim.RAdam(model.parameters(), foreach=True)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        return torch.sqrt(x - 2).sum()
+
+    trace = _captured_without_records(step, tmp_path / "radam.json.gz")
+    [div] = [n for n in select_ops(trace) if n.name == "aten::_foreach_div_"]
+    assert all(float(s.value) == 0 for s in div.inputs[1].items)  # (the premise: the step size is 0)
+    replay = Replay(trace, "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    (note,) = [n for n in replay.report.notes if "NaN or inf" in n]
+    assert "first in the output of aten::sqrt" in note, note
+    with torch.no_grad():
+        replay.run()
+
+
 def test_inputs_a_composite_reads_out_of_order_take_their_own_records(tmp_path):
     """A distillation loss, ``kl_div(log_probs, probs)``, over a student's log-probabilities and a
     teacher's probabilities given with the step: both of one shape, so the capture's records are
