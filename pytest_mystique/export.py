@@ -26,10 +26,11 @@ import textwrap
 
 import torch
 
+from .distributions import curve_counts, distinct_draws, in_runs, skewed, skewed_rows, zipf_exponent
 from .errors import MystiqueError
 from .ops import DUNDER_OPS
 from .replay import RESEED_EVERY
-from .tensors import _distinct_draws, _in_runs, _skewed, _skewed_rows, _zipf_exponent, curve_counts, distinct_view
+from .tensors import distinct_view
 
 _SCALARS = (bool, int, float, complex, str, type(None))
 
@@ -77,7 +78,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     """Storages (nbytes, is the step writing into it) and views (slot, storage, dtype, offset,
     shape, stride, low, high, written, spread) of the replay's input tensors. spread: None, or
     ``("skew", distinct share, hottest share, curve, tables)`` for an index input as the replay drew
-    it (:class:`.tensors.Skew`; tables: :attr:`.tensors.IntRange.tables`), or
+    it (:class:`.distributions.Skew`; tables: :attr:`.ranges.IntRange.tables`), or
     ``("values", (...))`` for an integer input with a layout of its own (an embedding bag's sorted
     offsets, a packed sequence's batch sizes, lengths that sum to a size), whose values the
     replay made to fit its op and the script takes as they are: drawn uniformly, offsets would
@@ -119,8 +120,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
 
 #: The factory's own code for an index input's seeded draw and a mask's distinct elements (torch
 #: alone), copied into the script so that it draws as the replay does.
-_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (_distinct_draws, curve_counts, _zipf_exponent, _skewed, _in_runs,
-                                                                _skewed_rows, distinct_view))  # fmt: skip
+_DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (distinct_draws, curve_counts, zipf_exponent, skewed, in_runs,
+                                                                skewed_rows, distinct_view))  # fmt: skip
 
 
 def export_script(replay, trace_path: str) -> str:
@@ -292,13 +293,13 @@ def fill(t, low, high, gen, spread=None):
         t.zero_()
     elif spread is not None:
         skew, tables = Skew(*spread[1:4], spread[5], spread[6], spread[7]), spread[4]
-        t.copy_((int(low) + _skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
+        t.copy_((int(low) + skewed_rows(int(high) - int(low) + 1, t.numel(), skew, gen, torch.device("cpu"), tables)).view(t.shape))
     else:
         t.copy_(torch.randint(int(low), int(high) + 1, t.shape, generator=gen))
 
 
 class Skew:
-    """An index input's spread as the replay drew it (its tensors.Skew; the draws below are its code)."""
+    """An index input's spread as the replay drew it (its distributions.Skew; the draws below are its code)."""
 
     def __init__(self, distinct, top, curve, rows=(), values=(), runs=()):
         self.distinct, self.top, self.curve, self.values, self.runs = distinct, top, curve, values, runs
@@ -330,7 +331,7 @@ def make_sparse(shape, dtype, nnz, sparse_dim, coalesced, dev, gen):
     positions = 1
     for size in shape[:sparse_dim]:
         positions *= size
-    flat = _distinct_draws(positions, nnz, gen, torch.device("cpu"))
+    flat = distinct_draws(positions, nnz, gen, torch.device("cpu"))
     if coalesced:
         flat = flat.sort().values
     rows = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tensors import IntRange
+from .ranges import IntRange
 from .trace import ListValue, TensorRef
 
 #: Names the TBE operators give their packed weights and their optimizer state, by schema generation.

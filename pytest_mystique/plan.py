@@ -23,6 +23,7 @@ import msgspec
 import torch
 
 from .collectives import Comms, tensor_refs
+from .distributions import Bags, Skew
 from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, required_grad
@@ -38,21 +39,11 @@ from .graph import (
 )
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
+from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, index_ranges, value_sources
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, substitute_for
-from .tensors import (
-    RANGED_OPS,
-    Bags,
-    IntRange,
-    Skew,
-    TensorFactory,
-    definite_inputs,
-    float_ranges,
-    index_ranges,
-    torch_dtype,
-    value_sources,
-)
+from .tensors import TensorFactory, torch_dtype
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
 
@@ -722,7 +713,7 @@ class Planner:
         """Floating inputs of the step get the original's scale where the capture helper recorded
         it (the sidecar's ``float_inputs``, matched as index inputs are): uniform with its mean and
         standard deviation, within its lowest and highest value, instead of the range the rules
-        give (:func:`.tensors.float_ranges`), which know a layer's initialisation and not what a
+        give (:func:`.ranges.float_ranges`), which know a layer's initialisation and not what a
         trained model, or one initialised otherwise, holds. An untrained MobileViT's weights
         (deviation 0.02) shrank its activations into subnormal numbers, which made its SiLUs and
         matrix products several times slower; drawn by rule, the replay's were not. Where the
@@ -900,7 +891,7 @@ class Planner:
         """Boolean inputs of the step (a key padding mask, an image's pixel mask given with the
         batch) hold as many true elements as the original's did, where the capture helper recorded
         them (the sidecar's ``mask_inputs``, matched as index inputs are), and where they stood if
-        it recorded their runs (:func:`.tensors.mask_of`). Without a record a mask is drawn half
+        it recorded their runs (:func:`.distributions.mask_of`). Without a record a mask is drawn half
         true: a padding mask then hid half of each row's keys, and some rows' all of them."""
         records = list(self.sidecar().get("mask_inputs", [])) if mask_inputs else []
         for ref in mask_inputs:
@@ -916,9 +907,9 @@ class Planner:
         replay knows) get values spread as the original's were, where the capture helper recorded
         them (the sidecar's ``index_inputs``, matched in the order the step first read them among
         those of the same shape and type): as many distinct values, the hottest as frequent
-        (:class:`.tensors.Skew`). Without a record they are uniform in their range. Offsets cut
-        bags between the original's smallest and largest (:class:`.tensors.Bags`), and counts
-        that sum to a size lie between its lowest and highest (:func:`.tensors.bounded_parts`)."""
+        (:class:`.distributions.Skew`). Without a record they are uniform in their range. Offsets cut
+        bags between the original's smallest and largest (:class:`.distributions.Bags`), and counts
+        that sum to a size lie between its lowest and highest (:func:`.distributions.bounded_parts`)."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = bagged = by_rows = parted = 0
         for ref in int_inputs:
@@ -1043,7 +1034,7 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
 
 
 def _real_floating(ref: TensorRef) -> bool:
-    """A tensor of real floating-point elements, at least one (not ``tensors._floating``, which
+    """A tensor of real floating-point elements, at least one (not ``ranges.floating``, which
     takes complex ones too and no count)."""
     return bool(ref.numel) and isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) and dt.is_floating_point
 
@@ -1177,7 +1168,7 @@ def _kind(v: Any) -> str:
 
 
 def _value_sources(p: PlannedOp, key: tuple[int, int]) -> list:
-    """The tensors the values of ``p``'s output ``key`` come from (see tensors.value_sources)."""
+    """The tensors the values of ``p``'s output ``key`` come from (see ranges.value_sources)."""
     names = [a.name for a in arg_specs(p.overload)]
     numbers = {n: v for n, v in zip(names, p.values) if isinstance(v, (int, float))}
     found = value_sources(p.node.name, [(n, arg_refs(v)) for n, v in zip(names, p.values)],

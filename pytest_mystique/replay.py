@@ -48,6 +48,7 @@ from .nonfinite import (
 )
 from .ops import arg_specs, schema_facts
 from .plan import Planner, may_be_number, substitute_of
+from .ranges import index_ranges, integer_divisor
 from .sidecar import load_sidecar, take_record
 from .steps import (
     PlannedOp,
@@ -67,7 +68,7 @@ from .steps import (
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT
-from .tensors import TensorFactory, distinct_view, index_ranges, integer_divisor
+from .tensors import TensorFactory, distinct_view
 from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
 

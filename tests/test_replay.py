@@ -2861,7 +2861,9 @@ def test_bag_offsets_cut_bags_of_the_sizes_the_capture_recorded(tmp_path):
 def test_a_large_skewed_index_input_keeps_its_share_of_distinct_values():
     """Index tensors past TILE elements are otherwise filled by repeating one random block; a
     skewed one is drawn whole, or its distinct values would be capped at the block's."""
-    from pytest_mystique.tensors import TILE, IntRange, Skew
+    from pytest_mystique.distributions import Skew
+    from pytest_mystique.ranges import IntRange
+    from pytest_mystique.tensors import TILE
 
     n = TILE + TILE // 2
     factory = TensorFactory(torch.device("cpu"))
@@ -2880,7 +2882,7 @@ def test_a_number_made_again_under_reused_ids_keeps_the_value_earlier_ops_read()
     LongT5's scale, 1 at the build, became the divisor's 38 and its bucket indices negative. A
     number alone in its storage gets an allocation of its own. One that is an element of a larger
     input shares that input's: it keeps the values there that lie in its range."""
-    from pytest_mystique.tensors import SIZES, IntRange
+    from pytest_mystique.ranges import SIZES, IntRange
 
     factory = TensorFactory(torch.device("cpu"))
     first, second = (TensorRef(i, 7, 0, 1, 8, "cpu", "int64", (), ()) for i in (1, 2))
@@ -3670,7 +3672,8 @@ def test_index_requirements_pass_back_where_a_writer_reused_a_tensors_ids():
     both need an index range and both come from an op: their requirements reach the op's input,
     and the order they are taken in never compares the tensors themselves (Longformer's inference
     stopped its build on it: '<' not supported between TensorRef instances)."""
-    from pytest_mystique.tensors import IntRange, TensorFactory
+    from pytest_mystique.ranges import IntRange
+    from pytest_mystique.tensors import TensorFactory
 
     factory = TensorFactory(torch.device("cpu"), 0)
     first = TensorRef(5, 9, 0, 4, 8, "cpu", "int64", (4,), (1,))
