@@ -118,8 +118,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     return [(storages[i], any(v[1] == i and v[8] for v in views)) for i in range(len(storages))], views
 
 
-#: The factory's own code for an index input's seeded draw and a mask's distinct elements (torch
-#: alone), copied into the script so that it draws as the replay does.
+#: The replay's own code for an index input's seeded draw (:mod:`.distributions`) and a mask's
+#: distinct elements (torch alone), copied into the script so that it draws as the replay does.
 _DRAWS = "\n\n\n".join(inspect.getsource(f).rstrip() for f in (distinct_draws, curve_counts, zipf_exponent, skewed, in_runs,
                                                                 skewed_rows, distinct_view))  # fmt: skip
 
