@@ -146,6 +146,9 @@ class Replay:
         # computed from its own data, a divisor that could be 0), and takes out of _recording the ops
         # autograd refuses to record
         self._seeded: set[tuple[int, int]] = set()
+        # tensors the original computed whose readers get seeded inputs in their place (all the build
+        # adds to _seeded, and the outputs of data-dependent shape): each in an allocation of its own
+        self._stand_ins: set[tuple[int, int]] = set()
         self._host_kept = False
         self._recording: set[int] = set()
         self._parameters: set[tuple[int, str]] = set()
@@ -205,7 +208,7 @@ class Replay:
         key = (ref, self._generation.get(ref.storage_id, 0))
         slot = self._externals.get(key)
         if slot is None:
-            t = self.factory.make(ref)
+            t = self.factory.make(ref, alone=ref.key in self._stand_ins)
             slot = self._new_slot(t)
             self._externals[key] = slot
             self.permanent.add(slot)
@@ -471,6 +474,7 @@ class Replay:
         (repeats, segment lengths) add up to another size than ``p`` needs: it reads a seeded mask
         or counts that add up as the original's did."""
         self._seeded.update(ref.key for ref in computed)
+        self._stand_ins.update(ref.key for ref in computed)
         what = ("a mask or counts computed from the replay's data selected other than the original's count of "
                 "elements: it reads seeded ones that select as many" if counts else
                 "indices computed from the replay's data were out of its range (data-dependent in the original): "
@@ -493,6 +497,7 @@ class Replay:
             # the data change: dropout, training; a quotient of seeded numbers): it reads seeded
             # values, never 0
             self._seeded.add(divisor.key)
+            self._stand_ins.add(divisor.key)
             self.report.notes[f"{p.node.name}: an integer divisor computed from the replay's data reads seeded "
                               f"values (1 or 2), as it could be 0"] += 1  # fmt: skip
         args, fills, list_fills = [], [], []
@@ -628,6 +633,7 @@ class Replay:
             # Its output's shape follows the replay's data, which differ from the original's and may
             # differ between iterations (dropout, a router's choice): its consumers read seeded
             # inputs of the recorded shapes, and their shapes stay the trace's.
+            self._stand_ins.update(ref.key for ref in tensors_of(p.node.outputs))
             self.report.notes[f"{p.node.name}: its output's shape depends on the data (a mask, a router's choice); "
                               f"its consumers read seeded inputs of the recorded shape"] += 1  # fmt: skip
         else:

@@ -289,13 +289,15 @@ class TensorFactory:
             elif old is None or (rng[0] > 0 and old[0] <= 0):
                 self.float_bounds[ref] = rng
 
-    def make(self, ref: TensorRef) -> torch.Tensor:
+    def make(self, ref: TensorRef, *, alone: bool = False) -> torch.Tensor:
         """A view of ``ref``'s storage holding seeded data.
 
         Input tensors share an allocation when they have the same storage id and element type:
         views of one parameter do, and so do tensors that lived at different times in a block the
         original allocator reused (as they did then), but for numbers (0-dim tensors) alone there,
-        each of which keeps its own value. Tensors of different element types never
+        each of which keeps its own value, and tensors made ``alone``: seeded stand-ins for values
+        the original computed (the output of a boolean mask's indexing), which two such tensors of
+        one place would otherwise hold alike. Tensors of different element types never
         share one: a trace writer's recycled id must not make a float64 scalar overwrite a
         float32 one. An allocation is filled once, when it is
         made, with the data its first tensor needs; a later view refills its part only when it
@@ -309,7 +311,11 @@ class TensorFactory:
             return torch.full((), self.exact[ref], dtype=dtype, device=device)
         key = (ref.storage_id, ref.dtype)
         nbytes = max(self.storage_bytes.get(key, 0), ref.reach_bytes())
-        if not ref.shape and nbytes <= ref.itemsize:
+        if alone or (not ref.shape and nbytes <= ref.itemsize):
+            # (stand-ins: GLPN's loss subtracts the logarithms of a target and a prediction indexed by
+            # one mask, each read in place of an indexing's output the original had put in one block
+            # in turn; in one allocation the two were equal, the difference 0, and its square root's
+            # backward divided by zero)
             # Numbers alone in their storage (0-dim inputs: a program's Python numbers) under other
             # tensor ids are numbers made at different times at an address the writer recycled,
             # each read by its own ops. In one allocation, a later one's draw replaced the value
