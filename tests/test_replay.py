@@ -1191,10 +1191,11 @@ def test_stand_ins_for_two_computed_tensors_of_one_block_hold_values_of_their_ow
     # the first output (read by the first log alone) takes the second's storage id, as a writer
     # naming storages by their memory gives it where malloc did
     data = read_json(path)
-    first, second = sorted((n["id"], n["outputs"]["values"][0][:2]) for n in data["nodes"] if n["name"] == "aten::index")
+    (_, earlier), (_, later) = sorted((n["id"], n["outputs"]["values"][0][:2]) for n in data["nodes"]
+                                      if n["name"] == "aten::index")  # fmt: skip
     for v in (v for n in data["nodes"] for side in ("inputs", "outputs") for v in n[side]["values"]):
-        if _is_tensor_value(v) and v[:2] == first[1]:
-            v[1] = second[1][1]
+        if _is_tensor_value(v) and v[:2] == earlier:
+            v[1] = later[1]
     trace = load_trace(write_json(path, data))
     logs = [n for n in select_ops(trace) if n.name == "aten::log"]
     assert len({n.inputs[0].storage_id for n in logs}) == 1 and len({n.inputs[0].tensor_id for n in logs}) == 2
