@@ -442,16 +442,17 @@ class Planner:
         if parse_op_name(node.op_schema).namespace == "c10d":
             return self._plan_collective(node)
         overload, schema_args, alt = self._resolve(node)
-        if len(node.inputs) > len(schema_args):
-            raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {len(schema_args)}")
-        missing = [a.name for a in schema_args[len(node.inputs):] if not (a.has_default or a.optional)]
+        inputs = node.inputs
+        if len(inputs) > len(schema_args):
+            inputs = self._inputs_this_torch_takes(node, schema_args)
+        missing = [a.name for a in schema_args[len(inputs):] if not (a.has_default or a.optional)]
         if missing:
             # (torch's observer writes a node without inputs where it failed on one: a nested tensor's sizes)
-            raise Unsupported(f"the trace records {len(node.inputs)} of its inputs and no value for its required "
+            raise Unsupported(f"the trace records {len(inputs)} of its inputs and no value for its required "
                               f"{', '.join(repr(m) for m in missing)}: the trace's writer left them out")  # fmt: skip
         values, kwnames = [], []
         names = [a.name for a in schema_args]
-        for arg, val in zip(schema_args, node.inputs):
+        for arg, val in zip(schema_args, inputs):
             if is_packed(arg.type):
                 record, missing = self._packed_record(node, arg.type)
                 packed, recorded = packed_weights(node, arg.type, record, self.device, seed=self.factory.seed,
@@ -492,6 +493,34 @@ class Planner:
         if alt is not None:
             return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))
+
+    def _inputs_this_torch_takes(self, node: Node, schema_args: tuple[ArgSpec, ...]) -> tuple:
+        """The recorded inputs of an op whose schema, in the torch that wrote the trace, ends with
+        arguments this torch's lacks (a newer release added them: SDPA's ``enable_gqa`` in 2.5),
+        less those arguments, where each holds its default value there: the call is the one this
+        torch makes without them. Read from the schema the trace records (``op_schema``), whose
+        other arguments must be this torch's, in its order. An argument given another value asks
+        for what this torch cannot do: the op is skipped, with the argument and its value."""
+        n = len(schema_args)
+        try:
+            recorded = torch._C.parse_schema(node.op_schema).arguments
+        except RuntimeError:
+            recorded = None
+        if recorded is None or len(recorded) != len(node.inputs) or [a.name for a in recorded[:n]] != [a.name for a in schema_args]:
+            raise Unsupported(f"trace records {len(node.inputs)} inputs but the schema has {n}")
+        for arg, val in zip(recorded[n:], node.inputs[n:]):
+            try:
+                value = self._convert(ArgSpec.of(arg), val)
+            except Unsupported:
+                value = val
+            plain = value is None or isinstance(value, (bool, int, float, str, list))
+            if not (arg.has_default_value() and plain and value == arg.default_value):
+                given = f"{arg.name}={value!r}" if plain else f"{_kind(val)} as {arg.name}"
+                raise Unsupported(f"the torch that wrote the trace passes {given}, an argument this torch's schema of "
+                                  f"the op does not have (torch {torch.__version__})")  # fmt: skip
+        self.report.notes[f"{node.name}: argument(s) of the trace's torch that this torch lacks, each at its default "
+                          f"there, left out ({', '.join(a.name for a in recorded[n:])})"] += 1  # fmt: skip
+        return node.inputs[:n]
 
     def _fresh_storage(self, node: Node) -> Any:
         """The storage that ``set_`` points its tensor at, which a trace records as an opaque

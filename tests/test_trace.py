@@ -6,6 +6,7 @@ import json
 import tracemalloc
 
 import pytest
+import torch
 from bad_inputs import first_op
 
 from pytest_mystique.errors import TraceError
@@ -152,6 +153,36 @@ def test_an_element_type_of_a_newer_torch_skips_the_ops_that_read_it_alone(tmp_p
                                    "tensor of an element type this replayer does not know ('c10::Float7_e3m3': a newer "
                                    "torch's?)"}], rep.skipped_list()  # fmt: skip
     assert rep.ops_replayed == rep.ops_total - 1 > 50
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_an_argument_a_newer_torch_added_is_left_out_where_it_holds_its_default(tmp_path, given):
+    """A newer torch may add an argument to an op's schema (SDPA's ``enable_gqa``, new in 2.5):
+    its trace records one more input than this torch's schema has. Where the added argument holds
+    its default in the schema the trace records, the op replays without it, and a note names it;
+    given another value, the op is skipped with the argument and its value (the count alone was
+    the reason before). The corpus's ViT, with an argument this torch lacks added to its two
+    attention calls."""
+    data = read_json(corpus("vit_infer.json.gz"))
+    attention = [n for n in data["nodes"] if n["name"] == "aten::scaled_dot_product_attention"]
+    assert len(attention) == 2
+    for node in attention:
+        schema = next(a for a in node["attrs"] if a["name"] == "op_schema")
+        assert schema["value"].endswith("bool enable_gqa=False) -> Tensor")
+        schema["value"] = schema["value"].replace(") -> Tensor", ", bool sink_heads=False) -> Tensor")
+        for key, item in (("values", given), ("shapes", []), ("types", "Bool"), ("strides", [])):
+            node["inputs"][key].append(item)
+    replay = Replay(load_trace(write_json(tmp_path / "t.json", data)), "cpu").prepare()
+    rep = replay.report
+    if given:
+        assert rep.skipped_list() == [{"op": "aten::scaled_dot_product_attention", "count": 2, "reason": (
+            f"the torch that wrote the trace passes sink_heads=True, an argument this torch's schema of the op does not "
+            f"have (torch {torch.__version__})")}], rep.skipped_list()  # fmt: skip
+        assert rep.ops_replayed == rep.ops_total - 2
+    else:
+        assert rep.skipped_list() == [] and rep.ops_replayed == rep.ops_total == 56
+        assert rep.notes["aten::scaled_dot_product_attention: argument(s) of the trace's torch that this torch lacks, "
+                          "each at its default there, left out (sink_heads)"] == 2  # fmt: skip
 
 
 def test_a_node_whose_parent_is_missing_is_read_as_top_level(tmp_path):
