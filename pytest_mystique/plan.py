@@ -42,7 +42,7 @@ from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, ta
 from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, index_ranges, value_sources
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
-from .substitute import Substitute, substitute_for
+from .substitute import Substitute, grouped_heads_here, substitute_for
 from .tensors import TensorFactory, torch_dtype
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
@@ -490,6 +490,8 @@ class Planner:
             note = drop_data_sizes(name, names, values)
             if note:
                 self.report.notes[note] += 1
+        if alt is None:
+            alt = grouped_heads_here(node.name, values, self.device)
         if alt is not None:
             return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))

@@ -138,7 +138,7 @@ def _repeated_heads(query, key) -> str:
     return f"keys and values repeated to the query's heads, x{g}" if g > 1 else ""
 
 
-def _efficient_gqa(op, q, k, v, *args, **kwargs):
+def _gqa(op, q, k, v, *args, **kwargs):
     # the keys and values of each group repeated to its query heads (as SDPA's enable_gqa does)
     g = _groups(q, k)
     if g > 1:
@@ -146,13 +146,46 @@ def _efficient_gqa(op, q, k, v, *args, **kwargs):
     return op(q, k, v, *args, **kwargs)
 
 
-def _efficient_gqa_backward(op, grad, q, k, v, *args, **kwargs):
-    # the gradients of the repeated keys and values summed back over each group
+def _gqa_backward(op, grad, q, k, v, *args, **kwargs):
+    # the gradients of the repeated keys and values summed back over each group (the outputs after
+    # them, the memory-efficient kernel's bias gradient, as they come)
     g = _groups(q, k)
     if g == 1:
         return op(grad, q, k, v, *args, **kwargs)
-    gq, gk, gv, gb = op(grad, q, k.repeat_interleave(g, -3), v.repeat_interleave(g, -3), *args, **kwargs)
-    return gq, gk.unflatten(-3, (-1, g)).sum(-3), gv.unflatten(-3, (-1, g)).sum(-3), gb
+    gq, gk, gv, *rest = op(grad, q, k.repeat_interleave(g, -3), v.repeat_interleave(g, -3), *args, **kwargs)
+    return gq, gk.unflatten(-3, (-1, g)).sum(-3), gv.unflatten(-3, (-1, g)).sum(-3), *rest
+
+
+@functools.cache
+def flash_takes_grouped_heads() -> bool:
+    """Whether this torch's CPU flash-attention kernel takes fewer key and value heads than query
+    heads (grouped-query attention), as torch 2.13's does. Torch 2.4's and 2.5's read as many key
+    heads as query heads without a check: past the keys' memory, and the backward writes past the
+    gradients' (a newer torch's trace of a Llama corrupted the heap). Asked of the kernel itself,
+    with keys of one head that are the first half of a buffer of two: a kernel that reads a
+    second head reads that buffer's, inside its memory, and its output differs from the one of
+    the keys repeated."""
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    g = torch.Generator().manual_seed(0)
+    q, buffer = torch.randn(1, 2, 8, 8, generator=g), torch.randn(1, 2, 8, 8, generator=g)
+    k = buffer[:, :1]
+    try:
+        return torch.allclose(op(q, k, k)[0], op(q, *[k.expand(1, 2, 8, 8).contiguous()] * 2)[0])
+    except RuntimeError:  # (a kernel that checks the heads and refuses them)
+        return False
+
+
+def grouped_heads_here(op_name: str, values: list, device: torch.device) -> Substitute | None:
+    """The CPU flash-attention kernel or its backward with keys and values repeated to the query's
+    heads around it, where the recorded call groups query heads (a newer torch's trace) and this
+    torch's kernel does not take them grouped (:func:`flash_takes_grouped_heads`); else None."""
+    if device.type != "cpu" or op_name not in (_SDPA_CPU, _SDPA_CPU_BACKWARD):
+        return None
+    q, k = values[:2] if op_name == _SDPA_CPU else values[1:3]
+    if _groups(q, k) == 1 or flash_takes_grouped_heads():
+        return None
+    around, at = (_gqa, 0) if op_name == _SDPA_CPU else (_gqa_backward, 1)
+    return Substitute(op_name, around=around, adds=lambda v: _repeated_heads(v[at], v[at + 1]))
 
 
 def _sdpa_on_gpu(v: list) -> list:
@@ -219,9 +252,9 @@ SUBSTITUTES: dict[str, Substitute] = {
     # same attention in float32 too (and half precision), and its backward the same gradients.
     # Under grouped-query attention its keys and values are repeated to the query's heads around it.
     _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",),
-                          around=_efficient_gqa, adds=lambda v: _repeated_heads(v[0], v[1])),
+                          around=_gqa, adds=lambda v: _repeated_heads(v[0], v[1])),
     _SDPA_CPU_BACKWARD: Substitute("aten::_scaled_dot_product_efficient_attention_backward", _sdpa_backward_on_gpu,
-                                   kwonly=("scale",), around=_efficient_gqa_backward,
+                                   kwonly=("scale",), around=_gqa_backward,
                                    adds=lambda v: _repeated_heads(v[1], v[2])),
 }
 

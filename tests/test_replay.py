@@ -26,7 +26,7 @@ from pytest_mystique.nonfinite import keeps_values, made_of_zeros_or_extremes
 from pytest_mystique.ops import Unsupported, load_op_library, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
-from pytest_mystique.substitute import REMOVED, substitute_for
+from pytest_mystique.substitute import REMOVED, flash_takes_grouped_heads, substitute_for
 from pytest_mystique.tensors import TensorFactory
 from pytest_mystique.trace import TensorRef, Unstrided, load_trace, parse_trace, tensors_of
 
@@ -4266,6 +4266,8 @@ def test_grouped_query_attention_maps_onto_the_gpu_kernel_with_its_heads_repeate
     group; the report names the repeat. The shapes are checked on the meta device against the
     CPU kernel's; the repeat-and-sum's values on the CPU, with the CPU kernel (which does the
     same attention on repeated heads) standing in for the GPU one."""
+    if not flash_takes_grouped_heads():  # (torch 2.4's and 2.5's read past the keys unchecked)
+        pytest.skip("this torch's CPU flash kernel does not group heads: the values below need one that does")
     fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
                 torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
     names = ([a.name for a in fwd._schema.arguments], [a.name for a in bwd._schema.arguments])
@@ -4291,6 +4293,40 @@ def test_grouped_query_attention_maps_onto_the_gpu_kernel_with_its_heads_repeate
     torch.testing.assert_close((got_out, got_lse), (out, lse))
     got = sub_b.around(lambda *a: (*bwd(*a), None), grad, q, k, v, out, lse, 0.0, True)
     torch.testing.assert_close(got[:3], want)
+
+
+def test_grouped_query_attention_repeats_its_heads_where_the_cpu_kernel_does_not_group_them(monkeypatch):
+    """Torch 2.4's CPU flash kernel reads as many key heads as query heads, unchecked: the corpus's
+    Llama (4 query heads on 2 key/value heads, recorded by a newer torch) ran past the keys'
+    memory, and its backward corrupted the heap (the process died of a double free). Where the
+    kernel does not group heads, as this test makes it seem, both run with the keys and values
+    repeated to the query's heads, the gradients summed back, and the report lists it. On this
+    torch the kernel groups them itself (the probe says so, and nothing is substituted); the
+    repeat's values are checked against that kernel's own grouped-query ones."""
+    from pytest_mystique import substitute
+
+    fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
+    trace = load_trace(corpus("llama_train.json.gz"))
+    native = Replay(trace, "cpu").prepare().report
+    assert native.ops_replayed == native.ops_total and bool(native.substitutions) is not substitute.flash_takes_grouped_heads()
+    if native.substitutions:
+        pytest.skip("this torch's CPU flash kernel does not group heads: the values below need one that does")
+    monkeypatch.setattr(substitute, "flash_takes_grouped_heads", lambda: False)
+    rep = Replay(trace, "cpu").prepare().report
+    assert rep.ops_replayed == rep.ops_total == native.ops_total and not rep.skipped
+    repeat = "(keys and values repeated to the query's heads, x2)"
+    assert rep.substitutions == {(fwd._schema.name, f"{fwd._schema.name} {repeat}"): 2,
+                                 (bwd._schema.name, f"{bwd._schema.name} {repeat}"): 2}, rep.substitutions  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, grad = (torch.randn(*s, generator=gen) for s in ((2, 4, 64, 32), (2, 2, 64, 32), (2, 2, 64, 32), (2, 4, 64, 32)))
+    out, lse = fwd(q, k, v, 0.0, True)
+    sub_f = substitute.grouped_heads_here(fwd._schema.name, [q, k, v, 0.0, True], torch.device("cpu"))
+    sub_b = substitute.grouped_heads_here(bwd._schema.name, [grad, q, k, v, out, lse, 0.0, True], torch.device("cpu"))
+    torch.testing.assert_close(sub_f.overload(q, k, v, 0.0, True), (out, lse))
+    torch.testing.assert_close(sub_b.overload(grad, q, k, v, out, lse, 0.0, True), bwd(grad, q, k, v, out, lse, 0.0, True))
+    assert sub_f.describe([q, k, v]) == f"{fwd._schema.name} {repeat}"
+    assert substitute.grouped_heads_here(fwd._schema.name, [q, q, q, 0.0, True], torch.device("cpu")) is None  # one group
 
 
 def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
