@@ -103,6 +103,10 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
                 os.unlink(leftover)
             except FileNotFoundError:
                 pass
+        try:  # (the folder for compiled kernels' sources that torch 2.4's observer makes beside its file, at once)
+            os.rmdir(os.path.splitext(raw_tmp)[0] + "_resources")
+        except OSError:  # (none, or kernels' sources in it: left as they are)
+            pass
 
 
 def _selected_ops(path: Path) -> list | None:
