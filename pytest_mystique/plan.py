@@ -42,7 +42,7 @@ from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, ta
 from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, index_ranges, value_sources
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
-from .substitute import Substitute, grouped_heads_here, substitute_for
+from .substitute import Substitute, grouped_heads_here, substitute_for, without_added_argument
 from .tensors import TensorFactory, torch_dtype
 from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
 from .units import fmt_bytes
@@ -444,7 +444,8 @@ class Planner:
         overload, schema_args, alt = self._resolve(node)
         inputs = node.inputs
         if len(inputs) > len(schema_args):
-            inputs = self._inputs_this_torch_takes(node, schema_args)
+            inputs, composed = self._inputs_this_torch_takes(node, schema_args)
+            alt = alt or composed
         missing = [a.name for a in schema_args[len(inputs):] if not (a.has_default or a.optional)]
         if missing:
             # (torch's observer writes a node without inputs where it failed on one: a nested tensor's sizes)
@@ -496,14 +497,16 @@ class Planner:
             return PlannedOp(node, alt.overload, alt.map(names, values), alt.kwnames, substitution=alt.describe(values))
         return PlannedOp(node, overload, values, tuple(kwnames))
 
-    def _inputs_this_torch_takes(self, node: Node, schema_args: tuple[ArgSpec, ...]) -> tuple:
+    def _inputs_this_torch_takes(self, node: Node, schema_args: tuple[ArgSpec, ...]) -> tuple[tuple, Any]:
         """The recorded inputs of an op whose schema, in the torch that wrote the trace, ends with
         arguments this torch's lacks (a newer release added them: SDPA's ``enable_gqa`` in 2.5),
         less those arguments, where each holds its default value there: the call is the one this
         torch makes without them. Read from the schema the trace records (``op_schema``), whose
         other arguments must be this torch's, in its order. An argument given another value asks
-        for what this torch cannot do: the op is skipped, with the argument and its value."""
-        n = len(schema_args)
+        for what this torch cannot do, unless a few ops around the call do it (the substitute
+        returned with the inputs, else None: :data:`.substitute.ADDED_ARGUMENTS`); otherwise the
+        op is skipped, with the argument and its value."""
+        n, composed = len(schema_args), None
         try:
             recorded = torch._C.parse_schema(node.op_schema).arguments
         except RuntimeError:
@@ -516,13 +519,18 @@ class Planner:
             except Unsupported:
                 value = val
             plain = value is None or isinstance(value, (bool, int, float, str, list))
+            if plain and composed is None and not (arg.has_default_value() and value == arg.default_value):
+                composed = without_added_argument(node.name, arg.name, value)
+                if composed is not None:
+                    continue
             if not (arg.has_default_value() and plain and value == arg.default_value):
                 given = f"{arg.name}={value!r}" if plain else f"{_kind(val)} as {arg.name}"
                 raise Unsupported(f"the torch that wrote the trace passes {given}, an argument this torch's schema of "
                                   f"the op does not have (torch {torch.__version__})")  # fmt: skip
-        self.report.notes[f"{node.name}: argument(s) of the trace's torch that this torch lacks, each at its default "
-                          f"there, left out ({', '.join(a.name for a in recorded[n:])})"] += 1  # fmt: skip
-        return node.inputs[:n]
+        if composed is None:
+            self.report.notes[f"{node.name}: argument(s) of the trace's torch that this torch lacks, each at its "
+                              f"default there, left out ({', '.join(a.name for a in recorded[n:])})"] += 1  # fmt: skip
+        return node.inputs[:n], composed
 
     def _fresh_storage(self, node: Node) -> Any:
         """The storage that ``set_`` points its tensor at, which a trace records as an opaque

@@ -188,6 +188,27 @@ def grouped_heads_here(op_name: str, values: list, device: torch.device) -> Subs
     return Substitute(op_name, around=around, adds=lambda v: _repeated_heads(v[at], v[at + 1]))
 
 
+#: Arguments a torch release added to an operator, with a value whose effect a few ops around the
+#: call have on a torch before it: a trace of the newer torch that gives the argument that value
+#: replays on the older one as the call without it, between those ops (and what they add to its
+#: work, for the report). SDPA's ``enable_gqa`` (2.5) repeats the keys and values of each group to
+#: its query heads.
+ADDED_ARGUMENTS: dict[tuple[str, str, Any], tuple[Callable[..., Any], Callable[[list], str]]] = {
+    ("aten::scaled_dot_product_attention", "enable_gqa", True): (_gqa, lambda v: _repeated_heads(v[0], v[1])),
+}
+
+
+def without_added_argument(op_name: str, arg: str, value: Any) -> Substitute | None:
+    """The op called without the argument ``arg`` that this torch's schema lacks, between the ops
+    that do what its ``value`` asks (:data:`ADDED_ARGUMENTS`); None where no such ops are known."""
+    known = ADDED_ARGUMENTS.get((op_name, arg, value))
+    if known is None:
+        return None
+    around, adds = known
+    return Substitute(op_name, around=around,
+                      adds=lambda v: f"{arg}={value!r}, which this torch lacks" + (f": {a}" if (a := adds(v)) else ""))
+
+
 def _sdpa_on_gpu(v: list) -> list:
     # (query, key, value, dropout_p, is_causal, *, attn_mask, scale) -> the memory-efficient kernel's
     # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)

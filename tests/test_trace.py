@@ -155,14 +155,22 @@ def test_an_element_type_of_a_newer_torch_skips_the_ops_that_read_it_alone(tmp_p
     assert rep.ops_replayed == rep.ops_total - 1 > 50
 
 
-@pytest.mark.parametrize("given", [False, True])
-def test_an_argument_a_newer_torch_added_is_left_out_where_it_holds_its_default(tmp_path, given):
+@pytest.mark.parametrize("given, composed", [(False, False), (True, False), (True, True)])
+def test_an_argument_a_newer_torch_added_is_left_out_where_it_holds_its_default(tmp_path, monkeypatch, given, composed):
     """A newer torch may add an argument to an op's schema (SDPA's ``enable_gqa``, new in 2.5):
     its trace records one more input than this torch's schema has. Where the added argument holds
     its default in the schema the trace records, the op replays without it, and a note names it;
     given another value, the op is skipped with the argument and its value (the count alone was
-    the reason before). The corpus's ViT, with an argument this torch lacks added to its two
-    attention calls."""
+    the reason before), unless ops around the call are known to do what that value asks
+    (``composed``: as SDPA's ``enable_gqa=True`` repeats keys and values on a torch before 2.5),
+    which then run around it, listed as a substitution. The corpus's ViT, with an argument this
+    torch lacks added to its two attention calls."""
+    from pytest_mystique import substitute
+
+    around = []
+    if composed:
+        monkeypatch.setitem(substitute.ADDED_ARGUMENTS, ("aten::scaled_dot_product_attention", "sink_heads", True),
+                            (lambda op, *a, **k: around.append(op) or op(*a, **k), lambda v: "sinks added"))  # fmt: skip
     data = read_json(corpus("vit_infer.json.gz"))
     attention = [n for n in data["nodes"] if n["name"] == "aten::scaled_dot_product_attention"]
     assert len(attention) == 2
@@ -174,7 +182,12 @@ def test_an_argument_a_newer_torch_added_is_left_out_where_it_holds_its_default(
             node["inputs"][key].append(item)
     replay = Replay(load_trace(write_json(tmp_path / "t.json", data)), "cpu").prepare()
     rep = replay.report
-    if given:
+    if composed:
+        sdpa = "aten::scaled_dot_product_attention"
+        assert rep.skipped_list() == [] and rep.ops_replayed == rep.ops_total == 56 and len(around) == 2
+        assert rep.substitutions_list() == [{"op": sdpa, "count": 2, "replacement": f"{sdpa} (sink_heads=True, "
+                                             f"which this torch lacks: sinks added)"}], rep.substitutions_list()  # fmt: skip
+    elif given:
         assert rep.skipped_list() == [{"op": "aten::scaled_dot_product_attention", "count": 2, "reason": (
             f"the torch that wrote the trace passes sink_heads=True, an argument this torch's schema of the op does not "
             f"have (torch {torch.__version__})")}], rep.skipped_list()  # fmt: skip
