@@ -3413,7 +3413,8 @@ def test_gpu_attention_kernels_run_as_the_cpu_flash_kernel(tmp_path, kernel):
     data = read_json(tmp_path / "sdpa.json.gz")
     node = next(n for n in data["nodes"] if n["name"] == "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
     ins = node["inputs"]
-    vals, shapes, types, strides = ins["values"], ins["shapes"], ins["types"], ins["strides"]
+    # (torch 2.4's observer records no strides: then the node is written without them too)
+    vals, shapes, types, strides = ins["values"], ins["shapes"], ins["types"], ins.get("strides", [[]] * len(ins["values"]))
     undefined, seed = ([0, 0, 0, 0, 0, ""], [], "Tensor(nullptr (uninitialized))", []), \
         ([99001, 99002, 0, 1, 8, "cpu"], [], "Tensor(long int)", [])  # fmt: skip
     offset = ([99003, 99004, 0, 1, 8, "cpu"], [], "Tensor(long int)", [])
@@ -3428,7 +3429,7 @@ def test_gpu_attention_kernels_run_as_the_cpu_flash_kernel(tmp_path, kernel):
         new = tensors[:4] + [undefined] + tensors[4:] + [seed, offset, drop, mask, causal]
     new.append(("<None>", [], "None", []))  # scale
     node["name"] = name
-    node["inputs"] = {k: [x[i] for x in new] for i, k in enumerate(("values", "shapes", "types", "strides"))}
+    node["inputs"] = {k: [x[i] for x in new] for i, k in enumerate(("values", "shapes", "types", "strides")[:len(ins)])}
     for a in node["attrs"]:
         if a["name"] == "op_schema":
             a["value"] = schema
@@ -4057,7 +4058,14 @@ def test_letting_go_of_the_forward_graphs_calls_no_operator(name):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             run()
         top = collections.Counter(e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))
-        assert top == steps
+        if not replay.report.substitutions:
+            assert top == steps
+        else:  # (a torch whose CPU flash kernel does not group heads: the keys' repeat and the gradients' sum around it)
+            assert set(replay.report.substitutions) == {(n, f"{n} (keys and values repeated to the query's heads, x2)")
+                                                        for n in ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                                                                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")}  # fmt: skip
+            assert top - steps == collections.Counter({"aten::repeat_interleave": 8, "aten::unflatten": 4, "aten::sum": 4})
+            assert not steps - top
 
 
 def test_an_op_failing_in_the_straight_line_iteration_is_named():
@@ -4350,6 +4358,9 @@ def test_a_failed_substitute_reports_the_recorded_ops_own_error_first():
     node["inputs"]["values"][1][3] = 16384
     replay = Replay(parse_trace(data, "x"), "cpu").prepare()
     [skip] = replay.report.skipped_list()
+    if not flash_takes_grouped_heads():  # (the kernel runs with repeated heads here, and gives its own error)
+        assert skip["reason"].startswith("RuntimeError") and "head size" in skip["reason"], skip
+        return
     own, _, then = skip["reason"].partition("; its substitute aten::_scaled_dot_product_efficient_attention "
                                             "(keys and values repeated to the query's heads, x2) failed too: ")
     assert skip["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu" and then, skip["reason"]
