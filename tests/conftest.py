@@ -33,6 +33,19 @@ TRACES = ROOT / "traces"
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
+def torch_has(path: str) -> bool:
+    """Whether this torch has the object at the dotted ``path`` (``torch.distributed.fsdp.fully_shard``):
+    an API a test's workload is written with, which an older torch lacks (the range pyproject.toml
+    states starts at 2.4)."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
+
+
 def corpus(name: str) -> Path:
     path = CORPUS / name
     if not path.exists():

@@ -44,6 +44,7 @@ from conftest import (
     row_spreads,
     tbe_rows_read,
     tbe_step,
+    torch_has,
     write_json,
 )
 
@@ -419,6 +420,7 @@ def test_a_model_quantized_through_export_replays_its_quantize_and_dequantize_op
             "aten::conv2d"} <= names, names  # fmt: skip
 
 
+@pytest.mark.skipif(not torch_has("torch.distributed.fsdp.fully_shard"), reason="FSDP2's fully_shard is public from torch 2.6")
 def test_an_fsdp2_training_step_replays_the_ops_of_fully_shards_own_namespace(tmp_path):
     """FSDP2 (``fully_shard``) copies gradients into its reduce-scatter buffer with
     ``fsdp::chunk_cat``, an operator torch registers only when its FSDP module is imported: a
@@ -4242,6 +4244,9 @@ def test_an_input_in_memory_that_a_later_allocation_took_is_not_the_earlier_tens
     assert not any(slot in linear_slots for s in mm for _, slot in s.fills), "a backward mm reads the old tensor"
 
 
+@pytest.mark.skipif(not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_scaled_dot_product_efficient_attention",
+                                                                        "Meta"),
+                    reason="this torch has no meta kernel of the memory-efficient attention (torch 2.4)")  # fmt: skip
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_cpu_attention_kernels_map_onto_a_gpu_kernel(causal):
     """A CPU trace replayed on a GPU: the CPU's flash attention and its backward have no GPU
