@@ -46,6 +46,20 @@ def torch_has(path: str) -> bool:
         return False
 
 
+def cond_runs_under_a_mode() -> bool:
+    """Whether this torch runs an eager ``torch.cond`` under a dispatch mode that takes
+    higher-order operators (torch 2.4's prototype asserted that such a mode was "not registered")."""
+    from pytest_mystique.measure import OperatorWatch
+
+    x = torch.ones(2)
+    try:
+        with OperatorWatch():
+            torch.cond(x.sum() > 0, torch.sin, torch.cos, (x,))
+    except Exception:  # noqa: BLE001 - whatever that torch raises
+        return False
+    return True
+
+
 def corpus(name: str) -> Path:
     path = CORPUS / name
     if not path.exists():

@@ -2350,6 +2350,12 @@ def test_a_nested_jagged_tensors_step_replays_the_ops_on_its_values(tmp_path):
         opt.step()
 
     path = tmp_path / "jagged.json.gz"
+    try:
+        step()
+    except RuntimeError as e:  # (torch 2.4's jagged tensors have no backward of chunk: the workload does not run)
+        if "derivative for aten::chunk is not implemented" not in str(e):
+            raise
+        pytest.skip(f"this torch cannot run the step: {e}")
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     trace = load_trace(path)
     selected = select_ops(trace)
