@@ -18,6 +18,7 @@ from conftest import (
     capture_image_tokens,
     corpus,
     graph_step,
+    observer_records_strides,
     padded_attention_step,
     row_spreads,
     tbe_rows_read,
@@ -81,14 +82,17 @@ def test_exported_script_takes_a_substitutes_own_ops_along(tmp_path, capsys):
     and runs on the CPU; the bare op would have stopped it."""
     script = tmp_path / "bench.py"
     assert main(["export", str(ROOT / "tests" / "data" / "mixtral_infer_h100.json.gz"), "-o", str(script)]) == 0
-    assert "substituted 2x aten::histc" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "substituted 2x aten::histc" in said
+    # (229 ops; 329 on a torch without aten::_grouped_mm, replayed through the ops it ran)
+    ops = int(re.search(r": (\d+) of \1 ops", said).group(1))
     source = script.read_text()
     assert source.count("def _histc_of_integers(") == 1
     assert source.count("_histc_of_integers(torch.ops.aten.histc.default, ") == 2
     out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1",
                           "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "ops per iteration: 229" in out.stdout
+    assert f"ops per iteration: {ops}\n" in out.stdout and ops > 200
 
 
 def test_export_of_a_broken_trace_is_a_clear_error(tmp_path, capsys):
@@ -312,6 +316,8 @@ def test_exported_script_keeps_each_table_batched_id_in_one_table(tmp_path):
     assert abs(pairs - original) < 0.1 * original, (pairs, original)
 
 
+@pytest.mark.skipif(not observer_records_strides(), reason="this torch's observer records no strides (2.4): the "
+                    "layout that shows the path is not in its traces")  # fmt: skip
 def test_exported_script_gives_the_original_s_parameters_their_grad_flag(tmp_path):
     """An inference step's attention weight required grad in the original (a parameter), which
     made its matmul fold a batch-first input into one mm (pytest_mystique.grad_flags): the exported
