@@ -449,7 +449,9 @@ class Replay:
             if t is not None and rng is not None and rng.kind == "trues":
                 if name not in _PUTTING_BY_MASK:  # (a read by another count gives another shape: see _dynamic_here)
                     continue
-                repeats = t.numel() // max(distinct_view(t).numel(), 1)
+                # (the count is of the mask's distinct elements, as the trace laid it out; one without
+                # strides, as torch 2.4 writes, counts them all, whatever the replay's mask expands)
+                repeats = t.numel() // max(distinct_view(t).numel(), 1) if ref.strides is not None else 1
                 chosen, want = int(t.count_nonzero()), rng.values[0] * repeats
                 if chosen > want or (chosen != want and "masked_scatter" not in name):
                     return "count"

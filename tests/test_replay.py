@@ -749,8 +749,10 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
-@pytest.mark.parametrize("checked_first", [False, True], ids=["caught", "checked-first"])
-def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first):
+@pytest.mark.parametrize("checked_first, strides", [(False, True), (True, True), (True, False)],
+                         ids=["caught", "checked-first", "checked-first-without-strides"])
+def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first,
+                                                                             strides):  # fmt: skip
     """``x[mask] = values`` and ``x.masked_scatter(mask, values)`` need a mask with as many true
     elements as there are values (a model's image features put at its image tokens), or for
     ``masked_scatter`` no more. A mask given with the step was drawn half true, and those computed
@@ -760,11 +762,20 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
     the op refuses reads such a seeded mask instead, with a note. (Here the ids' record lacks
     their hottest values, as a capture made elsewhere may: the next test has them.)
     ``checked-first`` finds the computed masks by the check made before the call on a GPU (where
-    ``masked_scatter`` given too few values is a device-side assertion), not by the op's error."""
+    ``masked_scatter`` given too few values is a device-side assertion), not by the op's error;
+    ``without-strides`` does so in a trace that records no strides, as torch 2.4 writes (the
+    count of an expanded mask, taken as contiguous, is of all its elements: the check had
+    multiplied it by the replay's mask's repeats, and passed a mask that selected too many)."""
     if checked_first:
         monkeypatch.setattr(replay_module, "RAISES_ON_BAD_INDICES", set())
         monkeypatch.setattr(replay_module, "_miscounted", lambda e: False)
     capture_image_tokens(tmp_path / "vlm.json.gz")
+    if not strides:
+        data = read_json(tmp_path / "vlm.json.gz")
+        for node in data["nodes"]:
+            for side in ("inputs", "outputs"):
+                node.get(side, {}).pop("strides", None)
+        write_json(tmp_path / "vlm.json.gz", data)
     side = json.loads(sidecar_path(tmp_path / "vlm.json.gz").read_text())
     assert [r["hot_values"][0] for r in side["index_inputs"]] == [ImageTokens.IMAGE]
     side["index_inputs"] = [{k: v for k, v in r.items() if k not in ("hot_values", "hot_runs")} for r in side["index_inputs"]]
