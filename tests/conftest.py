@@ -34,27 +34,24 @@ TRACES = ROOT / "traces"
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
-def torch_has(path: str) -> bool:
-    """Whether this torch has the object at the dotted ``path`` (``torch.distributed.fsdp.fully_shard``):
-    an API a test's workload is written with, which an older torch lacks (the range pyproject.toml
-    states starts at 2.4)."""
-    import importlib
-
-    module, _, name = path.rpartition(".")
-    try:
-        return hasattr(importlib.import_module(module), name)
-    except ImportError:
-        return False
+#: This torch's release, (major, minor): workloads some tests capture are written with APIs of a
+#: newer one than the oldest pyproject.toml states (2.4), and skip before it, saying why.
+TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
-def cond_runs_under_a_mode() -> bool:
+def hops_run_under_a_mode() -> bool:
     """Whether this torch runs an eager ``torch.cond`` under a dispatch mode that takes
-    higher-order operators (torch 2.4's prototype asserted that such a mode was "not registered")."""
+    higher-order operators (torch 2.4's prototype asserted that such a mode was "not registered";
+    2.6 has "no rule registered" for one, nor for flex_attention)."""
     from pytest_mystique.measure import OperatorWatch
+
+    class Passing(OperatorWatch):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
 
     x = torch.ones(2)
     try:
-        with OperatorWatch():
+        with Passing():
             torch.cond(x.sum() > 0, torch.sin, torch.cos, (x,))
     except Exception:  # noqa: BLE001 - whatever that torch raises
         return False
@@ -75,6 +72,16 @@ def observer_records_strides() -> bool:
             torch.ones(2).sum()
         data = json.loads((Path(tmp) / "t.json").read_text())
     return any("strides" in n.get("inputs", {}) for n in data["nodes"] if n["name"] == "aten::sum")
+
+
+def autocast_copies_require_grad() -> bool:
+    """Whether this torch's ``torch.autocast`` makes its kept copy of a parameter with autograd on
+    under ``no_grad`` too (2.13's does; 2.4's and 2.6's do not): a ``matmul`` of a transposed batch
+    by the copy then folds the batch into one ``mm``, a path that shows the flag."""
+    w, x = torch.nn.Parameter(torch.randn(8, 4)), torch.randn(3, 2, 8).transpose(0, 1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torch.profiler.profile() as prof:
+        torch.matmul(x, w)
+    return any(e.name == "aten::mm" for e in prof.events())
 
 
 def corpus(name: str) -> Path:
