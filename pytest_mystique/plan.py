@@ -519,14 +519,15 @@ class Planner:
             except Unsupported:
                 value = val
             plain = value is None or isinstance(value, (bool, int, float, str, list))
-            if plain and composed is None and not (arg.has_default_value() and value == arg.default_value):
+            if plain and arg.has_default_value() and value == arg.default_value:
+                continue
+            if plain and composed is None:
                 composed = without_added_argument(node.name, arg.name, value)
                 if composed is not None:
                     continue
-            if not (arg.has_default_value() and plain and value == arg.default_value):
-                given = f"{arg.name}={value!r}" if plain else f"{_kind(val)} as {arg.name}"
-                raise Unsupported(f"the torch that wrote the trace passes {given}, an argument this torch's schema of "
-                                  f"the op does not have (torch {torch.__version__})")  # fmt: skip
+            given = f"{arg.name}={value!r}" if plain else f"{_kind(val)} as {arg.name}"
+            raise Unsupported(f"the torch that wrote the trace passes {given}, an argument this torch's schema of the "
+                              f"op does not have (torch {torch.__version__})")  # fmt: skip
         if composed is None:
             self.report.notes[f"{node.name}: argument(s) of the trace's torch that this torch lacks, each at its "
                               f"default there, left out ({', '.join(a.name for a in recorded[n:])})"] += 1  # fmt: skip
