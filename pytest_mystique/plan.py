@@ -506,7 +506,7 @@ class Planner:
         for what this torch cannot do, unless a few ops around the call do it (the substitute
         returned with the inputs, else None: :data:`.substitute.ADDED_ARGUMENTS`); otherwise the
         op is skipped, with the argument and its value."""
-        n, composed = len(schema_args), None
+        n, composed, dropped = len(schema_args), None, []
         try:
             recorded = torch._C.parse_schema(node.op_schema).arguments
         except RuntimeError:
@@ -520,6 +520,7 @@ class Planner:
                 value = val
             plain = value is None or isinstance(value, (bool, int, float, str, list))
             if plain and arg.has_default_value() and value == arg.default_value:
+                dropped.append(arg.name)
                 continue
             if plain and composed is None:
                 composed = without_added_argument(node.name, arg.name, value)
@@ -528,9 +529,9 @@ class Planner:
             given = f"{arg.name}={value!r}" if plain else f"{_kind(val)} as {arg.name}"
             raise Unsupported(f"the torch that wrote the trace passes {given}, an argument this torch's schema of the "
                               f"op does not have (torch {torch.__version__})")  # fmt: skip
-        if composed is None:
+        if dropped:
             self.report.notes[f"{node.name}: argument(s) of the trace's torch that this torch lacks, each at its "
-                              f"default there, left out ({', '.join(a.name for a in recorded[n:])})"] += 1  # fmt: skip
+                              f"default there, left out ({', '.join(dropped)})"] += 1  # fmt: skip
         return node.inputs[:n], composed
 
     def _fresh_storage(self, node: Node) -> Any:

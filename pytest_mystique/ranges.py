@@ -405,7 +405,7 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}
 
 
-def _distinct(ref: TensorRef) -> int:
+def distinct_elements(ref: TensorRef) -> int:
     """Elements of ``ref`` that are not repeats of another (an expanded dimension's are)."""
     return math.prod(n for n, s in zip(ref.shape, ref.layout_strides()) if s != 0)
 
@@ -413,7 +413,7 @@ def _distinct(ref: TensorRef) -> int:
 def _trues(mask: TensorRef, selected: int) -> tuple[TensorRef, IntRange] | None:
     """A boolean ``mask`` that must select ``selected`` of its elements (as read, an expanded
     view's repeats counted), as a count of its distinct elements; None where none fits."""
-    distinct = _distinct(mask)
+    distinct = distinct_elements(mask)
     repeats = math.prod(mask.shape) // max(distinct, 1)
     if mask.dtype != "bool" or selected < 0 or repeats == 0 or selected % repeats or selected // repeats > distinct:
         return None
@@ -628,4 +628,4 @@ def same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
 def same_selection(a: TensorRef, b: TensorRef, how: str) -> bool:
     """The distinct elements of ``a`` (an expanded view's repeats once) are all of ``b``'s, in
     whatever order: a count of true ones is the same in both."""
-    return _distinct(a) == math.prod(b.shape) and (how != "view" or a.offset == b.offset) and how != "pick"
+    return distinct_elements(a) == math.prod(b.shape) and (how != "view" or a.offset == b.offset) and how != "pick"

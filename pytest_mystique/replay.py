@@ -48,7 +48,7 @@ from .nonfinite import (
 )
 from .ops import arg_specs, schema_facts
 from .plan import Planner, may_be_number, substitute_of
-from .ranges import index_ranges, integer_divisor
+from .ranges import distinct_elements, index_ranges, integer_divisor
 from .sidecar import load_sidecar, take_record
 from .steps import (
     PlannedOp,
@@ -68,7 +68,7 @@ from .steps import (
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT
-from .tensors import TensorFactory, distinct_view
+from .tensors import TensorFactory
 from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
 
@@ -449,9 +449,9 @@ class Replay:
             if t is not None and rng is not None and rng.kind == "trues":
                 if name not in _PUTTING_BY_MASK:  # (a read by another count gives another shape: see _dynamic_here)
                     continue
-                # (the count is of the mask's distinct elements, as the trace laid it out; one without
+                # (the count is of the mask's distinct elements as the trace laid it out: one without
                 # strides, as torch 2.4 writes, counts them all, whatever the replay's mask expands)
-                repeats = t.numel() // max(distinct_view(t).numel(), 1) if ref.strides is not None else 1
+                repeats = math.prod(ref.shape) // max(distinct_elements(ref), 1)
                 chosen, want = int(t.count_nonzero()), rng.values[0] * repeats
                 if chosen > want or (chosen != want and "masked_scatter" not in name):
                     return "count"

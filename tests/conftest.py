@@ -39,6 +39,7 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
+@functools.cache
 def hops_run_under_a_mode() -> bool:
     """Whether this torch runs an eager ``torch.cond`` under a dispatch mode that takes
     higher-order operators (torch 2.4's prototype asserted that such a mode was "not registered";
@@ -74,6 +75,7 @@ def observer_records_strides() -> bool:
     return any("strides" in n.get("inputs", {}) for n in data["nodes"] if n["name"] == "aten::sum")
 
 
+@functools.cache
 def autocast_copies_require_grad() -> bool:
     """Whether this torch's ``torch.autocast`` makes its kept copy of a parameter with autograd on
     under ``no_grad`` too (2.13's does; 2.4's and 2.6's do not): a ``matmul`` of a transposed batch

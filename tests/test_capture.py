@@ -24,9 +24,10 @@ from pytest_mystique.measure import (
 )
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import QUANTILE_LEVELS, load_sidecar, sidecar_path, unlike
+from pytest_mystique.substitute import flash_takes_grouped_heads
 from pytest_mystique.trace import load_trace
 
-from conftest import hops_run_under_a_mode
+from conftest import TORCH, autocast_copies_require_grad, hops_run_under_a_mode, observer_records_strides
 
 
 def python_for(seconds: float) -> None:
@@ -356,6 +357,17 @@ def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_p
     assert not replay.report.skipped and replay.report.ops_replayed == replay.report.ops_total
     idle = [n for n in replay.report.notes if "returned the tensor it was given, or only a number" in n]
     assert len(idle) == 1 and "aten::to" in idle[0]
+
+
+@pytest.mark.skipif(TORCH < (2, 13), reason="the checks are for a torch that can do what they ask (CI's: 2.13)")
+def test_the_checks_that_skip_tests_on_an_older_torch_say_yes_on_this_one():
+    """Some tests skip where torch cannot do what their workload needs, asked of torch itself:
+    higher-order operators under a dispatch mode (which the capture's own mode runs), an observer
+    that records strides, autocast's kept copies with the flag, a CPU flash kernel that groups
+    heads (the replay's own probe). On the torch CI runs, all of them must say yes: a regression
+    in the code they run would otherwise turn those tests into skips, not failures."""
+    assert hops_run_under_a_mode() and observer_records_strides() and autocast_copies_require_grad()
+    assert flash_takes_grouped_heads()
 
 
 @pytest.mark.skipif(not hops_run_under_a_mode(), reason="this torch's torch.cond runs under no dispatch mode (2.4, 2.6)")

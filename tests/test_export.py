@@ -80,19 +80,22 @@ def test_exported_script_takes_a_substitutes_own_ops_along(tmp_path, capsys):
     which the CPU's kernel refuses: the replay there counts them as float64 around the op
     (substitute.Composite). The script calls that function, its source written into the script,
     and runs on the CPU; the bare op would have stopped it."""
+    import torch
+
     script = tmp_path / "bench.py"
     assert main(["export", str(ROOT / "tests" / "data" / "mixtral_infer_h100.json.gz"), "-o", str(script)]) == 0
     said = capsys.readouterr().out
     assert "substituted 2x aten::histc" in said
-    # (229 ops; 329 on a torch without aten::_grouped_mm, replayed through the ops it ran)
+    # (329 ops on a torch without aten::_grouped_mm, replayed through the ops it ran: 2.4's)
     ops = int(re.search(r": (\d+) of \1 ops", said).group(1))
+    assert ops == (229 if hasattr(torch.ops.aten, "_grouped_mm") else 329), said
     source = script.read_text()
     assert source.count("def _histc_of_integers(") == 1
     assert source.count("_histc_of_integers(torch.ops.aten.histc.default, ") == 2
     out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "2", "--warmup", "1",
                           "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert f"ops per iteration: {ops}\n" in out.stdout and ops > 200
+    assert f"ops per iteration: {ops}\n" in out.stdout
 
 
 def test_export_of_a_broken_trace_is_a_clear_error(tmp_path, capsys):

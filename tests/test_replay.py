@@ -4317,7 +4317,7 @@ def test_grouped_query_attention_maps_onto_the_gpu_kernel_with_its_heads_repeate
     group; the report names the repeat. The shapes are checked on the meta device against the
     CPU kernel's; the repeat-and-sum's values on the CPU, with the CPU kernel (which does the
     same attention on repeated heads) standing in for the GPU one."""
-    if not flash_takes_grouped_heads():  # (torch 2.4's and 2.5's read past the keys unchecked)
+    if not flash_takes_grouped_heads():  # (torch 2.4's to 2.6's read past the keys unchecked)
         pytest.skip("this torch's CPU flash kernel does not group heads: the values below need one that does")
     fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
                 torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
