@@ -175,17 +175,28 @@ def flash_takes_grouped_heads() -> bool:
         return False
 
 
+def _heads_of_forward(v: list) -> str:
+    return _repeated_heads(v[0], v[1])  # (query, key, ...)
+
+
+def _heads_of_backward(v: list) -> str:
+    return _repeated_heads(v[1], v[2])  # (grad, query, key, ...)
+
+
+#: The CPU flash kernel and its backward: the repeat of keys and values around each, and what it
+#: adds to the call, for the report ("" for one group)
+_GROUPED = {_SDPA_CPU: (_gqa, _heads_of_forward), _SDPA_CPU_BACKWARD: (_gqa_backward, _heads_of_backward)}
+
+
 def grouped_heads_here(op_name: str, values: list, device: torch.device) -> Substitute | None:
     """The CPU flash-attention kernel or its backward with keys and values repeated to the query's
     heads around it, where the recorded call groups query heads (a newer torch's trace) and this
     torch's kernel does not take them grouped (:func:`flash_takes_grouped_heads`); else None."""
-    if device.type != "cpu" or op_name not in (_SDPA_CPU, _SDPA_CPU_BACKWARD):
+    known = _GROUPED.get(op_name) if device.type == "cpu" else None
+    if known is None or not known[1](values) or flash_takes_grouped_heads():
         return None
-    q, k = values[:2] if op_name == _SDPA_CPU else values[1:3]
-    if _groups(q, k) == 1 or flash_takes_grouped_heads():
-        return None
-    around, at = (_gqa, 0) if op_name == _SDPA_CPU else (_gqa_backward, 1)
-    return Substitute(op_name, around=around, adds=lambda v: _repeated_heads(v[at], v[at + 1]))
+    around, adds = known
+    return Substitute(op_name, around=around, adds=adds)
 
 
 #: Arguments a torch release added to an operator, with a value whose effect a few ops around the
@@ -194,7 +205,7 @@ def grouped_heads_here(op_name: str, values: list, device: torch.device) -> Subs
 #: work, for the report). SDPA's ``enable_gqa`` (2.5) repeats the keys and values of each group to
 #: its query heads.
 ADDED_ARGUMENTS: dict[tuple[str, str, Any], tuple[Callable[..., Any], Callable[[list], str]]] = {
-    ("aten::scaled_dot_product_attention", "enable_gqa", True): (_gqa, lambda v: _repeated_heads(v[0], v[1])),
+    ("aten::scaled_dot_product_attention", "enable_gqa", True): (_gqa, _heads_of_forward),
 }
 
 
@@ -273,10 +284,9 @@ SUBSTITUTES: dict[str, Substitute] = {
     # same attention in float32 too (and half precision), and its backward the same gradients.
     # Under grouped-query attention its keys and values are repeated to the query's heads around it.
     _SDPA_CPU: Substitute("aten::_scaled_dot_product_efficient_attention", _sdpa_on_gpu, kwonly=("scale",),
-                          around=_gqa, adds=lambda v: _repeated_heads(v[0], v[1])),
+                          around=_gqa, adds=_heads_of_forward),
     _SDPA_CPU_BACKWARD: Substitute("aten::_scaled_dot_product_efficient_attention_backward", _sdpa_backward_on_gpu,
-                                   kwonly=("scale",), around=_gqa_backward,
-                                   adds=lambda v: _repeated_heads(v[1], v[2])),
+                                   kwonly=("scale",), around=_gqa_backward, adds=_heads_of_backward),
 }
 
 

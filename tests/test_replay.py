@@ -23,7 +23,7 @@ from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.memory import _storage_bytes, limits_allocations, replay_peak_bytes
 from pytest_mystique.nonfinite import keeps_values, made_of_zeros_or_extremes
-from pytest_mystique.ops import Unsupported, load_op_library, resolve
+from pytest_mystique.ops import Unsupported, arg_specs, load_op_library, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.substitute import REMOVED, flash_takes_grouped_heads, substitute_for
@@ -3387,19 +3387,13 @@ def test_a_gpu_captured_mixture_of_experts_replays_whole_on_the_cpu(monkeypatch)
                   f"values repeated to the query's heads, x2)"}]  # (before torch 2.5)  # fmt: skip
         assert sorted(rep.substitutions_list(), key=lambda s: s["op"]) == [
             {"op": "aten::histc", "count": 2, "replacement": "aten::histc (integers counted as float64, the counts "
-             "converted back)"}, *(older if "enable_gqa" not in schema_names(sdpa) else [])]  # fmt: skip
+             "converted back)"}, *(older if "enable_gqa" not in {a.name for a in arg_specs(resolve(sdpa + "("))} else [])]  # fmt: skip
         seeded = [n for n in rep.notes if "indices computed from the replay's data" in n]
         assert [n.split(":")[2] for n in seeded] == ["index"], rep.notes
         assert not any("NaN or inf" in n for n in rep.notes), rep.notes
         for _ in range(3):
             replay.reset_state()
             replay.run()
-
-
-def schema_names(op: str) -> list[str]:
-    """The argument names of this torch's schema of ``op``'s default overload."""
-    ns, name = op.split("::")
-    return [a.name for a in getattr(getattr(torch.ops, ns), name).default._schema.arguments]
 
 
 @pytest.fixture(scope="module")
