@@ -12,7 +12,7 @@ substituted / skipped, the replay's median and, where the trace has its original
 ratio, and the reasons of what was skipped. A replay whose process dies (a kernel that wrote past
 its memory) shows as such.
 
-    python benchmarks/torch_versions.py PYTHON [PYTHON ...] [--iters 5] [--trace PATH ...]
+    python benchmarks/torch_versions.py PYTHON [PYTHON ...] [--iters 5] [--trace PATH [PATH ...]]
 
 e.g. ``python benchmarks/torch_versions.py .venv/bin/python /tmp/v24/bin/python``.
 """
@@ -64,7 +64,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pythons", nargs="+", help="Python interpreters, each with its own torch and pytest-mystique")
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--trace", action="append", type=Path, help="a trace (default: the corpus's and the bundled)")
+    ap.add_argument("--trace", action="extend", nargs="+", type=Path,
+                    help="traces to replay (default: the corpus's and the bundled)")
     args = ap.parse_args()
     head = ["torch", "trace", "selected", "replayed", "substituted", "skipped", "median ms", "ratio", "skipped because"]
     rows, whole = [head], {}

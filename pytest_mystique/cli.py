@@ -4,7 +4,10 @@ compare two Python environments on traces, ``history`` show the trend of past ru
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -30,8 +33,42 @@ def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """File descriptor 1 pointed at stderr while the work runs, so that what is printed to it
+    other than the answer, by a C library or by a process started meanwhile, does not corrupt a
+    ``--json`` answer: gloo under torch 2.7-2.10 prints "[Gloo] Rank 0 is connected to ..." to
+    stdout, in a one-process world and in each rank process. The C library's buffer of stdout is
+    flushed before it is pointed back, so none of that reaches the answer later."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)  # (None: every C stream; a platform without it buffers nothing here)
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _replay(args: argparse.Namespace) -> int:
     opts = Options(device=args.device, warmup=args.warmup, iters=args.iters, threads=args.threads)
+    with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+        outcome = _replayed(args, opts)
+    if isinstance(outcome, int):
+        return outcome
+    summary = outcome
+    if args.json:
+        print(json_text(summary, indent=None if args.compact else 2))
+        return 0
+    _print_replay(summary, args.top)
+    return 0
+
+
+def _replayed(args: argparse.Namespace, opts: Options) -> dict | int:
+    """The replay's summary, or the exit status of an error (printed)."""
     run = None
     try:
         run = replay_file(args.trace, opts)
@@ -54,9 +91,10 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     finally:
         release(run)
-    if args.json:
-        print(json_text(summary, indent=None if args.compact else 2))
-        return 0
+    return summary
+
+
+def _print_replay(summary: dict, top: int) -> None:
     print(f"{summary['trace']}: {summary['ops_replayed']}/{summary['ops_total']} ops replayed on {summary['device']} "
           f"({_threads(summary['threads'])})")  # fmt: skip
     print(f"  load {summary['load_s']:.3f} s, setup {summary['setup_s']:.3f} s")
@@ -81,11 +119,10 @@ def _replay(args: argparse.Namespace) -> int:
     if "per_op_median_s" in summary:
         total = sum(summary["per_op_median_s"].values()) or 1.0
         print("  top operators (median per iteration, instrumented):")
-        for name, secs in list(summary["per_op_median_s"].items())[: args.top]:
+        for name, secs in list(summary["per_op_median_s"].items())[:top]:
             print(f"    {fmt_seconds(secs):>10}  {secs / total:6.1%}  {name}")
     for line in skipped_lines(summary):
         print(f"  {line}")
-    return 0
 
 
 def _load_callable(spec: str):

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,38 @@ def test_replay_json_replays_every_op_of_cpu_corpus(name, capsys):
     assert len(out["samples_s"]) == 3 and all(s > 0 for s in out["samples_s"])
     assert out["median_s"] == sorted(out["samples_s"])[1]
     assert out["original_median_s"] > 0 and out["fidelity_ratio"] > 0  # from the .meta.json sidecar
+
+
+def test_replay_json_is_the_only_thing_on_stdout_whatever_else_prints_there(capfd, monkeypatch):
+    """What a C library or a process started during the replay prints to stdout goes to stderr
+    under ``--json``: gloo under torch 2.7-2.10 prints "[Gloo] Rank 0 is connected to 0 peer
+    ranks ..." there (a trace with collectives, in its one-process world and in each rank process),
+    and the answer was no JSON. Here the replay's start prints such lines three ways: from C into
+    its stdio buffer, unflushed; from a child process; straight to file descriptor 1."""
+    import ctypes
+
+    import pytest_mystique.cli as cli
+
+    real = cli.replay_file
+
+    def noisy(*args, **kwargs):
+        ctypes.CDLL(None).printf(b"[Gloo] from C, buffered\n")
+        subprocess.run([sys.executable, "-c", "print('[Gloo] from a child process')"], check=True)
+        os.write(1, b"[Gloo] to fd 1\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "replay_file", noisy)
+    assert main(["replay", str(corpus("vit_infer.json.gz")), "--device", "cpu", "--iters", "2", "--warmup", "0",
+                 "--threads", "1", "--json"]) == 0  # fmt: skip
+    ctypes.CDLL(None).fflush(None)
+    got = capfd.readouterr()
+    assert json.loads(got.out)["ops_replayed"] == 56, got.out[:300]
+    for line in ("[Gloo] from C, buffered", "[Gloo] from a child process", "[Gloo] to fd 1"):
+        assert line in got.err
+    monkeypatch.setattr(cli, "replay_file", real)
+    assert main(["replay", str(corpus("vit_infer.json.gz")), "--device", "cpu", "--iters", "2", "--warmup", "0",
+                 "--threads", "1"]) == 0  # fmt: skip
+    assert "56/56 ops replayed on cpu" in capfd.readouterr().out  # (the text report: fd 1 pointed back)
 
 
 def test_replay_takes_the_captures_thread_count(capsys, monkeypatch):

@@ -383,15 +383,17 @@ def test_torchao_quantized_steps_replay_with_torchao_loaded_for_their_operators(
 
 def replayed_in_a_fresh_process(path, module: str) -> dict:
     """A replay of ``path`` in a process that has imported nothing but the project (and torch): its
-    steps' names, its skipped ops, its counts, and whether ``module`` was imported by the end."""
-    code = ("import json, sys; from pytest_mystique.replay import Replay; from pytest_mystique.trace import load_trace; "
-            "r = Replay(load_trace(sys.argv[1]), 'cpu').prepare(); r.run(); "
+    steps' names, its skipped ops, its counts, and whether ``module`` was imported by the end. As a
+    run replays it: collectives in a world of one (FSDP2's reduce-scatters, recorded at a world size
+    of 1 by torch 2.7-2.10)."""
+    code = ("import json, sys; from pytest_mystique.runner import Options, prepare_file; "
+            "r = prepare_file(sys.argv[1], Options(device='cpu'))[0].prepare(); r.run(); "
             "print(json.dumps({'loaded': sys.argv[2] in sys.modules, 'skipped': r.report.skipped_list(), "
             "'names': [s.name for s in r.steps], 'total': r.report.ops_total, 'replayed': r.report.ops_replayed, "
             "'notes': list(r.report.notes)}))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code, str(path), module], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def test_a_model_quantized_through_export_replays_its_quantize_and_dequantize_ops(tmp_path):
