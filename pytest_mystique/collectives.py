@@ -183,6 +183,22 @@ class Comms:
             raise Unsupported(f"collective on process group {key!r}, which rank {self.rank} is not a member of")
         return group
 
+    def local_name(self, recorded: str) -> str:
+        """This process's name of the group that an op other than a collective names by the
+        original job's name (its argument ``group_name``: torch 2.8's ``fsdp::all_gather_copy_in``
+        looks its group up by name to allocate the all-gather's buffer). The replay makes the
+        original's groups in their order, but a group of every rank is the world's, so the names
+        of the others differ from the trace's (an HSDP job's row group "4" was no group's name
+        here, and its all-gathers' copies were skipped)."""
+        group = self.groups.get(recorded)
+        if group is None and recorded == "0":
+            group = self.dist.group.WORLD
+        if group is None or group is self.dist.GroupMember.NON_GROUP_MEMBER:
+            raise Unsupported(f"argument 'group_name' names process group {recorded!r}, which the trace's "
+                              f"process_group:init node does not describe for rank {self.rank} of a world of "
+                              f"{self.world_size}")  # fmt: skip
+        return group.group_name
+
     def bind(self, node: Node) -> tuple[Collective, list[tuple[Any, str, Any]]]:
         """The callable for ``node`` and its arguments as (schema argument, kind, recorded value),
         kind being 'tensor', 'tensors', 'tensors2' (a list of one tensor list), 'skip' (group,

@@ -744,6 +744,8 @@ class Planner:
         if t == "str":
             if not isinstance(v, str):
                 raise Unsupported(f"argument {name!r} should be a string, trace has {v!r:.40}")
+            if name == "group_name" and self.comms is not None:
+                return self.comms.local_name(v)
             return v
         if t == "Generator":
             return None

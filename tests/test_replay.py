@@ -424,7 +424,7 @@ def test_a_model_quantized_through_export_replays_its_quantize_and_dequantize_op
             "aten::conv2d"} <= names, names  # fmt: skip
 
 
-@pytest.mark.skipif(TORCH < (2, 13), reason="the FSDP2 job on CPU runs on torch 2.13 (2.4 has no fully_shard; 2.6's "
+@pytest.mark.skipif(TORCH < (2, 7), reason="the FSDP2 job on CPU runs from torch 2.7 (2.4 has no fully_shard; 2.6's "
                     "fails on a CPU stream's record_event)")  # fmt: skip
 def test_an_fsdp2_training_step_replays_the_ops_of_fully_shards_own_namespace(tmp_path):
     """FSDP2 (``fully_shard``) copies gradients into its reduce-scatter buffer with
