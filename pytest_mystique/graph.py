@@ -127,13 +127,14 @@ def _autocast_made(node: Node) -> bool:
     return len(set(given)) > 1 or bool(given and set(made) - set(given))
 
 
-def select_ops(trace: Trace) -> list[Node]:
+def select_ops(trace: Trace, device_type: str | None = None) -> list[Node]:
     """Outermost operator nodes in execution (id) order (computed once per trace), looking
     through operators that only cast their inputs and call themselves again (autocast), operators
-    that ran a collective, operators this torch does not have that ran others, calls on
-    ``torch.func``'s wrappers, and operators inside which a tensor was made that a later operator
-    reads (:func:`_hidden_outputs`)."""
-    if trace.selected is not None:
+    that ran a collective, operators this torch does not have, or has no kernel of for
+    ``device_type`` (the replay's), that ran others, calls on ``torch.func``'s wrappers, and
+    operators inside which a tensor was made that a later operator reads (:func:`_hidden_outputs`).
+    Without ``device_type``, the selection made last."""
+    if trace.selected is not None and (device_type is None or _same_kernels(trace, device_type)):
         return list(trace.selected)
     above = _op_parents(trace)
     through = _redispatching(trace)
@@ -141,7 +142,7 @@ def select_ops(trace: Trace) -> list[Node]:
     through |= around
     through |= (calling := _calling_collectives(trace, above))
     trace.around_collectives = sorted(calling)
-    through |= (missing := _not_in_this_torch(trace, above))
+    through |= (missing := _not_in_this_torch(trace, above, device_type))
     outermost = _outermost(trace, above, through)
     wrapped: set[int] = set()
     parts: dict[int, list[Node]] | None = None
@@ -167,8 +168,17 @@ def select_ops(trace: Trace) -> list[Node]:
     trace.opened = sorted(opened)
     open_above = _open_above(above, through | opened)
     trace.around_casts = sorted(a for a in around if open_above(a))  # (not inside one replayed whole)
-    trace.not_in_torch = sorted(m for m in missing if open_above(m))
+    no_kernel = trace.kernel_gaps.get(device_type, frozenset())
+    trace.not_in_torch = sorted(m for m in missing - no_kernel if open_above(m))
+    trace.no_kernel = sorted(m for m in no_kernel if open_above(m))
+    trace.selected_for = device_type
     return list(trace.selected)
+
+
+def _same_kernels(trace: Trace, device_type: str) -> bool:
+    """The selection made last holds for ``device_type`` too: the same operators lack a kernel."""
+    gaps = trace.kernel_gaps
+    return gaps.get(device_type, frozenset()) == gaps.get(trace.selected_for, frozenset())
 
 
 def _calling_collectives(trace: Trace, above: dict[int, int | None]) -> set[int]:
@@ -191,29 +201,43 @@ def _calling_collectives(trace: Trace, above: dict[int, int | None]) -> set[int]
     return found
 
 
-def _not_in_this_torch(trace: Trace, above: dict[int, int | None]) -> set[int]:
+def _not_in_this_torch(trace: Trace, above: dict[int, int | None], device_type: str | None) -> set[int]:
     """Operators that this torch does not have (:func:`.ops.resolve` refuses their schema: a custom
     operator the program defined in its own code with ``torch.library``, the operator of a library
-    not installed here, one a later torch removed) and that ran operators inside them, and have no
-    portable substitute (:mod:`.substitute`). Their parts are what they ran, as the trace recorded
-    it: those are replayed in their place, where the operator alone would be skipped. Each distinct
-    schema is resolved once."""
-    unknown: dict[str, bool] = {}
-    candidates: set[int] = set()
+    not installed here, one a later torch removed), or has no kernel of for ``device_type``
+    (torch 2.8's ``aten::_grouped_mm`` has only a GPU's: a GPU trace's mixture of experts
+    replayed on the CPU), that ran operators inside them, and have no portable substitute
+    (:mod:`.substitute`). Their parts are what they ran, as the trace recorded it: those are
+    replayed in their place, where the operator alone would be skipped. Each distinct schema is
+    resolved once. ``trace.kernel_gaps`` keeps, for each kind of device, the operators found
+    lacking its kernel, so that a replay on another kind knows whether its selection differs."""
+    lacks: dict[str, frozenset[str]] = {}
+    candidates: dict[int, frozenset[str]] = {}
+    # (the kinds of device a replay here can run on: a build without CUDA has no GPU kernel of any)
+    kinds = {"cpu": "CPU", "cuda": "CUDA"} if torch.cuda.is_available() else {"cpu": "CPU"}
     for node in trace.nodes:
         if node.is_op:
-            missing = unknown.get(node.op_schema)
-            if missing is None:
-                missing = unknown[node.op_schema] = _lacking(node)
-            if missing:
-                candidates.add(node.id)
+            where = lacks.get(node.op_schema)
+            if where is None:
+                where = lacks[node.op_schema] = _lacking(node, kinds)
+            if where:
+                candidates[node.id] = where
+    trace.kernel_gaps = {}
     if not candidates:
         return set()
     parts: dict[int, list[Node]] = {}
     for node in trace.nodes:
         if node.is_op and (up := above.get(node.id)) in candidates:
             parts.setdefault(up, []).append(node)
-    return {nid for nid, inner in parts.items() if _parts_made_its_results(trace.by_id[nid], inner)}
+    through = set()
+    for nid, inner in parts.items():
+        if not _parts_made_its_results(trace.by_id[nid], inner):
+            continue
+        for kind in candidates[nid] - {_ANYWHERE}:
+            trace.kernel_gaps[kind] = trace.kernel_gaps.get(kind, frozenset()) | {nid}
+        if _ANYWHERE in candidates[nid] or device_type in candidates[nid]:
+            through.add(nid)
+    return through
 
 
 def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
@@ -249,16 +273,27 @@ _NOT_COMPUTING = frozenset(UNINITIALISED | {"aten::zeros", "aten::zeros_like", "
                                             "aten::new_ones", "aten::new_full"})  # fmt: skip
 
 
-def _lacking(node: Node) -> bool:
+_ANYWHERE = "*"  # (an operator this torch does not have)
+
+
+def _lacking(node: Node, kinds: dict[str, str]) -> frozenset[str]:
+    """Where ``node``'s operator cannot run as it is, with no substitute: ``{_ANYWHERE}`` if this
+    torch does not have it, else the kinds of device of ``kinds`` (kind: dispatch key) it has no
+    kernel for (none of its own, nor a composite one)."""
     try:
-        resolve(node.op_schema)
-        return False
+        overload = resolve(node.op_schema)
+        where = frozenset(kind for kind, key in kinds.items()
+                          if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(overload.name(), key))  # fmt: skip
     except Unsupported:
-        pass
+        where = frozenset({_ANYWHERE})
+    except RuntimeError:  # (an operator the dispatcher does not know by that name: nothing known)
+        return frozenset()
+    if not where:
+        return where
     try:
-        return substitute_for(node.name, parse_op_name(node.op_schema).overload) is None
+        return where if substitute_for(node.name, parse_op_name(node.op_schema).overload) is None else frozenset()
     except Unsupported:  # (a malformed schema)
-        return True
+        return where
 
 
 def _storageless(node: Node) -> bool:

@@ -93,7 +93,7 @@ class Planner:
     def plan(self) -> list[PlannedOp]:
         """The selected ops that can be called, in order, each with its overload and arguments;
         the others are in the report's skipped ops with their reason."""
-        ops = select_ops(self.trace)
+        ops = select_ops(self.trace, self.device.type)
         self.report.ops_total = len(ops)
         # A trace recorded on a GPU replayed on one: the tensors it had in host memory (a batch
         # before its copy to the device, a count) stay there, and the copies between them stay
@@ -268,6 +268,9 @@ class Planner:
                              "code, or one of a library not installed here) replayed through the operators they ran "
                              "inside them, as the trace recorded them (work of theirs that called no operator is not "
                              "replayed)"),
+            (t.no_kernel, f"operator(s) that this torch has no kernel of on {self.device.type} (torch 2.8's "
+                          f"aten::_grouped_mm on the CPU) replayed through the operators they ran inside them, as the "
+                          f"trace recorded them"),
         ):  # fmt: skip
             if ids:
                 self.report.notes[f"{len(ids)} {what}: {self._commonest(ids)}"] += 1

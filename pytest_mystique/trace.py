@@ -263,6 +263,10 @@ class Trace:
     around_collectives: list[int] = field(default_factory=list, init=False, repr=False)  # ... as they ran a collective
     kept_collectives: list[int] = field(default_factory=list, init=False, repr=False)  # ... whose inner outputs are read
     not_in_torch: list[int] = field(default_factory=list, init=False, repr=False)  # ... as this torch lacks them
+    no_kernel: list[int] = field(default_factory=list, init=False, repr=False)  # ... as it has no kernel of them here
+    selected_for: str | None = field(default=None, init=False, repr=False)  # the device type of the selection made
+    # the operators graph.select_ops looks into for each kind of device, as this torch has no kernel of them there
+    kernel_gaps: dict[str, frozenset[int]] = field(default_factory=dict, init=False, repr=False)
     orphans: int = field(default=0, init=False)  # nodes whose parent is not in the trace (read as roots)
     sha256: str | None = field(default=None, init=False)  # of the file's bytes, as load_trace read them
     _children: dict[int, list[Node]] | None = field(default=None, init=False, repr=False)

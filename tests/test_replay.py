@@ -442,6 +442,46 @@ def test_an_fsdp2_training_step_replays_the_ops_of_fully_shards_own_namespace(tm
     assert got["names"].count("fsdp::chunk_cat") == 3, got["names"]
 
 
+def test_an_operator_without_a_kernel_for_the_replays_device_replays_through_the_operators_it_ran(tmp_path):
+    """Torch 2.8 has ``aten::_grouped_mm`` with a GPU's kernel alone: a mixture of experts captured
+    on a GPU, replayed on the CPU, had its 4 grouped products skipped ("Could not run
+    'aten::_grouped_mm' with arguments from the 'CPU' backend"). An operator this torch has but
+    has no kernel of for the replay's device, neither its own nor a composite one, is now replayed
+    through the operators it ran, as one this torch lacks is, with a note; on a device it has a
+    kernel for, it replays whole. Here a program's op of the CPU captured, then named in the
+    trace as one registered with a GPU's kernel alone."""
+
+    @torch.library.custom_op("mystique_test::gated_rows", mutates_args=())
+    def gated_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w * torch.sigmoid(x.sum(-1, keepdim=True))
+
+    @torch.library.custom_op("mystique_test::gated_rows_gpu", mutates_args=(), device_types="cuda")
+    def gated_rows_gpu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w * torch.sigmoid(x.sum(-1, keepdim=True))
+
+    x, w = torch.randn(16, 32), torch.randn(32, 32)
+    path = tmp_path / "gated.json.gz"
+    capture_step(lambda: torch.ops.mystique_test.gated_rows(x, w).relu(), path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    for node in data["nodes"]:
+        for a in node["attrs"]:
+            if a["name"] == "op_schema" and a["value"].startswith("mystique_test::gated_rows("):
+                a["value"] = a["value"].replace("::gated_rows(", "::gated_rows_gpu(")
+                node["name"] = "mystique_test::gated_rows_gpu"
+    trace = load_trace(write_json(tmp_path / "gated_gpu.json.gz", data))
+    replay = Replay(trace, "cpu").prepare()
+    replay.run()
+    rep, names = replay.report, [s.name for s in replay.steps]
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert "mystique_test::gated_rows_gpu" not in names and {"aten::matmul", "aten::sigmoid", "aten::relu"} <= set(names)
+    assert any(n.startswith("1 operator(s) that this torch has no kernel of on cpu") for n in rep.notes), rep.notes
+    # on a GPU it has a kernel: replayed whole there; the selection follows the device it is asked for
+    assert "mystique_test::gated_rows_gpu" in [n.name for n in select_ops(trace, "cuda")]
+    assert trace.no_kernel == [] and trace.not_in_torch == []
+    assert "mystique_test::gated_rows_gpu" not in [n.name for n in select_ops(trace, "cpu")]
+    assert [n.name for n in select_ops(trace)] == [n.name for n in select_ops(trace, "cpu")]
+
+
 def test_a_custom_operator_of_the_programs_own_replays_through_the_operators_it_ran(tmp_path):
     """A custom operator that a program defines in its own code (``torch.library.custom_op``, with
     a backward of its own through ``register_autograd``; one that writes its input) is registered
