@@ -213,8 +213,7 @@ def _not_in_this_torch(trace: Trace, above: dict[int, int | None], device_type: 
     lacking its kernel, so that a replay on another kind knows whether its selection differs."""
     lacks: dict[str, frozenset[str]] = {}
     candidates: dict[int, frozenset[str]] = {}
-    # (the kinds of device a replay here can run on: a build without CUDA has no GPU kernel of any)
-    kinds = {"cpu": "CPU", "cuda": "CUDA"} if torch.cuda.is_available() else {"cpu": "CPU"}
+    kinds = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)  # (the kinds a replay here can run on)
     for node in trace.nodes:
         if node.is_op:
             where = lacks.get(node.op_schema)
@@ -276,14 +275,28 @@ _NOT_COMPUTING = frozenset(UNINITIALISED | {"aten::zeros", "aten::zeros_like", "
 _ANYWHERE = "*"  # (an operator this torch does not have)
 
 
-def _lacking(node: Node, kinds: dict[str, str]) -> frozenset[str]:
+# the dispatch keys of each kind of device's kernels: dense, quantized, sparse, MKL-DNN, nested
+_KERNEL_KEYS = {
+    "cpu": ("CPU", "QuantizedCPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "NestedTensorCPU"),
+    "cuda": ("CUDA", "QuantizedCUDA", "SparseCUDA", "SparseCsrCUDA", "NestedTensorCUDA"),
+}
+
+
+def _has_kernel(name: str, kind: str) -> bool:
+    """Whether the operator ``name`` has a kernel for a tensor of ``kind`` (its own, or a composite
+    one)."""
+    return any(torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, key) for key in _KERNEL_KEYS[kind])
+
+
+def _lacking(node: Node, kinds: tuple[str, ...]) -> frozenset[str]:
     """Where ``node``'s operator cannot run as it is, with no substitute: ``{_ANYWHERE}`` if this
-    torch does not have it, else the kinds of device of ``kinds`` (kind: dispatch key) it has no
-    kernel for (none of its own, nor a composite one)."""
+    torch does not have it, else those of ``kinds`` of device it has no kernel for where it has
+    one for another (a GPU's alone, or a CPU's alone). An operator with a kernel for neither runs
+    otherwise (a tensor subclass's Python code: nested jagged tensors' views): not counted."""
     try:
-        overload = resolve(node.op_schema)
-        where = frozenset(kind for kind, key in kinds.items()
-                          if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(overload.name(), key))  # fmt: skip
+        name = resolve(node.op_schema).name()
+        has = {kind: _has_kernel(name, kind) for kind in _KERNEL_KEYS}
+        where = frozenset(kind for kind in kinds if not has[kind] and any(has.values()))
     except Unsupported:
         where = frozenset({_ANYWHERE})
     except RuntimeError:  # (an operator the dispatcher does not know by that name: nothing known)

@@ -43,7 +43,7 @@ TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 def hops_run_under_a_mode() -> bool:
     """Whether this torch runs an eager ``torch.cond`` under a dispatch mode that takes
     higher-order operators (torch 2.4's prototype asserted that such a mode was "not registered";
-    2.6 has "no rule registered" for one, nor for flex_attention)."""
+    2.6's to 2.8's have "no rule registered" for one, nor for flex_attention)."""
     from pytest_mystique.measure import OperatorWatch
 
     class Passing(OperatorWatch):
@@ -78,7 +78,7 @@ def observer_records_strides() -> bool:
 @functools.cache
 def autocast_copies_require_grad() -> bool:
     """Whether this torch's ``torch.autocast`` makes its kept copy of a parameter with autograd on
-    under ``no_grad`` too (2.13's does; 2.4's and 2.6's do not): a ``matmul`` of a transposed batch
+    under ``no_grad`` too (2.11's and later do; 2.4's to 2.10's do not): a ``matmul`` of a transposed batch
     by the copy then folds the batch into one ``mm``, a path that shows the flag."""
     w, x = torch.nn.Parameter(torch.randn(8, 4)), torch.randn(3, 2, 8).transpose(0, 1)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torch.profiler.profile() as prof:

@@ -332,7 +332,7 @@ def test_inputs_a_record_cannot_describe_are_left_out():
 
 
 @pytest.mark.skipif(not hops_run_under_a_mode(), reason="this torch's flex_attention runs under no dispatch mode "
-                    "(2.6): the capture cannot look at the step's inputs")  # fmt: skip
+                    "(2.6-2.8): the capture cannot look at the step's inputs")  # fmt: skip
 def test_a_step_with_an_eager_flex_attention_is_captured_and_replays_whole(tmp_path):
     """An eager flex_attention compiles its operator with ``fullgraph=True``. Under the capture's
     dispatch mode that compile was refused, and in torch 2.13 the step's later calls failed too,
@@ -370,7 +370,7 @@ def test_the_checks_that_skip_tests_on_an_older_torch_say_yes_on_this_one():
     assert flash_takes_grouped_heads()
 
 
-@pytest.mark.skipif(not hops_run_under_a_mode(), reason="this torch's torch.cond runs under no dispatch mode (2.4, 2.6)")
+@pytest.mark.skipif(not hops_run_under_a_mode(), reason="this torch's torch.cond runs under no dispatch mode (2.4-2.8)")
 def test_a_step_with_torch_cond_is_captured_with_its_inputs(tmp_path):
     """``torch.cond`` in eager mode compiles its branches too: its capture crashed as an eager
     flex_attention's did, and now records the step's inputs and replays every op. The dispatch

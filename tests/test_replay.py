@@ -2284,7 +2284,7 @@ def test_autocast_ops_replay_their_casts_and_the_low_precision_op(tmp_path):
 @pytest.mark.skipif(not observer_records_strides(), reason="this torch's observer records no strides (2.4): the "
                     "layout that shows the path is not in its traces")  # fmt: skip
 @pytest.mark.skipif(not autocast_copies_require_grad(), reason="this torch's autocast makes its kept copies under "
-                    "no_grad without the flag (2.4, 2.6): the matmul's path does not show it")  # fmt: skip
+                    "no_grad without the flag (2.4-2.10): the matmul's path does not show it")  # fmt: skip
 def test_autocast_inference_replays_each_op_in_the_originals_types_and_paths(tmp_path):
     """An inference step under ``torch.autocast``: an ``einsum`` (not an op autocast casts for)
     whose ``bmm`` casts its float32 inputs; a layer whose weight is used twice, the second time
@@ -4353,7 +4353,7 @@ def test_grouped_query_attention_maps_onto_the_gpu_kernel_with_its_heads_repeate
     group; the report names the repeat. The shapes are checked on the meta device against the
     CPU kernel's; the repeat-and-sum's values on the CPU, with the CPU kernel (which does the
     same attention on repeated heads) standing in for the GPU one."""
-    if not flash_takes_grouped_heads():  # (torch 2.4's to 2.6's read past the keys unchecked)
+    if not flash_takes_grouped_heads():  # (torch 2.4's to 2.8's read past the keys unchecked)
         pytest.skip("this torch's CPU flash kernel does not group heads: the values below need one that does")
     fwd, bwd = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
                 torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)  # fmt: skip
