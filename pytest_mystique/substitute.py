@@ -159,7 +159,7 @@ def _gqa_backward(op, grad, q, k, v, *args, **kwargs):
 @functools.cache
 def flash_takes_grouped_heads() -> bool:
     """Whether this torch's CPU flash-attention kernel takes fewer key and value heads than query
-    heads (grouped-query attention), as torch 2.13's does. Torch 2.4's to 2.6's read as many key
+    heads (grouped-query attention), as torch 2.9's and later do. Torch 2.4's to 2.8's read as many key
     heads as query heads without a check: past the keys' memory, and the backward writes past the
     gradients' (a newer torch's trace of a Llama corrupted the heap). Asked of the kernel itself,
     with keys of one head that are the first half of a buffer of two: a kernel that reads a
