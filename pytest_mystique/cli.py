@@ -40,17 +40,26 @@ def _stdout_to_stderr():
     ``--json`` answer: gloo under torch 2.7-2.10 prints "[Gloo] Rank 0 is connected to ..." to
     stdout, in a one-process world and in each rank process. The C library's buffer of stdout is
     flushed before it is pointed back, so none of that reaches the answer later."""
-    sys.stdout.flush()
+    _flush_all()
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
         yield
     finally:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).fflush(None)  # (None: every C stream; a platform without it buffers nothing here)
+        try:
+            _flush_all()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_all() -> None:
+    """Python's and the C library's buffers of stdout written out."""
+    with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+    # (None: every C stream; where the C library cannot be opened so, as on Windows, nothing is flushed)
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        ctypes.CDLL(None).fflush(None)
 
 
 def _replay(args: argparse.Namespace) -> int:

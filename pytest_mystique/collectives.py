@@ -173,9 +173,7 @@ class Comms:
                               "one it ran on is not guessed (on a wrong one the ranks wait on each other)")  # fmt: skip
         if key is None or (isinstance(key, int) and not self.by_backend):
             return self.dist.group.WORLD  # not recorded, or an old trace without its group table
-        group = self.groups.get(key) if isinstance(key, str) else self.by_backend.get(key)
-        if group is None and isinstance(key, str) and key == "0":
-            group = self.dist.group.WORLD
+        group = self._recorded_group(key) if isinstance(key, str) else self.by_backend.get(key)
         if group is None:
             raise Unsupported(f"collective on process group {key!r}, which the trace's process_group:init node "
                               f"does not describe for a world of {self.world_size}")  # fmt: skip
@@ -190,14 +188,20 @@ class Comms:
         original's groups in their order, but a group of every rank is the world's, so the names
         of the others differ from the trace's (an HSDP job's row group "4" was no group's name
         here, and its all-gathers' copies were skipped)."""
-        group = self.groups.get(recorded)
-        if group is None and recorded == "0":
-            group = self.dist.group.WORLD
-        if group is None or group is self.dist.GroupMember.NON_GROUP_MEMBER:
+        group = self._recorded_group(recorded)
+        if group is None:
             raise Unsupported(f"argument 'group_name' names process group {recorded!r}, which the trace's "
-                              f"process_group:init node does not describe for rank {self.rank} of a world of "
-                              f"{self.world_size}")  # fmt: skip
+                              f"process_group:init node does not describe for a world of {self.world_size}")  # fmt: skip
+        if group is self.dist.GroupMember.NON_GROUP_MEMBER:
+            raise Unsupported(f"argument 'group_name' names process group {recorded!r}, which rank {self.rank} is "
+                              f"not a member of")  # fmt: skip
         return group.group_name
+
+    def _recorded_group(self, name: str):
+        """The replay's group made for the one the trace names ``name`` (its first, "0", is the
+        world's), or None."""
+        group = self.groups.get(name)
+        return self.dist.group.WORLD if group is None and name == "0" else group
 
     def bind(self, node: Node) -> tuple[Collective, list[tuple[Any, str, Any]]]:
         """The callable for ``node`` and its arguments as (schema argument, kind, recorded value),

@@ -8,7 +8,8 @@ selected operator are its implementation and run when it runs, so they are not s
 with five exceptions, whose parts are selected in their place: an automatic mixed precision
 wrapper (:func:`_redispatching`), an operator that ran a collective (:func:`_calling_collectives`),
 an operator this torch does not have (a custom operator of the program's own,
-:func:`_not_in_this_torch`), a call on ``torch.func``'s wrapper tensors or a tensor subclass's
+:func:`_not_in_this_torch`) or has no kernel of for the replay's device (a GPU's alone, on the
+CPU), a call on ``torch.func``'s wrapper tensors or a tensor subclass's
 (:func:`_storageless`; one that ran nothing and returned its input, or a boolean about it, is not
 selected at all, :func:`_idle`), and a composite whose parts made a tensor that a later operator
 reads (:func:`_hidden_outputs`; a collective stays whole). An operator that the trace's writer
@@ -128,7 +129,7 @@ def _autocast_made(node: Node) -> bool:
 
 
 def select_ops(trace: Trace, device_type: str | None = None) -> list[Node]:
-    """Outermost operator nodes in execution (id) order (computed once per trace), looking
+    """Outermost operator nodes in execution (id) order (computed once per trace and kind of device), looking
     through operators that only cast their inputs and call themselves again (autocast), operators
     that ran a collective, operators this torch does not have, or has no kernel of for
     ``device_type`` (the replay's), that ran others, calls on ``torch.func``'s wrappers, and
@@ -219,6 +220,8 @@ def _not_in_this_torch(trace: Trace, above: dict[int, int | None], device_type: 
             where = lacks.get(node.op_schema)
             if where is None:
                 where = lacks[node.op_schema] = _lacking(node, kinds)
+            if where == _NOWHERE:
+                where = _recorded_elsewhere(node, kinds)
             if where:
                 candidates[node.id] = where
     trace.kernel_gaps = {}
@@ -273,6 +276,7 @@ _NOT_COMPUTING = frozenset(UNINITIALISED | {"aten::zeros", "aten::zeros_like", "
 
 
 _ANYWHERE = "*"  # (an operator this torch does not have)
+_NOWHERE = frozenset({"-"})  # (an operator this torch has with a kernel for no kind of device)
 
 
 # the dispatch keys of each kind of device's kernels: dense, quantized, sparse, MKL-DNN, nested
@@ -291,12 +295,12 @@ def _has_kernel(name: str, kind: str) -> bool:
 def _lacking(node: Node, kinds: tuple[str, ...]) -> frozenset[str]:
     """Where ``node``'s operator cannot run as it is, with no substitute: ``{_ANYWHERE}`` if this
     torch does not have it, else those of ``kinds`` of device it has no kernel for where it has
-    one for another (a GPU's alone, or a CPU's alone). An operator with a kernel for neither runs
-    otherwise (a tensor subclass's Python code: nested jagged tensors' views): not counted."""
+    one for another (a GPU's alone, or a CPU's alone), and ``_NOWHERE`` where it has a kernel
+    for neither (see :func:`_recorded_elsewhere`)."""
     try:
         name = resolve(node.op_schema).name()
         has = {kind: _has_kernel(name, kind) for kind in _KERNEL_KEYS}
-        where = frozenset(kind for kind in kinds if not has[kind] and any(has.values()))
+        where = frozenset(kind for kind in kinds if not has[kind]) if any(has.values()) else _NOWHERE
     except Unsupported:
         where = frozenset({_ANYWHERE})
     except RuntimeError:  # (an operator the dispatcher does not know by that name: nothing known)
@@ -307,6 +311,19 @@ def _lacking(node: Node, kinds: tuple[str, ...]) -> frozenset[str]:
         return where if substitute_for(node.name, parse_op_name(node.op_schema).overload) is None else frozenset()
     except Unsupported:  # (a malformed schema)
         return where
+
+
+def _recorded_elsewhere(node: Node, kinds: tuple[str, ...]) -> frozenset[str]:
+    """For an operator with a kernel for no kind of device here: those of ``kinds`` other than the
+    one its tensors lay on. A build of torch without CUDA has no GPU kernel of any operator, so
+    torch 2.8's ``aten::_grouped_mm``, a GPU's alone, has none at all there; a GPU trace's call of
+    it cannot run on the CPU. An operator recorded on the CPU with a kernel for no kind ran
+    otherwise (a tensor subclass's Python code: a nested jagged tensor's views): not counted."""
+    try:
+        recorded = {ref.device.split(":")[0] for ref in tensors_of(node.inputs) + tensors_of(node.outputs)}
+    except (TraceError, RecursionError):
+        return frozenset()
+    return frozenset(kind for kind in kinds if recorded and kind not in recorded)
 
 
 def _storageless(node: Node) -> bool:

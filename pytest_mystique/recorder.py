@@ -110,7 +110,8 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
 
 
 def _selected_ops(path: Path) -> list | None:
-    """The operators a replay of the trace at ``path`` selects, None where the parser refuses it."""
+    """The operators a replay of the trace at ``path`` selects (on a device this torch has a kernel of
+    each for), None where the parser refuses it."""
     from .errors import TraceError
     from .graph import select_ops
     from .trace import load_trace

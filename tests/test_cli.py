@@ -62,6 +62,7 @@ def test_replay_json_is_the_only_thing_on_stdout_whatever_else_prints_there(capf
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cli, "replay_file", noisy)
+    before = os.fstat(1)
     assert main(["replay", str(corpus("vit_infer.json.gz")), "--device", "cpu", "--iters", "2", "--warmup", "0",
                  "--threads", "1", "--json"]) == 0  # fmt: skip
     ctypes.CDLL(None).fflush(None)
@@ -69,10 +70,11 @@ def test_replay_json_is_the_only_thing_on_stdout_whatever_else_prints_there(capf
     assert json.loads(got.out)["ops_replayed"] == 56, got.out[:300]
     for line in ("[Gloo] from C, buffered", "[Gloo] from a child process", "[Gloo] to fd 1"):
         assert line in got.err
+    assert os.path.samestat(os.fstat(1), before)  # (pointed back)
     monkeypatch.setattr(cli, "replay_file", real)
     assert main(["replay", str(corpus("vit_infer.json.gz")), "--device", "cpu", "--iters", "2", "--warmup", "0",
                  "--threads", "1"]) == 0  # fmt: skip
-    assert "56/56 ops replayed on cpu" in capfd.readouterr().out  # (the text report: fd 1 pointed back)
+    assert "56/56 ops replayed on cpu" in capfd.readouterr().out  # (the text report, without --json)
 
 
 def test_replay_takes_the_captures_thread_count(capsys, monkeypatch):
