@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -27,44 +25,17 @@ from .report import json_text, skipped_lines
 from .runner import Options, host_share_note, release, replay_file, with_original_timing
 from .sidecar import same_device_kind
 from .units import fmt_bytes, fmt_seconds
+from .worker import stdout_set_aside
 
 
 def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr():
-    """File descriptor 1 pointed at stderr while the work runs, so that what is printed to it
-    other than the answer, by a C library or by a process started meanwhile, does not corrupt a
-    ``--json`` answer: gloo under torch 2.7-2.10 prints "[Gloo] Rank 0 is connected to ..." to
-    stdout, in a one-process world and in each rank process. The C library's buffer of stdout is
-    flushed before it is pointed back, so none of that reaches the answer later."""
-    _flush_all()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        try:
-            _flush_all()
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
-def _flush_all() -> None:
-    """Python's and the C library's buffers of stdout written out."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-    # (None: every C stream; where the C library cannot be opened so, as on Windows, nothing is flushed)
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(None).fflush(None)
-
-
 def _replay(args: argparse.Namespace) -> int:
     opts = Options(device=args.device, warmup=args.warmup, iters=args.iters, threads=args.threads)
-    with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+    # (--json: the answer alone on stdout, printed once the work is done and stdout is pointed back)
+    with stdout_set_aside() if args.json else contextlib.nullcontext():
         outcome = _replayed(args, opts)
     if isinstance(outcome, int):
         return outcome

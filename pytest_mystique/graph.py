@@ -299,8 +299,9 @@ def _lacking(node: Node, kinds: tuple[str, ...]) -> frozenset[str]:
     for neither (see :func:`_recorded_elsewhere`)."""
     try:
         name = resolve(node.op_schema).name()
-        has = {kind: _has_kernel(name, kind) for kind in _KERNEL_KEYS}
-        where = frozenset(kind for kind in kinds if not has[kind]) if any(has.values()) else _NOWHERE
+        where = frozenset(kind for kind in kinds if not _has_kernel(name, kind))
+        if where and not any(_has_kernel(name, kind) for kind in _KERNEL_KEYS if kind not in where):
+            where = _NOWHERE  # (the other kinds are asked only of an op that lacks a kernel here)
     except Unsupported:
         where = frozenset({_ANYWHERE})
     except RuntimeError:  # (an operator the dispatcher does not know by that name: nothing known)

@@ -18,6 +18,8 @@ functions are reachable through the protocol: a request names a trace file, neve
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import json
 import os
@@ -217,13 +219,41 @@ def fresh_run(trace, *, segments: int, segment_iters: int, probe: bool, device: 
         worker.kill()
 
 
+@contextlib.contextmanager
+def stdout_set_aside():
+    """A private copy of this process's stdout, for its answers, while file descriptor 1 and
+    Python's ``sys.stdout`` point at stderr: what else is printed, by Python, by a C library
+    writing to file descriptor 1 (oneDNN's verbose mode; gloo under torch 2.7-2.10 prints "[Gloo]
+    Rank 0 is connected to ..." in a one-process world and in each rank process) or by a process
+    started meanwhile, does not mix with the answers (``mystique replay --json``'s was no JSON).
+    Python's and the C library's buffers are flushed on the way in and out, and file descriptor
+    1 is pointed back whatever the flushes raise."""
+    _flush_all()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with os.fdopen(os.dup(saved), "w") as out, contextlib.redirect_stdout(sys.stderr):
+            yield out
+    finally:
+        try:
+            _flush_all()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_all() -> None:
+    """Python's and the C library's buffers of stdout written out."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    # (None: every C stream; where the C library cannot be opened so, as on Windows, nothing is flushed)
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        ctypes.CDLL(None).fflush(None)
+
+
 def main() -> None:
-    # answers go to a private copy of the real stdout; anything else printed, by Python or by a C
-    # library writing to file descriptor 1 (oneDNN's verbose mode, say), goes to stderr
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    _serve(sys.stdin, out)
+    with stdout_set_aside() as out:
+        _serve(sys.stdin, out)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,12 @@ def bundled(name: str) -> Path:
     return path
 
 
+def printed_json(out: str) -> dict:
+    """The last JSON object a script printed on a line of its own, whatever else is on its stdout
+    (gloo's "[Gloo] Rank 0 is connected to ..." under torch 2.7-2.10)."""
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
 def read_json(path: Path) -> dict:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt") as f:

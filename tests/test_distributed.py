@@ -14,7 +14,7 @@ from pytest_mystique.graph import select_ops
 from pytest_mystique.ops import load_op_library
 from pytest_mystique.trace import load_trace
 
-from conftest import ROOT, TORCH, corpus, read_json, write_json
+from conftest import ROOT, TORCH, corpus, printed_json, read_json, write_json
 
 
 def run_pytest(cwd, *args, timeout=600):
@@ -187,19 +187,16 @@ def test_an_op_that_names_a_process_group_gets_the_name_of_the_replays_group_mad
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
-    def answer(out: str) -> str:  # (the script's line, whatever gloo printed around it: 2.7-2.10)
-        return [line for line in out.splitlines() if line.startswith("{")][-1]
-
     path = tmp_path / "group_op.json.gz"
     run("capture.py", path)
     data = read_json(path)
     [op] = [n for n in data["nodes"] if n["name"] == "mystique_test::times_group_size"]
     assert op["inputs"]["values"][1] == "1", op["inputs"]
-    got = json.loads(answer(run("replay.py", path)))
+    got = printed_json(run("replay.py", path))
     assert got["skipped"] == [] and got["replayed"] == got["total"] == 4, got
     op["inputs"]["values"][1] = "9"
     write_json(path, data)
-    got = json.loads(answer(run("replay.py", path)))
+    got = printed_json(run("replay.py", path))
     [skip] = got["skipped"]
     assert skip["op"] == "mystique_test::times_group_size" and skip["reason"].startswith(
         "argument 'group_name' names process group '9', which the trace's process_group:init node does not describe"), skip

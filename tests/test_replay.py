@@ -43,6 +43,7 @@ from conftest import (
     graph_step,
     observer_records_strides,
     padded_attention_step,
+    printed_json,
     read_json,
     row_spreads,
     tbe_rows_read,
@@ -393,7 +394,7 @@ def replayed_in_a_fresh_process(path, module: str) -> dict:
             "'notes': list(r.report.notes)}))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code, str(path), module], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    return printed_json(done.stdout)
 
 
 def test_a_model_quantized_through_export_replays_its_quantize_and_dequantize_ops(tmp_path):
