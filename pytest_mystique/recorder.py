@@ -324,8 +324,10 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
     schema = func._schema
     bound = [(a, args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema.arguments)]
     wrapped = [_takes_tensor(a) and _number(v) for a, v in bound]
-    shapes = [[int(d) for d in v.shape] if isinstance(v, torch.Tensor) else []
+    shapes = [_replayed_shape(v) if isinstance(v, torch.Tensor) else []
               for (a, v), w in zip(bound, wrapped) if w or isinstance(v, torch.Tensor)]  # fmt: skip
+    if None in shapes:  # (a tensor of sizes that are no numbers: nothing in the trace to place the values by)
+        return []
     op = qualified_name(schema)
     out = []
 
@@ -343,6 +345,19 @@ def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]
             if any(x is t for t in scalars):
                 record(a.name, index, str(x.dtype).removeprefix("torch."), _scalar_value(x))
     return out
+
+
+def _replayed_shape(t: torch.Tensor) -> list[int] | None:
+    """The sizes of ``t`` as the op a replay runs on it reads them: a nested jagged tensor's are
+    those of its values (its ragged size is a symbolic ``j1``, which ``int()`` refuses; the trace
+    records the wrapper's call without sizes and the call on the values, the one replayed, with
+    theirs). None where a size is not a number."""
+    if t.is_nested and isinstance(getattr(t, "_values", None), torch.Tensor):
+        t = t._values
+    try:
+        return [int(d) for d in t.shape]
+    except (AttributeError, TypeError, RuntimeError, ValueError):
+        return None
 
 
 def _takes_tensor(arg) -> bool:
