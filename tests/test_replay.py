@@ -518,8 +518,9 @@ def test_a_custom_operator_of_the_programs_own_replays_through_the_operators_it_
 
     Called through ``torch.ops.<namespace>.<op>`` (not its overload, ``.default``) the operator is
     recorded under every release. Called through the function ``custom_op`` returns (or the
-    overload), torch 2.14 runs its Python body without the dispatcher's record: the trace then holds the operators inside it as the step's own, and they replay as
-    such, with no note (under 2.4-2.13 the same as through ``torch.ops``)."""
+    overload), torch 2.14 runs its Python body without the dispatcher's record: the trace then
+    holds the operators inside it as the step's own, and they replay as such, with no note (under
+    2.4-2.13 the same as through ``torch.ops``)."""
     nn, F = torch.nn, torch.nn.functional
     swiglu_name, halve_name = f"mystique_test::swiglu_{through[0]}", f"mystique_test::halve_{through[0]}_"
 
