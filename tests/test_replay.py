@@ -464,11 +464,16 @@ def test_an_operator_without_a_kernel_for_the_replays_device_replays_through_the
     path = tmp_path / "gated.json.gz"
     capture_step(lambda: torch.ops.mystique_test.gated_rows(x, w).relu(), path, warmup=1, runs=1, min_warmup_s=0)
     data = read_json(path)
-    for node in data["nodes"]:
-        for a in node["attrs"]:
-            if a["name"] == "op_schema" and a["value"].startswith("mystique_test::gated_rows("):
-                a["value"] = a["value"].replace("::gated_rows(", "::gated_rows_gpu(")
-                node["name"] = "mystique_test::gated_rows_gpu"
+
+    def rename(old: str, new: str) -> None:  # (the op's calls: their name and their schema's)
+        for node in data["nodes"]:
+            if node["name"] == f"mystique_test::{old}":
+                node["name"] = f"mystique_test::{new}"
+                for a in node["attrs"]:
+                    if a["name"] == "op_schema":
+                        a["value"] = a["value"].replace(f"::{old}(", f"::{new}(")
+
+    rename("gated_rows", "gated_rows_gpu")
     trace = load_trace(write_json(tmp_path / "gated_gpu.json.gz", data))
     replay = Replay(trace, "cpu").prepare()
     replay.run()
@@ -483,12 +488,7 @@ def test_an_operator_without_a_kernel_for_the_replays_device_replays_through_the
     # a build without CUDA has no GPU kernel of any op: an op with a kernel for no kind of device, in
     # a GPU trace, goes through its parts on the CPU; the same op recorded on the CPU stays whole
     torch.library.define("mystique_test::gated_rows_nowhere", "(Tensor x, Tensor w) -> Tensor")
-    for node in data["nodes"]:
-        if node["name"] == "mystique_test::gated_rows_gpu":
-            node["name"] = "mystique_test::gated_rows_nowhere"
-            for a in node["attrs"]:
-                if a["name"] == "op_schema":
-                    a["value"] = a["value"].replace("::gated_rows_gpu(", "::gated_rows_nowhere(")
+    rename("gated_rows_gpu", "gated_rows_nowhere")
     on_cpu = load_trace(write_json(tmp_path / "gated_nowhere.json.gz", data))
     assert "mystique_test::gated_rows_nowhere" in [n.name for n in select_ops(on_cpu, "cpu")]
 
@@ -522,7 +522,8 @@ def test_a_custom_operator_of_the_programs_own_replays_through_the_operators_it_
     holds the operators inside it as the step's own, and they replay as such, with no note (under
     2.4-2.13 the same as through ``torch.ops``)."""
     nn, F = torch.nn, torch.nn.functional
-    swiglu_name, halve_name = f"mystique_test::swiglu_{through[0]}", f"mystique_test::halve_{through[0]}_"
+    swiglu_op, halve_op = f"swiglu_{through[0]}", f"halve_{through[0]}_"
+    swiglu_name, halve_name = f"mystique_test::{swiglu_op}", f"mystique_test::{halve_op}"
 
     @torch.library.custom_op(swiglu_name, mutates_args=())
     def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -543,8 +544,7 @@ def test_a_custom_operator_of_the_programs_own_replays_through_the_operators_it_
         x.mul_(0.5)
 
     if through == "torch.ops":
-        ops = torch.ops.mystique_test
-        swiglu, halve_ = getattr(ops, swiglu_name.split("::")[1]), getattr(ops, halve_name.split("::")[1])
+        swiglu, halve_ = getattr(torch.ops.mystique_test, swiglu_op), getattr(torch.ops.mystique_test, halve_op)
     torch.manual_seed(0)
     gate, up, down = nn.Linear(32, 64), nn.Linear(32, 64), nn.Linear(64, 32)
     opt = torch.optim.SGD([*gate.parameters(), *up.parameters(), *down.parameters()], lr=0.01)
