@@ -103,6 +103,19 @@ def kept_casts(trace: Trace, folded: list[tuple[int, TensorRef]], flagged: set[t
     return found
 
 
+def ran_with_grad_mode(node: Node) -> bool | None:
+    """Whether grad mode was on when ``node`` ran, as its autograd sequence number says: torch's
+    dispatcher gives an op one (the ``seq_id`` attribute, 0 or more) where it runs the op at its
+    autograd key with grad mode on, and -1 otherwise (under ``torch.no_grad`` or
+    ``inference_mode``, inside an ``autograd.Function``'s forward, in the backward pass). None
+    where the trace records no number."""
+    try:
+        seq = node.attr("seq_id")
+    except (TraceError, RecursionError):
+        return None
+    return seq >= 0 if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
 def _folded_for_flag(node: Node, kids: set[str]) -> TensorRef | None:
     """The matrix operand of a recorded ``matmul`` of a batch by a matrix that folded the batch
     (``mm`` among its children) although, without the flag, torch would not have: a batch

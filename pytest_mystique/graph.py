@@ -268,6 +268,9 @@ def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
 #: filled it itself (``torch.tensor([...])`` records an ``aten::empty``, then copies the list in).
 UNINITIALISED = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
                  "aten::empty_permuted"}
+#: Ops that may leave a tensor holding whatever its memory held: a resize that grows one (GPyTorch's
+#: conjugate gradients resize a tensor of ``torch.empty(0)`` before writing it with ``out=``).
+RESIZES = frozenset({"aten::resize_", "aten::resize_as_"})
 _ALLOCATING = "aten::empty"
 #: Operators that allocate or fill a tensor without computing its values from others.
 _NOT_COMPUTING = frozenset(UNINITIALISED | {"aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_", "aten::ones",

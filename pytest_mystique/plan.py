@@ -26,7 +26,7 @@ from .collectives import Comms, tensor_refs
 from .distributions import Bags, Skew
 from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .grad_flags import kept_casts, required_grad
+from .grad_flags import kept_casts, ran_with_grad_mode, required_grad
 from .graph import (
     UNINITIALISED,
     backward_ops,
@@ -414,7 +414,10 @@ class Planner:
         (inputs that ops outside the optimizer's step read, in allocations that the step writes)
         require grad, and the ops before the last backward op that ran neither in the backward
         pass nor in the optimizer's step run with grad mode on, as they did (what follows the last
-        backward pass, such as an average of the weights, ran under ``torch.no_grad``). The
+        backward pass, such as an average of the weights, ran under ``torch.no_grad``), but those
+        whose autograd sequence number shows that grad mode was off
+        (:func:`.grad_flags.ran_with_grad_mode`: a ``no_grad`` block of the forward pass, the
+        forward of an ``autograd.Function``, activation checkpointing's first pass). The
         backward pass is replayed from its own recorded ops, so the graphs are never used; they
         are released where it starts, as the original's backward frees what they saved. Without
         an optimizer's step the parameters are not known, and nothing records. ``backward``: the
@@ -431,10 +434,20 @@ class Planner:
         if last is None or not params:
             return
         self.parameters, self.backward = params, backward
-        self.recording = {p.node.id for p in planned[:last]
-                           if p.node.id not in backward and p.node.id not in in_step and not p.collective}  # fmt: skip
+        forward = [p.node for p in planned[:last] if p.node.id not in backward and p.node.id not in in_step
+                   and not p.collective]  # fmt: skip
+        modes = {node.id: ran_with_grad_mode(node) for node in forward}
+        # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
+        off = {i for i, on in modes.items() if on is False} if any(modes.values()) else set()
+        self.recording = set(modes) - off
         self.report.notes[f"{len(self.recording)} forward op(s) run with autograd recording their graph, as in the "
                           f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
+        if off:
+            names = Counter(node.name for node in forward if node.id in off)
+            shown = ", ".join(f"{name} x{n}" for name, n in names.most_common(4))
+            self.report.notes[f"{len(off)} op(s) of the forward pass ran with grad mode off in the original, as their "
+                              f"autograd sequence numbers show (torch.no_grad, an autograd.Function's forward): they "
+                              f"run without recording ({shown})"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attr("kernel_backend") == "triton" or node.name.startswith("triton_"):

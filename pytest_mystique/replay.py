@@ -33,7 +33,7 @@ import torch
 
 from .collectives import Comms
 from .errors import ReplayError, reason
-from .graph import UNINITIALISED
+from .graph import RESIZES, UNINITIALISED
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
 from .nonfinite import (
@@ -604,8 +604,8 @@ class Replay:
             return
         # its output holds the original's values where all its inputs do and it draws nothing at random
         # (numbered: some of its inputs are drawn numbers or were made of some, the rest the original's)
-        pure = (p.substitution is None and not p.collective and p.node.name not in UNINITIALISED
-                and not any(w in p.node.name for w in _RANDOM_WORDS))  # fmt: skip
+        unwritten = p.node.name in UNINITIALISED or p.node.name in RESIZES  # (its output may hold what its memory held)
+        pure = p.substitution is None and not p.collective and not unwritten and not any(w in p.node.name for w in _RANDOM_WORDS)
         reads = read_slots(step) if pure else ()
         exact = pure and p.node.id not in self._drawn_args and all(s in self._original for s in reads)
         numbered = pure and not exact and all(s in self._original or s in self._numbered for s in reads)
@@ -617,8 +617,7 @@ class Replay:
         given_inf = self._first_nonfinite is None and (
             infinite_numbers(call) or divides_by_a_given_zero(p.node.name, call)
             or any(slot in self._infinite_made for pos, slot in step.fills if pos < len(writes) and writes[pos]))  # fmt: skip
-        if ((self._first_nonfinite is None or self._first_subnormal is None) and p.node.name not in UNINITIALISED
-                and not exact and not keeps_values(p.node)):  # fmt: skip
+        if (self._first_nonfinite is None or self._first_subnormal is None) and not unwritten and not exact and not keeps_values(p.node):
             # (subnormal numbers made of drawn numbers are not looked for: a drawn scale's, not the data's)
             nan, sub = odd_data(results[: LOG_TABLES.get(p.node.name)], nonfinite=self._first_nonfinite is None,
                                 subnormal=self._first_subnormal is None and not numbered)  # fmt: skip

@@ -3689,9 +3689,10 @@ def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path)
     it saves): work that is part of the step's time and not an op of the trace. The replay gives
     the parameters (what the optimizer updates and the forward reads) requires_grad and runs the
     forward ops with grad mode on; the backward and the optimizer's ops run without, as the
-    autograd engine and the optimizer ran them. An op that autograd refuses to record (an
-    in-place clamp of a parameter, which the program did under no_grad) runs without recording,
-    with a note. An inference step records nothing."""
+    autograd engine and the optimizer ran them. An op of the forward pass that ran with grad mode
+    off (an in-place clamp of a parameter, which the program did under no_grad: its autograd
+    sequence number says so) runs without recording, with a note. An inference step records
+    nothing."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(8, 16)
@@ -3707,7 +3708,9 @@ def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path)
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
     assert any("forward op(s) run with autograd recording" in n and "4 parameter" in n for n in rep.notes), rep.notes
-    assert any("aten::clamp_: run without autograd recording" in n for n in rep.notes), rep.notes
+    assert any("of the forward pass ran with grad mode off" in n and "aten::clamp_ x1" in n for n in rep.notes), rep.notes
+    assert not any("which refused it" in n for n in rep.notes), rep.notes  # (not tried: the trace says so)
+    assert not any(s.grad for s in replay.steps if s.name == "aten::clamp_")
     leaves = [t for _, t in replay.inputs() if t.requires_grad]  # the parameters, and views of them
     assert len({t.untyped_storage().data_ptr() for t in leaves}) == 4, leaves
     assert {tuple(p.shape) for p in model.parameters()} <= {tuple(t.shape) for t in leaves}
@@ -3726,6 +3729,52 @@ def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path)
     assert backward and not any(g or req for g, req, _ in backward), backward
     infer = _captured(tmp_path, "infer", lambda: model(x).sum())
     assert not any(s.grad for s in infer.steps) and not any("autograd recording" in n for n in infer.report.notes)
+
+
+class _ResizedBuffers(torch.autograd.Function):
+    """A solver's forward as GPyTorch's conjugate gradients run it: buffers made of the input,
+    resized and written with ``out=`` (grad mode is off inside a Function's forward)."""
+
+    @staticmethod
+    def forward(ctx, h):
+        buf = h * 2
+        buf.resize_(h.numel())  # (autograd refuses to resize a tensor that requires grad)
+        torch.mul(buf, 0.5, out=buf)
+        return buf.view_as(h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_the_forward_ops_that_ran_with_grad_mode_off_record_nothing(tmp_path):
+    """Grad mode is off inside an ``autograd.Function``'s forward and a ``no_grad`` block of the
+    forward pass, and the trace shows it: the dispatcher gives an op an autograd sequence number
+    only where it ran with grad mode on. Those ops run without recording, as they did. Recorded
+    like the rest of the forward, ``h * 2`` made a tensor that requires grad, which autograd
+    refused to resize: the op was skipped (GPyTorch's training step skipped 20 ``resize_as_``
+    calls so)."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+
+    def step():
+        opt.zero_grad()
+        h = model[1](model[0](x))
+        with torch.no_grad():
+            scale = h.abs().mean()  # (a statistic of the activations, kept out of the graph)
+        (model[2](_ResizedBuffers.apply(h)) * scale).square().mean().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "train", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("of the forward pass ran with grad mode off" in n and "aten::resize_ x1" in n for n in rep.notes), rep.notes
+    assert not any("which refused it" in n for n in rep.notes), rep.notes
+    grad = {(s.name, s.grad) for s in replay.steps if s.name in ("aten::linear", "aten::tanh", "aten::resize_", "aten::abs")}
+    assert grad == {("aten::linear", True), ("aten::tanh", True), ("aten::resize_", False), ("aten::abs", False)}, grad
+    replay.run()
+    assert not any("NaN" in n or "subnormal" in n for n in rep.notes), rep.notes
 
 
 def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
