@@ -107,6 +107,8 @@ try:
     NO_PYG = None
 except ImportError as e:
     GRAPHS, NO_PYG = {}, f"{type(e).__name__}: {e}"
+from library_models import LIBRARIES  # noqa: E402  (each model imports its own library when built)
+
 try:
     from multimodal_models import MULTIMODAL, TRAINING_ONLY  # noqa: E402
 
@@ -419,8 +421,8 @@ def make(name: str, train: bool, precision: str = "fp32"):
     if name in DIFFUSION:
         model, x = DIFFUSION[name]()
         return hf_step(model, x, train, precision=precision, loss=denoising_loss)
-    if name in GRAPHS:
-        model, x, loss = GRAPHS[name]()
+    if name in GRAPHS or name in LIBRARIES:
+        model, x, loss = (GRAPHS.get(name) or LIBRARIES[name])()
         return hf_step(model, x, train, precision=precision, loss=loss)
     if name in MULTIMODAL:
         model, x = MULTIMODAL[name]()
@@ -497,7 +499,7 @@ ROUTINE = ("optimizer state", "through their parts", "autograd recording their g
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     families = {"transformers": [*MODELS], "multimodal": [*MULTIMODAL], "diffusers": [*DIFFUSION], "graphs": [*GRAPHS],
-                "all": [*MODELS, *MULTIMODAL, *DIFFUSION, *GRAPHS]}  # fmt: skip
+                "libraries": [*LIBRARIES], "all": [*MODELS, *MULTIMODAL, *DIFFUSION, *GRAPHS, *LIBRARIES]}  # fmt: skip
     missing = {"diffusers": ("diffusers", NO_DIFFUSERS), "graphs": ("torch_geometric", NO_PYG),
                "multimodal": ("transformers", NO_MULTIMODAL)}  # fmt: skip
     ap.add_argument("models", nargs="*", help="some of: " + ", ".join(families["all"]))
@@ -510,7 +512,8 @@ def main() -> int:
                     help="the models run when none is named: transformers' (the default), transformers' "
                          "vision-language models (benchmarks/multimodal_models.py), diffusers' "
                          "(benchmarks/diffusion_models.py; needs diffusers), PyTorch Geometric's graph networks "
-                         "(benchmarks/graph_models.py; needs torch_geometric), or all")  # fmt: skip
+                         "(benchmarks/graph_models.py; needs torch_geometric), models of other PyTorch libraries "
+                         "(benchmarks/library_models.py; each needs its library), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
     ap.add_argument("--without-records", action="store_true",

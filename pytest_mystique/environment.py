@@ -54,8 +54,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: unlike each other drawn row by row, each with its own spread; 15 = a call on tensors recorded
 #: without storage that ran operators inside it replayed through them (``torch.func``'s wrappers),
 #: unless they read a sparse tensor's structure (a sparse gradient's ``add_`` into a dense state now
-#: replays as the ``add`` it calls).
-REPLAY_VERSION = 15
+#: replays as the ``add`` it calls); 16 = a training step's forward ops that ran with grad mode off
+#: (their autograd sequence number -1: a ``no_grad`` block, an ``autograd.Function``'s forward, DDP's
+#: copies into its buckets) run without recording.
+REPLAY_VERSION = 16
 
 
 @lru_cache(maxsize=1)
