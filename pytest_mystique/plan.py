@@ -440,14 +440,11 @@ class Planner:
         # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
         off = {i for i, on in modes.items() if on is False} if any(modes.values()) else set()
         self.recording = set(modes) - off
+        names = Counter(node.name for node in forward if node.id in off).most_common(4)
+        without = (f"; {len(off)} that ran with grad mode off, as their autograd sequence numbers show (torch.no_grad, "
+                   f"an autograd.Function's forward), run without: {', '.join(f'{k} x{n}' for k, n in names)}") if off else ""  # fmt: skip
         self.report.notes[f"{len(self.recording)} forward op(s) run with autograd recording their graph, as in the "
-                          f"original's training step ({len(params)} parameter allocation(s) require grad)"] += 1  # fmt: skip
-        if off:
-            names = Counter(node.name for node in forward if node.id in off)
-            shown = ", ".join(f"{name} x{n}" for name, n in names.most_common(4))
-            self.report.notes[f"{len(off)} op(s) of the forward pass ran with grad mode off in the original, as their "
-                              f"autograd sequence numbers show (torch.no_grad, an autograd.Function's forward): they "
-                              f"run without recording ({shown})"] += 1  # fmt: skip
+                          f"original's training step ({len(params)} parameter allocation(s) require grad){without}"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attr("kernel_backend") == "triton" or node.name.startswith("triton_"):
