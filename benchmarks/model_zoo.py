@@ -50,7 +50,12 @@ PNA, a graph transformer) over a graph whose destinations crowd on hub nodes; ``
 multimodal`` transformers' vision-language models (benchmarks/multimodal_models.py: LLaVA and
 LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Idefics 2 and 3, InternVL,
 Mistral 3, Mllama, BLIP, BLIP-2, GIT, Kosmos-2, Chameleon, Fuyu, Pix2Struct, and CLIP's and
-SigLIP's contrastive training), their image features put into the text at its image tokens.
+SigLIP's contrastive training), their image features put into the text at its image tokens;
+``--family libraries`` models written with other PyTorch libraries (benchmarks/library_models.py:
+Pyro's variational autoencoder, GPyTorch's Gaussian processes by Cholesky and by conjugate
+gradients, an e3nn equivariant layer, a torchdiffeq neural ODE, an x-transformers decoder, PEFT's
+LoRA adapters, a torch-harmonics spherical Fourier layer, vector-quantize-pytorch's EMA codebook,
+torchmetrics' scores), each built where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With

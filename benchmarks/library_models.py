@@ -1,0 +1,281 @@
+"""Models written with PyTorch libraries outside transformers, for the model zoo
+(``python benchmarks/model_zoo.py --family libraries``): each library's own way of computing, which
+no other part of the project traces.
+
+* Pyro: a variational autoencoder's ELBO (``Trace_ELBO.differentiable_loss``), its latent sampled by
+  reparametrisation inside the step;
+* GPyTorch: an exact Gaussian process's marginal log likelihood, by Cholesky factors (its default
+  for small data) and by conjugate gradients with stochastic Lanczos quadrature (random probe
+  vectors drawn inside the step, iterations decided by a tolerance);
+* e3nn: an equivariant message-passing layer (spherical harmonics of the edges, a tensor product
+  weighted by an MLP of the edge lengths, summed into the nodes);
+* torchdiffeq: a neural ODE solved by Dormand-Prince with adaptive steps (each step's size decided
+  from the last one's error, on the host);
+* x-transformers: a decoder with rotary embeddings, RMS norms, gated feed-forward layers and
+  residual attention;
+* PEFT: LoRA adapters on a small Llama of transformers (only the adapters train);
+* torch-harmonics: a spherical Fourier layer (real spherical harmonic transform, learned weights per
+  degree, inverse transform);
+* vector-quantize-pytorch: a codebook learnt by exponential moving averages (updated in place in the
+  forward pass of a training step) with a commitment loss;
+* torchmetrics: a classifier whose forward pass also computes AUROC, average precision and F1 over
+  its batch (sorts, cumulative sums, bincounts).
+
+``LIBRARIES[name]()`` gives ``(model, x, loss)``: ``model(**x)`` is one forward pass and
+``loss(out)`` the training loss. Each builder imports its library (a missing one raises
+ModuleNotFoundError, which the zoo reports as the original failing) and seeds torch first.
+
+    pip install pyro-ppl gpytorch e3nn torchdiffeq x-transformers peft torch-harmonics vector-quantize-pytorch torchmetrics
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+nn, F = torch.nn, torch.nn.functional
+
+
+def _identity(out):
+    return out
+
+
+def _pyro_vae():
+    import pyro
+    import pyro.distributions as dist
+
+    class VAE(nn.Module):
+        def __init__(self, features=64, hidden=128, latent=16):
+            super().__init__()
+            self.latent = latent
+            self.encoder = nn.Sequential(nn.Linear(features, hidden), nn.Softplus())
+            self.loc, self.scale = nn.Linear(hidden, latent), nn.Linear(hidden, latent)
+            self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.Softplus(), nn.Linear(hidden, features))
+            self.elbo = pyro.infer.Trace_ELBO()
+
+        def model(self, x):
+            pyro.module("decoder", self.decoder)
+            with pyro.plate("data", x.shape[0]):
+                z = pyro.sample("z", dist.Normal(x.new_zeros(x.shape[0], self.latent), 1.0).to_event(1))
+                pyro.sample("x", dist.Bernoulli(logits=self.decoder(z)).to_event(1), obs=x)
+
+        def guide(self, x):
+            pyro.module("encoder", self.encoder)
+            h = self.encoder(x)
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("z", dist.Normal(self.loc(h), F.softplus(self.scale(h)) + 1e-3).to_event(1))
+
+        def forward(self, x):
+            return self.elbo.differentiable_loss(self.model, self.guide, x)
+
+    torch.manual_seed(0)
+    pyro.clear_param_store()
+    return VAE(), {"x": (torch.rand(128, 64) < 0.3).float()}, _identity
+
+
+def _gpytorch(solver: str):
+    import gpytorch
+
+    class GP(gpytorch.models.ExactGP):
+        def __init__(self, x, y):
+            super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+            self.mean = gpytorch.means.ConstantMean()
+            self.covar = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=x.shape[1]))
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean(x), self.covar(x))
+
+    class Marginal(nn.Module):
+        """The negative marginal log likelihood of the training data, as GPyTorch trains a GP."""
+
+        def __init__(self, x, y):
+            super().__init__()
+            self.gp = GP(x, y)
+            self.mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.gp.likelihood, self.gp)
+            self.cholesky = solver == "cholesky"
+
+        def forward(self, x, y, at):
+            # (GPyTorch factors matrices up to 800 rows by Cholesky; past that, or told so, by CG)
+            with gpytorch.settings.max_cholesky_size(10_000 if self.cholesky else 0):
+                if self.training:
+                    return -self.mll(self.gp(x), y)
+                with gpytorch.settings.fast_pred_var(not self.cholesky):  # (an inference: the posterior at ``at``)
+                    posterior = self.gp.likelihood(self.gp(at))
+                    return posterior.mean.sum() + posterior.variance.sum()
+
+    torch.manual_seed(0)
+    x = torch.rand(400, 3)
+    y = torch.sin(6 * x).sum(-1) + 0.1 * torch.randn(400)
+    model = Marginal(x, y)
+    model.train()
+    return model, {"x": x, "y": y, "at": torch.rand(100, 3)}, _identity
+
+
+class _Equivariant(nn.Module):
+    """One e3nn message-passing layer over a random point cloud's radius graph."""
+
+    def __init__(self):
+        super().__init__()
+        from e3nn import o3
+        from e3nn.nn import FullyConnectedNet
+
+        self.irreps_in, self.irreps_sh = o3.Irreps("8x0e + 4x1o"), o3.Irreps.spherical_harmonics(2)
+        self.irreps_out = o3.Irreps("8x0e + 4x1o + 2x2e")
+        self.sh = o3.SphericalHarmonics(self.irreps_sh, normalize=True, normalization="component")
+        self.tp = o3.FullyConnectedTensorProduct(self.irreps_in, self.irreps_sh, self.irreps_out, shared_weights=False)
+        self.radial = FullyConnectedNet([8, 32, self.tp.weight_numel], torch.nn.functional.silu)
+        self.readout = o3.Linear(self.irreps_out, "1x0e")
+
+    def forward(self, pos, feats, src, dst):
+        edge = pos[dst] - pos[src]
+        length = edge.norm(dim=-1, keepdim=True)
+        basis = torch.cat([torch.cos(k * length) for k in range(1, 9)], dim=-1)
+        messages = self.tp(feats[src], self.sh(edge), self.radial(basis))
+        nodes = torch.zeros(pos.shape[0], messages.shape[1]).index_add_(0, dst, messages)
+        return self.readout(nodes).sum()
+
+
+def _e3nn():
+    torch.manual_seed(0)
+    pos = torch.randn(64, 3)
+    near = (torch.cdist(pos, pos) < 1.2) & ~torch.eye(64, dtype=torch.bool)
+    src, dst = near.nonzero().unbind(1)
+    model = _Equivariant()
+    return model, {"pos": pos, "feats": torch.randn(64, model.irreps_in.dim), "src": src, "dst": dst}, _identity
+
+
+class _NeuralODE(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.field = nn.Sequential(nn.Linear(dim, 64), nn.Tanh(), nn.Linear(64, dim))
+
+    def forward(self, y0, t, target):
+        from torchdiffeq import odeint
+
+        path = odeint(lambda _, y: self.field(y), y0, t, method="dopri5", rtol=1e-4, atol=1e-5)
+        return F.mse_loss(path[-1], target)
+
+
+def _torchdiffeq():
+    torch.manual_seed(0)
+    return _NeuralODE(), {"y0": torch.randn(32, 16), "t": torch.linspace(0, 1, 5), "target": torch.randn(32, 16)}, _identity
+
+
+def _x_transformers():
+    from x_transformers import Decoder, TransformerWrapper
+
+    torch.manual_seed(0)
+    model = TransformerWrapper(num_tokens=1000, max_seq_len=64, attn_layers=Decoder(
+        dim=64, depth=2, heads=4, rotary_pos_emb=True, use_rmsnorm=True, ff_glu=True, residual_attn=True))  # fmt: skip
+    ids = torch.randint(0, 1000, (2, 65))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, ids):
+            logits = self.net(ids[:, :-1])
+            return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
+
+    return LM(), {"ids": ids}, _identity
+
+
+def _peft_lora():
+    import peft
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
+    base = tf.LlamaForCausalLM(config)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                      lora_dropout=0.0))  # fmt: skip
+    ids = torch.randint(3, 1000, (2, 64))
+
+    class Adapted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, labels=ids).loss
+
+    return Adapted(), {"ids": ids}, _identity
+
+
+class _SphericalFourier(nn.Module):
+    """A spherical Fourier neural operator's layer: the real SHT of a field on a 32 x 64 grid,
+    its coefficients mixed across channels per degree, the inverse SHT, a pointwise skip."""
+
+    def __init__(self, channels=8, lat=32, lon=64):
+        super().__init__()
+        import torch_harmonics as th
+
+        self.sht, self.isht = th.RealSHT(lat, lon, grid="equiangular"), th.InverseRealSHT(lat, lon, grid="equiangular")
+        self.weight = nn.Parameter(torch.randn(channels, channels, self.sht.lmax, dtype=torch.cfloat) / channels)
+        self.skip = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, field, target):
+        coeffs = self.sht(field)  # (batch, channels, degree, order)
+        mixed = torch.einsum("bild,iol->bold", coeffs, self.weight)
+        return F.mse_loss(F.gelu(self.isht(mixed) + self.skip(field)), target)
+
+
+def _torch_harmonics():
+    torch.manual_seed(0)
+    return _SphericalFourier(), {"field": torch.randn(4, 8, 32, 64), "target": torch.randn(4, 8, 32, 64)}, _identity
+
+
+def _vector_quantize():
+    from vector_quantize_pytorch import VectorQuantize
+
+    class Autoencoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encode, self.decode = nn.Linear(32, 64), nn.Linear(64, 32)
+            self.vq = VectorQuantize(dim=64, codebook_size=256, decay=0.8, commitment_weight=1.0)
+
+        def forward(self, x):
+            quantized, _, commitment = self.vq(self.encode(x))
+            return F.mse_loss(self.decode(quantized), x) + commitment.sum()
+
+    torch.manual_seed(0)
+    return Autoencoder(), {"x": torch.randn(8, 128, 32)}, _identity
+
+
+class _ScoredClassifier(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.classes = classes
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, classes))
+
+    def forward(self, x, y):
+        from torchmetrics.functional import classification as m
+
+        logits = self.net(x)
+        with torch.no_grad():
+            probs = logits.softmax(-1)
+            self.scores = (m.multiclass_auroc(probs, y, self.classes), m.multiclass_average_precision(probs, y, self.classes),
+                           m.multiclass_f1_score(probs, y, self.classes))  # fmt: skip
+        return F.cross_entropy(logits, y)
+
+
+def _torchmetrics():
+    torch.manual_seed(0)
+    return _ScoredClassifier(), {"x": torch.randn(512, 32), "y": torch.randint(0, 10, (512,))}, _identity
+
+
+LIBRARIES: dict[str, Callable[[], tuple[nn.Module, dict, Callable]]] = {
+    "pyro_vae": _pyro_vae,
+    "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
+    "gpytorch_cg": lambda: _gpytorch("cg"),
+    "e3nn_message_passing": _e3nn,
+    "torchdiffeq_ode": _torchdiffeq,
+    "x_transformers_decoder": _x_transformers,
+    "peft_lora_llama": _peft_lora,
+    "torch_harmonics_sfno": _torch_harmonics,
+    "vector_quantize_ema": _vector_quantize,
+    "torchmetrics_scores": _torchmetrics,
+}
