@@ -312,7 +312,9 @@ class Planner:
         # inputs the optimizer's step writes in place, themselves or through a view (Adam's complex
         # moments, through view_as_real)
         stepped = {ref for ref in step_read if ref.storage_id in step_wrote}
-        self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1})
+        self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1},
+                         {ref.storage_id for p in planned if p.node.id in in_step and p.node.name in _FACTORISATIONS
+                          for ref in tensors_of(p.node.inputs[:1])})  # fmt: skip
         self._decay_factors(planned, in_step, stepped & elsewhere)
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)
@@ -358,18 +360,29 @@ class Planner:
                           f"{record['kind']}, not of a {node.name}'s {kind}")  # fmt: skip
         return record, None
 
-    def _zero_state(self, refs: set[TensorRef]) -> None:
+    def _zero_state(self, refs: set[TensorRef], factorised: set[int]) -> None:
         """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
         writes) starts at zero, as the optimizer makes it, and is reset to zero between
         iterations; the step's own gradients then give it the original's zero pattern: the rows of
         an embedding that no index touched stay zero, and a square root over them is several
         times slower than over seeded values (AdamW's on a 4000 x 128 table: 1.1 ms against
-        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero."""
+        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero. A
+        square matrix of the state that the step factorises (in ``factorised``, the storages the
+        first argument of an op of :data:`_FACTORISATIONS` lies in) is a preconditioner, which an
+        optimizer starts nonsingular (Shampoo's at ``eps * I``): it starts, and is reset,
+        positive-definite (:func:`.tensors.make_definite`). From zero, Shampoo's ``svd`` found
+        zero singular values, raised them to -1/4, and its parameters went infinite."""
+        definite = {r for r in refs if r.storage_id in factorised and len(r.shape) == 2 and r.shape[0] == r.shape[1]}
+        refs = refs - definite
         if refs:
             self.factory.zeros |= refs
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
+        if definite:
+            self.factory.definite |= definite
+            self.report.notes[f"{len(definite)} optimizer state matri(ces) that its step factorises (preconditioners) "
+                              f"start positive-definite, not at zero, as the optimizer makes them nonsingular"] += 1  # fmt: skip
 
     def _decay_factors(self, planned: list[PlannedOp], in_step: set[int], params: set[TensorRef]) -> None:
         """A number the optimizer's step multiplies parameters by in place (AdamW's weight decay,
@@ -1087,6 +1100,14 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
     """``part`` reads only elements of ``whole``'s (a view of it, or of a slice of it)."""
     return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
+
+
+#: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
+#: its singular values or eigenvalues, a Cholesky factor, an inverse).
+_FACTORISATIONS = frozenset({"aten::svd", "aten::linalg_svd", "aten::_linalg_svd", "aten::linalg_eigh", "aten::_linalg_eigh",
+                             "aten::linalg_eig", "aten::linalg_eigvalsh", "aten::cholesky", "aten::linalg_cholesky",
+                             "aten::linalg_cholesky_ex", "aten::inverse", "aten::linalg_inv", "aten::linalg_inv_ex",
+                             "aten::linalg_pinv", "aten::pinverse"})  # fmt: skip
 
 
 def _real_floating(ref: TensorRef) -> bool:

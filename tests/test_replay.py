@@ -3257,6 +3257,59 @@ def test_optimizer_state_starts_at_zero_and_follows_the_gradients():
         assert 0.5 < zero_rows < 1.0, zero_rows
 
 
+class _Preconditioned(torch.optim.Optimizer):
+    """A Shampoo-like step (torch-optimizer's Shampoo computes its roots so): each matrix
+    parameter's preconditioner, started at ``eps * I``, accumulates ``g g^T`` and is raised to
+    the power -1/4 through its singular values."""
+
+    def __init__(self, params, lr=1e-3, eps=1e-4):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad.reshape(p.shape[0], -1)
+                state = self.state[p]
+                if not state:
+                    state["precond"] = group["eps"] * torch.eye(p.shape[0])
+                precond = state["precond"]
+                precond.add_(g @ g.T)
+                u, s, v = torch.svd(precond)
+                p.add_((u @ s.pow(-0.25).diag() @ v.T @ g).view_as(p), alpha=-group["lr"])
+
+
+def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
+    """Optimizer state starts at zero (above), but for a square matrix the step factorises: a
+    preconditioner, which the optimizer starts nonsingular (Shampoo's at ``eps * I``). From zero,
+    its ``svd`` found zero singular values (``g g^T`` of a 32 x 8 gradient has rank 8), their
+    -1/4th powers were infinite, and the next iteration's ``svd`` failed on infinite data
+    (torch-optimizer's Shampoo did so). It starts, and is reset, positive-definite."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
+    opt = _Preconditioned(model.parameters())
+    x = torch.randn(16, 8)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "train", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("2 optimizer state matri(ces) that its step factorises" in n for n in rep.notes), rep.notes
+    assert {tuple(r.shape) for r in replay.factory.definite} == {(32, 32), (4, 4)}, replay.factory.definite
+    assert not any(len(r.shape) == 2 and r.shape[0] == r.shape[1] for r in replay.factory.zeros), replay.factory.zeros
+    for _ in range(3):
+        replay.between_iterations()
+        replay.run()
+    params = [replay.env[slot] for (ref, _), slot in replay._externals.items() if tuple(ref.shape) in ((32, 8), (4, 32))]
+    assert len(params) == 2 and all(bool(torch.isfinite(p).all()) for p in params), params
+    replay.reset_state()
+    roots = [replay.env[slot] for (ref, _), slot in replay._externals.items() if ref in replay.factory.definite]
+    assert len(roots) == 2 and all(torch.linalg.cholesky_ex(m).info == 0 for m in roots), roots  # positive-definite again
+
+
 def test_optimizer_state_written_through_a_view_starts_at_zero(tmp_path):
     """Adam keeps a complex parameter's moments as complex tensors and updates them through
     ``view_as_real``: the step writes them only through that view. They are optimizer state all
