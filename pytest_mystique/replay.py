@@ -68,7 +68,7 @@ from .steps import (
 )
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT
-from .tensors import TensorFactory, make_definite
+from .tensors import TensorFactory
 from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
 
@@ -237,8 +237,6 @@ class Replay:
             for slot in self._mutated:
                 if slot in refs:  # (an input rebuilt without storage, sparse or MKL-DNN, keeps what ops wrote)
                     self.factory.fill(self.env[slot], refs[slot])
-                    if refs[slot] in self.factory.definite:  # (a preconditioner: as the factory made it)
-                        make_definite(self.env[slot])
 
     def between_iterations(self) -> None:
         """What runs, untimed, before each timed iteration. Every ``RESEED_EVERY``-th call the

@@ -62,6 +62,10 @@ POOL_MIN = 1024
 UNTOUCHED_MIN_BYTES = 64 << 20
 
 
+#: Where an optimizer's state matrix that its step factorises starts: this times the identity.
+PRECONDITIONER_START = 1e-4
+
+
 def make_definite(t: torch.Tensor) -> None:
     """``t`` (a batch of square matrices of seeded draws) made Hermitian and strictly diagonally
     dominant, hence positive-definite, in place: its mean with its conjugate transpose, plus its
@@ -168,6 +172,7 @@ class TensorFactory:
     sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
+    preconditioners: set[TensorRef] = field(default_factory=set)  # optimizer state its step factorises (see fill)
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
     overwritten: set[tuple[int, str]] = field(default_factory=set)  # allocations an op writes whole before any read
     # tensors made in host memory although the replay runs on a GPU: a GPU trace's host tensors (a
@@ -380,6 +385,8 @@ class TensorFactory:
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)
+        if ref in self.preconditioners and made:
+            self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         return t
 
     def _make_quantized(self, ref: TensorRef, dtype: torch.dtype) -> torch.Tensor:
@@ -415,8 +422,13 @@ class TensorFactory:
         key = (ref.storage_id, ref.dtype)
         if n == 0 or key in self.untouched_bytes or key in self.overwritten or t.device.type == "meta":
             return  # (a meta tensor has shapes and no data)
-        if ref in self.zeros:
+        if ref in self.zeros or ref in self.preconditioners:
             t.zero_()
+            if ref in self.preconditioners and t.dim() >= 2:
+                # (the identity times the default epsilon of Shampoo, which starts its preconditioners
+                # at eps * I: the step's own g g^T then dominates, and the spectrum of their sum is the
+                # original's kind, whose repeated small singular values an svd deflates)
+                t.diagonal(dim1=-2, dim2=-1).fill_(PRECONDITIONER_START)
             return
         if ref in self.exact:
             t.fill_(self.exact[ref])

@@ -27,7 +27,7 @@ from pytest_mystique.ops import Unsupported, arg_specs, load_op_library, resolve
 from pytest_mystique.replay import Replay
 from pytest_mystique.sidecar import load_sidecar, sidecar_path
 from pytest_mystique.substitute import REMOVED, flash_takes_grouped_heads, substitute_for
-from pytest_mystique.tensors import TensorFactory
+from pytest_mystique.tensors import PRECONDITIONER_START, TensorFactory
 from pytest_mystique.trace import TensorRef, Unstrided, load_trace, parse_trace, tensors_of
 
 from conftest import (
@@ -3284,7 +3284,8 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
     preconditioner, which the optimizer starts nonsingular (Shampoo's at ``eps * I``). From zero,
     its ``svd`` found zero singular values (``g g^T`` of a 32 x 8 gradient has rank 8), their
     -1/4th powers were infinite, and the next iteration's ``svd`` failed on infinite data
-    (torch-optimizer's Shampoo did so). It starts, and is reset, positive-definite."""
+    (torch-optimizer's Shampoo did so). It starts, and is reset, at a small multiple of the
+    identity, as the optimizer starts it."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
     opt = _Preconditioned(model.parameters())
     x = torch.randn(16, 8)
@@ -3297,8 +3298,8 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
     replay = _captured(tmp_path, "train", step)
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
-    assert any("2 optimizer state matri(ces) that its step factorises" in n for n in rep.notes), rep.notes
-    assert {tuple(r.shape) for r in replay.factory.definite} == {(32, 32), (4, 4)}, replay.factory.definite
+    assert any("2 optimizer state matri(ces) that its step factorises" in n and "times the identity" in n for n in rep.notes)
+    assert {tuple(r.shape) for r in replay.factory.preconditioners} == {(32, 32), (4, 4)}, replay.factory.preconditioners
     assert not any(len(r.shape) == 2 and r.shape[0] == r.shape[1] for r in replay.factory.zeros), replay.factory.zeros
     for _ in range(3):
         replay.between_iterations()
@@ -3306,8 +3307,8 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
     params = [replay.env[slot] for (ref, _), slot in replay._externals.items() if tuple(ref.shape) in ((32, 8), (4, 32))]
     assert len(params) == 2 and all(bool(torch.isfinite(p).all()) for p in params), params
     replay.reset_state()
-    roots = [replay.env[slot] for (ref, _), slot in replay._externals.items() if ref in replay.factory.definite]
-    assert len(roots) == 2 and all(torch.linalg.cholesky_ex(m).info == 0 for m in roots), roots  # positive-definite again
+    roots = [replay.env[slot] for (ref, _), slot in replay._externals.items() if ref in replay.factory.preconditioners]
+    assert len(roots) == 2 and all(torch.equal(m, PRECONDITIONER_START * torch.eye(len(m))) for m in roots), roots
 
 
 def test_optimizer_state_written_through_a_view_starts_at_zero(tmp_path):
