@@ -267,6 +267,204 @@ def _torchmetrics():
     return _ScoredClassifier(), {"x": torch.randn(512, 32), "y": torch.randint(0, 10, (512,))}, _identity
 
 
+def _kornia():
+    import kornia
+
+    class Augmented(nn.Module):
+        """A CNN over images that kornia warps, blurs, converts to Lab and takes the edges of."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(5, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                                     nn.Linear(256, 10))  # fmt: skip
+
+        def forward(self, images, turn, labels):
+            h, w = images.shape[-2:]
+            warped = kornia.geometry.transform.warp_affine(images, turn, (h, w), align_corners=False)
+            lab = kornia.color.rgb_to_lab(kornia.filters.gaussian_blur2d(warped, (5, 5), (1.5, 1.5)))
+            edges = kornia.filters.sobel(kornia.color.rgb_to_grayscale(warped))
+            return F.cross_entropy(self.net(torch.cat([lab / 100, edges, warped.mean(1, keepdim=True)], 1)), labels)
+
+    torch.manual_seed(0)
+    angle = torch.full((8,), 15.0)
+    turn = kornia.geometry.transform.get_rotation_matrix2d(torch.full((8, 2), 32.0), angle, torch.ones(8, 2))
+    return Augmented(), {"images": torch.rand(8, 3, 64, 64), "turn": turn, "labels": torch.randint(0, 10, (8,))}, _identity
+
+
+def _monai():
+    from monai.losses import DiceLoss
+    from monai.networks.nets import UNet
+
+    class Segmenter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = UNet(spatial_dims=3, in_channels=1, out_channels=2, channels=(8, 16, 32), strides=(2, 2),
+                            num_res_units=1)  # fmt: skip
+            self.dice = DiceLoss(to_onehot_y=True, softmax=True)
+
+        def forward(self, volume, mask):
+            return self.dice(self.net(volume), mask)
+
+    torch.manual_seed(0)
+    return Segmenter(), {"volume": torch.randn(2, 1, 32, 32, 32), "mask": torch.randint(0, 2, (2, 1, 32, 32, 32))}, _identity
+
+
+def _metric_learning():
+    from pytorch_metric_learning import losses, miners
+
+    class Embedder(nn.Module):
+        """Embeddings trained by a triplet loss over the hard triplets a miner picks from the batch."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+            self.miner, self.loss = miners.MultiSimilarityMiner(epsilon=0.1), losses.TripletMarginLoss(margin=0.2)
+
+        def forward(self, x, labels):
+            emb = self.net(x)
+            return self.loss(emb, labels, self.miner(emb, labels))
+
+    torch.manual_seed(0)
+    return Embedder(), {"x": torch.randn(128, 64), "labels": torch.randint(0, 8, (128,))}, _identity
+
+
+def _normflows():
+    import normflows as nf
+
+    torch.manual_seed(0)
+    flows = [f for _ in range(4) for f in (nf.flows.AutoregressiveRationalQuadraticSpline(4, 2, 32), nf.flows.LULinearPermute(4))]
+    flow = nf.NormalizingFlow(nf.distributions.DiagGaussian(4, trainable=False), flows)
+
+    class Density(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.flow = flow
+
+        def forward(self, x):
+            return self.flow.forward_kld(x)
+
+    return Density(), {"x": torch.randn(256, 4) * torch.tensor([1.0, 0.5, 2.0, 1.0])}, _identity
+
+
+class _LatentSDE(nn.Module):
+    noise_type, sde_type = "diagonal", "ito"
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.drift, self.diffusion = nn.Sequential(nn.Linear(dim, 32), nn.Tanh(), nn.Linear(32, dim)), nn.Linear(dim, dim)
+
+    def f(self, t, y):
+        return self.drift(y)
+
+    def g(self, t, y):
+        return torch.sigmoid(self.diffusion(y)) * 0.2
+
+    def forward(self, y0, target):
+        import torchsde
+
+        path = torchsde.sdeint(self, y0, torch.linspace(0, 1, 4), method="euler", dt=0.05)
+        return F.mse_loss(path[-1], target)
+
+
+def _torchsde():
+    torch.manual_seed(0)
+    return _LatentSDE(), {"y0": torch.randn(32, 8), "target": torch.randn(32, 8)}, _identity
+
+
+def _botorch():
+    from botorch.acquisition.logei import qLogExpectedImprovement
+    from botorch.models import SingleTaskGP
+
+    torch.manual_seed(0)
+    x = torch.rand(20, 3, dtype=torch.float64)
+    gp = SingleTaskGP(x, (torch.sin(6 * x).sum(-1, keepdim=True)), outcome_transform=None)
+    gp.eval()
+
+    class Acquisition(nn.Module):
+        """Candidates moved by gradient ascent on a GP's q-log expected improvement (a Monte Carlo
+        estimate over the posterior at the candidates), as botorch's optimize_acqf does."""
+
+        def __init__(self):
+            super().__init__()
+            self.candidates = nn.Parameter(torch.rand(16, 2, 3, dtype=torch.float64))
+            self.acq = qLogExpectedImprovement(gp, best_f=gp.train_targets.max())
+
+        def forward(self):
+            return -self.acq(self.candidates.clamp(0, 1)).sum()
+
+    return Acquisition(), {}, _identity
+
+
+def _classifier():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    return Classifier(), {"x": x, "y": y}, _identity
+
+
+def _with_optimizer(make):
+    """A classifier trained by the optimizer ``make(parameters)`` gives."""
+
+    def build():
+        return (*_classifier(), make)
+
+    return build
+
+
+def _schedule_free(params):
+    import schedulefree
+
+    opt = schedulefree.AdamWScheduleFree(params, lr=1e-3, warmup_steps=10)
+    opt.train()  # (its training mode: the parameters at the interpolated point)
+    return opt
+
+
+def _lion(params):
+    from lion_pytorch import Lion
+
+    return Lion(params, lr=1e-4, weight_decay=1e-2)
+
+
+def _shampoo(params):
+    import torch_optimizer
+
+    return torch_optimizer.Shampoo(params, lr=1e-3, update_freq=1)
+
+
+def _lamb(params):
+    import torch_optimizer
+
+    return torch_optimizer.Lamb(params, lr=1e-3)
+
+
+def _perceiver():
+    from perceiver_pytorch import Perceiver
+
+    torch.manual_seed(0)
+    net = Perceiver(input_channels=3, input_axis=2, num_freq_bands=4, max_freq=10.0, depth=2, num_latents=32,
+                    latent_dim=64, cross_heads=1, latent_heads=4, cross_dim_head=16, latent_dim_head=16,
+                    num_classes=10, attn_dropout=0.0, ff_dropout=0.0, weight_tie_layers=False)  # fmt: skip
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, images, labels):
+            return F.cross_entropy(self.net(images), labels)
+
+    return Classifier(), {"images": torch.randn(4, 32, 32, 3), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple[nn.Module, dict, Callable]]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -278,4 +476,16 @@ LIBRARIES: dict[str, Callable[[], tuple[nn.Module, dict, Callable]]] = {
     "torch_harmonics_sfno": _torch_harmonics,
     "vector_quantize_ema": _vector_quantize,
     "torchmetrics_scores": _torchmetrics,
+    # session 76's second batch
+    "kornia_geometry": _kornia,
+    "monai_unet3d": _monai,
+    "metric_learning_triplets": _metric_learning,
+    "normflows_spline": _normflows,
+    "torchsde_latent": _torchsde,
+    "botorch_qlogei": _botorch,
+    "schedulefree_adamw": _with_optimizer(_schedule_free),
+    "lion": _with_optimizer(_lion),
+    "shampoo": _with_optimizer(_shampoo),
+    "lamb": _with_optimizer(_lamb),
+    "perceiver": _perceiver,
 }

@@ -427,8 +427,8 @@ def make(name: str, train: bool, precision: str = "fp32"):
         model, x = DIFFUSION[name]()
         return hf_step(model, x, train, precision=precision, loss=denoising_loss)
     if name in GRAPHS or name in LIBRARIES:
-        model, x, loss = (GRAPHS.get(name) or LIBRARIES[name])()
-        return hf_step(model, x, train, precision=precision, loss=loss)
+        model, x, loss, *optimizer = (GRAPHS.get(name) or LIBRARIES[name])()  # (a library's model may name its optimizer)
+        return hf_step(model, x, train, precision=precision, loss=loss, optimizer=optimizer[0] if optimizer else None)
     if name in MULTIMODAL:
         model, x = MULTIMODAL[name]()
         return hf_step(model, x if train else {k: v for k, v in x.items() if k not in TRAINING_ONLY}, train,
@@ -450,13 +450,15 @@ def denoising_loss(out) -> torch.Tensor:
     return torch.nn.functional.mse_loss(pred.float(), torch.randn_like(pred, dtype=torch.float32))
 
 
-def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32", loss=lambda out: out.loss):
+def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32", loss=lambda out: out.loss,
+            optimizer=None):  # fmt: skip
     """A transformers (or diffusers) model's step on inputs ``x``: its inference in eval mode under
     ``no_grad``, or its training (``loss`` of its output, backward, an AdamW step), in the
     ``precision`` of :data:`PRECISIONS`:
     the model and the floating tensors of ``x`` converted to its weights' type, the forward pass
     under ``torch.autocast`` where it names a type (the backward pass outside it, as the autocast
-    recipes have it)."""
+    recipes have it). ``optimizer(parameters)``, where given, makes the training step's optimizer
+    in AdamW's place."""
     weights, autocast = PRECISIONS[precision]
     if weights != torch.float32:
         model.to(weights)
@@ -470,7 +472,7 @@ def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp3
                 model(**x)
 
         return infer
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = (optimizer or (lambda params: torch.optim.AdamW(params, lr=lr)))(model.parameters())
 
     def step():
         opt.zero_grad()
