@@ -19,13 +19,32 @@ no other part of the project traces.
 * vector-quantize-pytorch: a codebook learnt by exponential moving averages (updated in place in the
   forward pass of a training step) with a commitment loss;
 * torchmetrics: a classifier whose forward pass also computes AUROC, average precision and F1 over
-  its batch (sorts, cumulative sums, bincounts).
+  its batch (sorts, cumulative sums, bincounts);
+* kornia: a CNN over images that kornia warps (an affine grid sample), blurs, converts to Lab and
+  takes the Sobel edges of;
+* MONAI: a 3-D UNet with residual units, trained by a Dice loss;
+* pytorch-metric-learning: a triplet margin loss over the triplets a multi-similarity miner picks
+  from the batch (their count follows the data);
+* normflows: a neural spline flow (autoregressive rational-quadratic splines, LU permutations)
+  trained by the forward KL divergence;
+* torchsde: a latent SDE solved by Euler-Maruyama (Brownian increments drawn inside the step);
+* botorch: candidates moved along the gradient of a GP's q-log expected improvement;
+* optimizers of other libraries on a small classifier: schedule-free AdamW, Lion, torch-optimizer's
+  Shampoo (preconditioners raised to -1/4 through their SVD) and LAMB;
+* perceiver-pytorch: a Perceiver's cross-attention from latents to an image's Fourier-featured
+  pixels.
 
-``LIBRARIES[name]()`` gives ``(model, x, loss)``: ``model(**x)`` is one forward pass and
-``loss(out)`` the training loss. Each builder imports its library (a missing one raises
+``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
+``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
+the training step's optimizer where it is not the zoo's AdamW. Each builder imports its library (a missing one raises
 ModuleNotFoundError, which the zoo reports as the original failing) and seeds torch first.
 
-    pip install pyro-ppl gpytorch e3nn torchdiffeq x-transformers peft torch-harmonics vector-quantize-pytorch torchmetrics
+    pip install pyro-ppl gpytorch e3nn torchdiffeq x-transformers peft 'torch-harmonics<0.8' vector-quantize-pytorch \
+        torchmetrics kornia monai pytorch-metric-learning normflows torchsde botorch schedulefree lion-pytorch \
+        torch-optimizer perceiver-pytorch
+
+(torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
+Python only.)
 """
 
 from __future__ import annotations
@@ -465,7 +484,7 @@ def _perceiver():
     return Classifier(), {"images": torch.randn(4, 32, 32, 3), "labels": torch.randint(0, 10, (4,))}, _identity
 
 
-LIBRARIES: dict[str, Callable[[], tuple[nn.Module, dict, Callable]]] = {
+LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
     "gpytorch_cg": lambda: _gpytorch("cg"),
