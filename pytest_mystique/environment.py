@@ -57,7 +57,7 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: replays as the ``add`` it calls); 16 = a training step's forward ops that ran with grad mode off
 #: (their autograd sequence number -1: a ``no_grad`` block, an ``autograd.Function``'s forward, DDP's
 #: copies into its buckets) run without recording, and an optimizer's state matrices that its step
-#: factorises (Shampoo's preconditioners) start positive-definite, not at zero.
+#: factorises (Shampoo's preconditioners) start at 1e-4 times the identity, not at zero.
 REPLAY_VERSION = 16
 
 

@@ -375,16 +375,16 @@ class Planner:
         positive-definite by a dominant diagonal over seeded values, its ``svd`` ran 1.34 times as
         long as the original's (a spectrum of distinct values, where the original's repeats its
         small ones)."""
-        definite = {r for r in refs if r.storage_id in factorised and len(r.shape) == 2 and r.shape[0] == r.shape[1]}
-        refs = refs - definite
+        roots = {r for r in refs if r.storage_id in factorised and len(r.shape) == 2 and r.shape[0] == r.shape[1]}
+        refs = refs - roots
         if refs:
             self.factory.zeros |= refs
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
-        if definite:
-            self.factory.preconditioners |= definite
-            self.report.notes[f"{len(definite)} optimizer state matri(ces) that its step factorises (preconditioners) "
+        if roots:
+            self.factory.preconditioners |= roots
+            self.report.notes[f"{len(roots)} optimizer state matri(ces) that its step factorises (preconditioners) "
                               f"start at {PRECONDITIONER_START:g} times the identity, not at zero, as an optimizer "
                               f"makes them nonsingular (Shampoo's at eps * I)"] += 1  # fmt: skip
 
