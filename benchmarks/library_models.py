@@ -32,7 +32,15 @@ no other part of the project traces.
 * optimizers of other libraries on a small classifier: schedule-free AdamW, Lion, torch-optimizer's
   Shampoo (preconditioners raised to -1/4 through their SVD) and LAMB;
 * perceiver-pytorch: a Perceiver's cross-attention from latents to an image's Fourier-featured
-  pixels.
+  pixels;
+* performer-pytorch's FAVOR+ and reformer-pytorch's LSH attention (random projections and hash
+  rotations drawn in the step, buckets sorted), language models;
+* st-moe-pytorch: a sparse mixture of experts with top-2 routing, capacities and auxiliary losses;
+* ncps: a closed-form continuous-time (CfC) recurrent network on a neural circuit policy's wiring;
+* torchcde: a neural controlled differential equation over a cubic spline of series (RK4);
+* entmax: self-attention with entmax-1.5 weights (sparse, by sorting) and the entmax loss;
+* geomloss: a point cloud moved along the gradient of its Sinkhorn divergence to another;
+* tab-transformer-pytorch: an FT-Transformer over categorical and continuous features.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -41,7 +49,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
 
     pip install pyro-ppl gpytorch e3nn torchdiffeq x-transformers peft 'torch-harmonics<0.8' vector-quantize-pytorch \
         torchmetrics kornia monai pytorch-metric-learning normflows torchsde botorch schedulefree lion-pytorch \
-        torch-optimizer perceiver-pytorch
+        torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
+        geomloss tab-transformer-pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only.)
@@ -484,6 +493,154 @@ def _perceiver():
     return Classifier(), {"images": torch.randn(4, 32, 32, 3), "labels": torch.randint(0, 10, (4,))}, _identity
 
 
+class _LanguageModel(nn.Module):
+    """A next-token loss over a language model that returns logits (``net(ids)``)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, ids):
+        return F.cross_entropy(self.net(ids[:, :-1]).transpose(1, 2), ids[:, 1:])
+
+
+def _performer():
+    from performer_pytorch import PerformerLM
+
+    torch.manual_seed(0)
+    net = PerformerLM(num_tokens=1000, max_seq_len=128, dim=64, depth=2, heads=4, causal=True,
+                      feature_redraw_interval=100_000)  # fmt: skip
+    return _LanguageModel(net), {"ids": torch.randint(0, 1000, (2, 129))}, _identity
+
+
+def _reformer():
+    from reformer_pytorch import ReformerLM
+
+    torch.manual_seed(0)
+    net = ReformerLM(num_tokens=1000, dim=64, depth=2, max_seq_len=128, heads=4, bucket_size=16, n_hashes=2,
+                     causal=True, lsh_dropout=0.0)  # fmt: skip
+    return _LanguageModel(net), {"ids": torch.randint(0, 1000, (2, 129))}, _identity
+
+
+def _st_moe():
+    from st_moe_pytorch import MoE
+
+    class Experts(nn.Module):
+        """A sparse mixture of experts (top-2 routing with capacities) and its auxiliary losses."""
+
+        def __init__(self):
+            super().__init__()
+            self.moe = MoE(dim=64, num_experts=8, gating_top_n=2, threshold_train=0.2, threshold_eval=0.2,
+                           capacity_factor_train=1.25, capacity_factor_eval=2.0)  # fmt: skip
+
+        def forward(self, x):
+            out, aux, *_ = self.moe(x)
+            return out.square().mean() + aux
+
+    torch.manual_seed(0)
+    return Experts(), {"x": torch.randn(4, 64, 64)}, _identity
+
+
+def _ncps():
+    from ncps.torch import CfC
+    from ncps.wirings import AutoNCP
+
+    class Liquid(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = CfC(20, AutoNCP(28, 4), batch_first=True)
+
+        def forward(self, x, target):
+            out, _ = self.rnn(x)
+            return F.mse_loss(out, target)
+
+    torch.manual_seed(0)
+    return Liquid(), {"x": torch.randn(8, 32, 20), "target": torch.randn(8, 32, 4)}, _identity
+
+
+class _NeuralCDE(nn.Module):
+    """A neural controlled differential equation over a cubic spline of irregular series."""
+
+    def __init__(self, channels=4, hidden=16):
+        super().__init__()
+        self.hidden, self.channels = hidden, channels
+        self.initial = nn.Linear(channels, hidden)
+        self.field = nn.Sequential(nn.Linear(hidden, 64), nn.Tanh(), nn.Linear(64, hidden * channels), nn.Tanh())
+        self.readout = nn.Linear(hidden, 1)
+
+    def forward(self, series, target):
+        import torchcde
+
+        path = torchcde.CubicSpline(torchcde.hermite_cubic_coefficients_with_backward_differences(series))
+        z = torchcde.cdeint(X=path, func=lambda t, z: self.field(z).view(-1, self.hidden, self.channels),
+                            z0=self.initial(path.evaluate(path.interval[0])), t=path.interval, method="rk4",
+                            options={"step_size": 0.25})  # fmt: skip
+        return F.mse_loss(self.readout(z[:, -1]).squeeze(-1), target)
+
+
+def _torchcde():
+    torch.manual_seed(0)
+    series = torch.cat([torch.linspace(0, 1, 16).expand(16, 16).unsqueeze(-1), torch.randn(16, 16, 3).cumsum(1)], -1)
+    return _NeuralCDE(), {"series": series, "target": torch.randn(16)}, _identity
+
+
+def _entmax():
+    from entmax import Entmax15Loss, entmax15
+
+    class SparseAttention(nn.Module):
+        """Self-attention whose weights are entmax-1.5 (sparse, by a sort of each row), and a
+        classifier trained by the entmax loss."""
+
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 10)
+            self.loss = Entmax15Loss()
+
+        def forward(self, x, labels):
+            q, k, v = self.qkv(x).chunk(3, -1)
+            mixed = entmax15(q @ k.transpose(1, 2) / 32**0.5, dim=-1) @ v
+            return self.loss(self.out(mixed.mean(1)), labels)
+
+    torch.manual_seed(0)
+    return SparseAttention(), {"x": torch.randn(16, 48, 32), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
+def _geomloss():
+    from geomloss import SamplesLoss
+
+    class Transport(nn.Module):
+        """A point cloud moved along the gradient of its Sinkhorn divergence to another (the
+        tensorized backend: log-sum-exp over all pairs, with epsilon-scaling)."""
+
+        def __init__(self):
+            super().__init__()
+            self.points = nn.Parameter(torch.randn(300, 2))
+            self.loss = SamplesLoss("sinkhorn", p=2, blur=0.05, backend="tensorized")
+
+        def forward(self, target):
+            return self.loss(self.points, target)
+
+    torch.manual_seed(0)
+    return Transport(), {"target": torch.randn(400, 2) * 0.5 + 1.0}, _identity
+
+
+def _ft_transformer():
+    from tab_transformer_pytorch import FTTransformer
+
+    class Tabular(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = FTTransformer(categories=(10, 5, 6, 5, 8), num_continuous=10, dim=32, dim_out=1, depth=2,
+                                     heads=4, attn_dropout=0.0, ff_dropout=0.0)  # fmt: skip
+
+        def forward(self, categ, cont, target):
+            return F.binary_cross_entropy_with_logits(self.net(categ, cont).squeeze(-1), target)
+
+    torch.manual_seed(0)
+    categ = torch.stack([torch.randint(0, n, (64,)) for n in (10, 5, 6, 5, 8)], 1)
+    return Tabular(), {"categ": categ, "cont": torch.randn(64, 10), "target": torch.rand(64).round()}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -507,4 +664,13 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "shampoo": _with_optimizer(_shampoo),
     "lamb": _with_optimizer(_lamb),
     "perceiver": _perceiver,
+    # session 76's third batch
+    "performer_lm": _performer,
+    "reformer_lm": _reformer,
+    "st_moe": _st_moe,
+    "ncps_cfc": _ncps,
+    "torchcde_neural_cde": _torchcde,
+    "entmax_attention": _entmax,
+    "geomloss_sinkhorn": _geomloss,
+    "ft_transformer": _ft_transformer,
 }

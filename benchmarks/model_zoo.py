@@ -56,8 +56,9 @@ Pyro's variational autoencoder, GPyTorch's Gaussian processes by Cholesky and by
 gradients, an e3nn equivariant layer, a torchdiffeq neural ODE, an x-transformers decoder, PEFT's
 LoRA adapters, a torch-harmonics spherical Fourier layer, vector-quantize-pytorch's EMA codebook,
 torchmetrics' scores, kornia, MONAI, pytorch-metric-learning, normflows, torchsde, botorch, the
-optimizers of schedule-free, Lion, torch-optimizer's Shampoo and LAMB, a Perceiver), each built where
-its library is installed.
+optimizers of schedule-free, Lion, torch-optimizer's Shampoo and LAMB, a Perceiver, Performer's and
+Reformer's attention, ST-MoE's experts, a CfC network, a neural CDE, entmax attention, a Sinkhorn
+divergence, an FT-Transformer), each built where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
