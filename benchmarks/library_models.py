@@ -190,24 +190,24 @@ def _torchdiffeq():
     return _NeuralODE(), {"y0": torch.randn(32, 16), "t": torch.linspace(0, 1, 5), "target": torch.randn(32, 16)}, _identity
 
 
+class _LanguageModel(nn.Module):
+    """A next-token loss over a language model that returns logits (``net(ids)``)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, ids):
+        return F.cross_entropy(self.net(ids[:, :-1]).transpose(1, 2), ids[:, 1:])
+
+
 def _x_transformers():
     from x_transformers import Decoder, TransformerWrapper
 
     torch.manual_seed(0)
     model = TransformerWrapper(num_tokens=1000, max_seq_len=64, attn_layers=Decoder(
         dim=64, depth=2, heads=4, rotary_pos_emb=True, use_rmsnorm=True, ff_glu=True, residual_attn=True))  # fmt: skip
-    ids = torch.randint(0, 1000, (2, 65))
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = model
-
-        def forward(self, ids):
-            logits = self.net(ids[:, :-1])
-            return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
-
-    return LM(), {"ids": ids}, _identity
+    return _LanguageModel(model), {"ids": torch.randint(0, 1000, (2, 65))}, _identity
 
 
 def _peft_lora():
@@ -423,20 +423,21 @@ def _botorch():
     return Acquisition(), {}, _identity
 
 
+class _Classified(nn.Module):
+    """A classification loss over a network that returns logits (``net(x)``)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.net(x), labels)
+
+
 def _classifier():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
-
-    class Classifier(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = model
-
-        def forward(self, x, y):
-            return F.cross_entropy(self.net(x), y)
-
-    return Classifier(), {"x": x, "y": y}, _identity
+    return _Classified(model), {"x": torch.randn(64, 64), "labels": torch.randint(0, 10, (64,))}, _identity
 
 
 def _with_optimizer(make):
@@ -481,27 +482,7 @@ def _perceiver():
     net = Perceiver(input_channels=3, input_axis=2, num_freq_bands=4, max_freq=10.0, depth=2, num_latents=32,
                     latent_dim=64, cross_heads=1, latent_heads=4, cross_dim_head=16, latent_dim_head=16,
                     num_classes=10, attn_dropout=0.0, ff_dropout=0.0, weight_tie_layers=False)  # fmt: skip
-
-    class Classifier(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = net
-
-        def forward(self, images, labels):
-            return F.cross_entropy(self.net(images), labels)
-
-    return Classifier(), {"images": torch.randn(4, 32, 32, 3), "labels": torch.randint(0, 10, (4,))}, _identity
-
-
-class _LanguageModel(nn.Module):
-    """A next-token loss over a language model that returns logits (``net(ids)``)."""
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, ids):
-        return F.cross_entropy(self.net(ids[:, :-1]).transpose(1, 2), ids[:, 1:])
+    return _Classified(net), {"x": torch.randn(4, 32, 32, 3), "labels": torch.randint(0, 10, (4,))}, _identity
 
 
 def _performer():
