@@ -3738,15 +3738,17 @@ def test_ops_are_called_through_the_python_binding_a_program_calls(tmp_path):
     assert torch.ops.aten.linear.default in compared and torch.ops.aten.add.Tensor in compared, compared
 
 
-def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path):
+@pytest.mark.parametrize("sequence_numbers", [True, False], ids=["seq_ids", "no_seq_ids"])
+def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path, sequence_numbers):
     """The original's forward ops ran with autograd recording a graph (a node per op, the tensors
     it saves): work that is part of the step's time and not an op of the trace. The replay gives
     the parameters (what the optimizer updates and the forward reads) requires_grad and runs the
     forward ops with grad mode on; the backward and the optimizer's ops run without, as the
     autograd engine and the optimizer ran them. An op of the forward pass that ran with grad mode
     off (an in-place clamp of a parameter, which the program did under no_grad: its autograd
-    sequence number says so) runs without recording, with a note. An inference step records
-    nothing."""
+    sequence number says so) runs without recording, with a note. From a trace whose writer left
+    every sequence number -1, nothing shows grad mode: the clamp is tried with recording, which
+    autograd refuses, and runs without, with a note. An inference step records nothing."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(8, 16)
@@ -3758,12 +3760,22 @@ def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path)
         model(x).square().mean().backward()
         opt.step()
 
-    replay = _captured(tmp_path, "train", step)
+    path = tmp_path / "train.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    if not sequence_numbers:
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        for node in data["nodes"]:
+            for attr in node.get("attrs", []):
+                if attr["name"] == "seq_id":
+                    attr["value"] = -1
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
     assert any("forward op(s) run with autograd recording" in n and "4 parameter" in n for n in rep.notes), rep.notes
-    assert any("that ran with grad mode off" in n and "aten::clamp_ x1" in n for n in rep.notes), rep.notes
-    assert not any("which refused it" in n for n in rep.notes), rep.notes  # (not tried: the trace says so)
+    shown = any("that ran with grad mode off" in n and "aten::clamp_ x1" in n for n in rep.notes)
+    refused = any("aten::clamp_: run without autograd recording, which refused it" in n for n in rep.notes)
+    assert (shown, refused) == (sequence_numbers, not sequence_numbers), rep.notes
     assert not any(s.grad for s in replay.steps if s.name == "aten::clamp_")
     leaves = [t for _, t in replay.inputs() if t.requires_grad]  # the parameters, and views of them
     assert len({t.untyped_storage().data_ptr() for t in leaves}) == 4, leaves
