@@ -56,7 +56,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: unless they read a sparse tensor's structure (a sparse gradient's ``add_`` into a dense state now
 #: replays as the ``add`` it calls); 16 = a training step's forward ops that ran with grad mode off
 #: (their autograd sequence number -1: a ``no_grad`` block, an ``autograd.Function``'s forward, DDP's
-#: copies into its buckets) run without recording, and an optimizer's state matrices that its step
+#: copies into its buckets) run without recording, the backward pass's ops that ran with it on
+#: (activation checkpointing's recomputed forward) with, and an optimizer's state matrices that its step
 #: factorises (Shampoo's preconditioners) start at 1e-4 times the identity, not at zero.
 REPLAY_VERSION = 16
 

@@ -434,7 +434,9 @@ class Planner:
         backward pass, such as an average of the weights, ran under ``torch.no_grad``), but those
         whose autograd sequence number shows that grad mode was off
         (:func:`.grad_flags.ran_with_grad_mode`: a ``no_grad`` block of the forward pass, the
-        forward of an ``autograd.Function``, activation checkpointing's first pass). The
+        forward of an ``autograd.Function``, a reentrant activation checkpoint's first pass); and
+        the ops of the backward pass that ran with grad mode on record too (the checkpoint's
+        recomputed forward, a backward with ``create_graph``). The
         backward pass is replayed from its own recorded ops, so the graphs are never used; they
         are released where it starts, as the original's backward frees what they saved. Without
         an optimizer's step the parameters are not known, and nothing records. ``backward``: the
@@ -455,12 +457,21 @@ class Planner:
                    and not p.collective]  # fmt: skip
         modes = {node.id: ran_with_grad_mode(node) for node in forward}
         # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
-        off = {i for i, on in modes.items() if on is False} if any(modes.values()) else set()
-        self.recording = set(modes) - off
+        shown = any(modes.values())
+        off = {i for i, on in modes.items() if on is False} if shown else set()
+        # (the backward pass's ops that ran with grad mode on: activation checkpointing's recomputed
+        # forward, a backward with create_graph)
+        again = [p.node for p in planned if p.node.id in backward and not p.collective and ran_with_grad_mode(p.node)] if shown else []  # fmt: skip
+        self.recording = (set(modes) - off) | {node.id for node in again}
         names = Counter(node.name for node in forward if node.id in off).most_common(4)
         without = (f"; {len(off)} that ran with grad mode off, as their autograd sequence numbers show (torch.no_grad, "
                    f"an autograd.Function's forward), run without: {', '.join(f'{k} x{n}' for k, n in names)}") if off else ""  # fmt: skip
-        self.report.notes[f"{len(self.recording)} forward op(s) run with autograd recording their graph, as in the "
+        if again:
+            names = Counter(node.name for node in again).most_common(4)
+            without += (f"; {len(again)} op(s) of the backward pass that ran with grad mode on (activation checkpointing's "
+                        f"recomputed forward, a backward that makes a graph) record too: "
+                        f"{', '.join(f'{k} x{n}' for k, n in names)}")  # fmt: skip
+        self.report.notes[f"{len(set(modes) - off)} forward op(s) run with autograd recording their graph, as in the "
                           f"original's training step ({len(params)} parameter allocation(s) require grad){without}"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:

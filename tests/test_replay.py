@@ -3843,6 +3843,41 @@ def test_the_forward_ops_that_ran_with_grad_mode_off_record_nothing(tmp_path):
     assert not any("NaN" in n or "subnormal" in n for n in rep.notes), rep.notes
 
 
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
+def test_activation_checkpointings_recomputed_forward_records_as_it_did(tmp_path, reentrant):
+    """Activation checkpointing runs each block's forward again in the backward pass with grad
+    mode on, recording the graph that the block's backward then uses; the first pass ran with
+    grad mode off where the checkpoint is reentrant (the other kind records it and drops what it
+    saves). The sequence numbers show both: the recomputed ``linear`` runs with recording, where
+    before every backward op ran without, and the first pass as it ran."""
+    blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(3))
+    opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
+    x = torch.randn(8, 32, requires_grad=True)
+
+    def step():
+        opt.zero_grad()
+        h = x
+        for block in blocks:
+            h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=reentrant)
+        h.sum().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "train", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("op(s) of the backward pass that ran with grad mode on" in n and "aten::linear x3" in n
+               for n in rep.notes), rep.notes  # fmt: skip
+    linears = [(s.grad, s.node_id in replay._backward) for s in replay.steps if s.name == "aten::linear"]
+    first = not reentrant
+    assert linears == [(first, False)] * 3 + [(True, True)] * 3, linears
+    recorded = []
+    replay.run(lambda s, r: recorded.append(r.grad_fn is not None) if s.name == "aten::linear" else None)
+    assert recorded == [first] * 3 + [True] * 3, recorded
+    for _ in range(2):
+        replay.between_iterations()
+        replay.run()
+
+
 def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
     """What follows the last backward pass ran under no_grad in the original (an average of the
     weights, updated after the optimizer's step): it records nothing, or the average would chain
