@@ -462,16 +462,15 @@ class Planner:
         # (the backward pass's ops that ran with grad mode on: activation checkpointing's recomputed
         # forward, a backward with create_graph)
         again = [p.node for p in planned if p.node.id in backward and not p.collective and ran_with_grad_mode(p.node)] if shown else []  # fmt: skip
-        self.recording = (set(modes) - off) | {node.id for node in again}
-        names = Counter(node.name for node in forward if node.id in off).most_common(4)
+        recorded = set(modes) - off
+        self.recording = recorded | {node.id for node in again}
         without = (f"; {len(off)} that ran with grad mode off, as their autograd sequence numbers show (torch.no_grad, "
-                   f"an autograd.Function's forward), run without: {', '.join(f'{k} x{n}' for k, n in names)}") if off else ""  # fmt: skip
+                   f"an autograd.Function's forward), run without: {self._commonest(sorted(off))}") if off else ""  # fmt: skip
         if again:
-            names = Counter(node.name for node in again).most_common(4)
             without += (f"; {len(again)} op(s) of the backward pass that ran with grad mode on (activation checkpointing's "
                         f"recomputed forward, a backward that makes a graph) record too: "
-                        f"{', '.join(f'{k} x{n}' for k, n in names)}")  # fmt: skip
-        self.report.notes[f"{len(set(modes) - off)} forward op(s) run with autograd recording their graph, as in the "
+                        f"{self._commonest([node.id for node in again])}")  # fmt: skip
+        self.report.notes[f"{len(recorded)} forward op(s) run with autograd recording their graph, as in the "
                           f"original's training step ({len(params)} parameter allocation(s) require grad){without}"] += 1  # fmt: skip
 
     def _plan_op(self, node: Node) -> PlannedOp:
