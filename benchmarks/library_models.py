@@ -622,6 +622,221 @@ def _ft_transformer():
     return Tabular(), {"categ": categ, "cont": torch.randn(64, 10), "target": torch.rand(64).round()}, _identity
 
 
+def _opacus():
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3), nn.GroupNorm(2, 8), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(16 * 6 * 6, 10))  # fmt: skip
+    model = GradSampleModule(_Classified(net))  # (its hooks keep each sample's gradient)
+
+    def optimizer(params):
+        return DPOptimizer(torch.optim.SGD(params, lr=0.05), noise_multiplier=1.0, max_grad_norm=1.0,
+                           expected_batch_size=32)  # fmt: skip
+
+    return model, {"x": torch.randn(32, 1, 16, 16), "labels": torch.randint(0, 10, (32,))}, _identity, optimizer
+
+
+def _snntorch():
+    import snntorch as snn
+    from snntorch import functional as SF
+    from snntorch import surrogate
+
+    class Spiking(nn.Module):
+        """A convolutional spiking network over 16 time steps: leaky integrate-and-fire neurons
+        (membranes carried from step to step, reset by subtraction) with a fast-sigmoid surrogate
+        gradient, trained by the cross-entropy of its spike counts."""
+
+        def __init__(self, steps=16):
+            super().__init__()
+            grad = surrogate.fast_sigmoid(slope=25)
+            self.steps = steps
+            self.conv1, self.lif1 = nn.Conv2d(1, 8, 5), snn.Leaky(beta=0.9, spike_grad=grad)
+            self.conv2, self.lif2 = nn.Conv2d(8, 16, 5), snn.Leaky(beta=0.9, spike_grad=grad)
+            self.fc, self.lif3 = nn.Linear(16 * 4 * 4, 10), snn.Leaky(beta=0.9, spike_grad=grad)
+            self.loss = SF.ce_rate_loss()
+
+        def forward(self, x, labels):
+            mem1, mem2, mem3 = self.lif1.init_leaky(), self.lif2.init_leaky(), self.lif3.init_leaky()
+            spikes = []
+            for _ in range(self.steps):
+                s1, mem1 = self.lif1(F.max_pool2d(self.conv1(x), 2), mem1)
+                s2, mem2 = self.lif2(F.max_pool2d(self.conv2(s1), 2), mem2)
+                s3, mem3 = self.lif3(self.fc(s2.flatten(1)), mem3)
+                spikes.append(s3)
+            return self.loss(torch.stack(spikes), labels)
+
+    torch.manual_seed(0)
+    return Spiking(), {"x": torch.rand(16, 1, 28, 28), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
+def _spikingjelly():
+    from spikingjelly.activation_based import functional, layer, neuron, surrogate
+
+    class MultiStep(nn.Module):
+        """spikingjelly's multi-step LIF neurons (a whole sequence per call, hard reset, an arctan
+        surrogate gradient) over a sequence of 8 frames; its states reset after each step."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(layer.Conv2d(2, 16, 3, padding=1), layer.BatchNorm2d(16),
+                                     neuron.LIFNode(surrogate_function=surrogate.ATan()), layer.MaxPool2d(2),
+                                     layer.Flatten(), layer.Linear(16 * 8 * 8, 10),
+                                     neuron.LIFNode(surrogate_function=surrogate.ATan()))  # fmt: skip
+            functional.set_step_mode(self.net, "m")
+
+        def forward(self, frames, labels):
+            rate = self.net(frames).mean(0)
+            functional.reset_net(self.net)
+            return F.mse_loss(rate, F.one_hot(labels, 10).float())
+
+    torch.manual_seed(0)
+    return MultiStep(), {"frames": torch.rand(8, 8, 2, 16, 16).round(), "labels": torch.randint(0, 10, (8,))}, _identity
+
+
+def _mambapy():
+    from mambapy.mamba import Mamba, MambaConfig
+
+    class Selective(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Embedding(1000, 64), nn.Linear(64, 1000)
+            self.mamba = Mamba(MambaConfig(d_model=64, n_layers=2, pscan=True))
+
+        def forward(self, ids):
+            return self.head(self.mamba(self.embed(ids)))
+
+    torch.manual_seed(0)
+    return _LanguageModel(Selective()), {"ids": torch.randint(0, 1000, (4, 65))}, _identity
+
+
+def _pykan():
+    from kan import KAN
+
+    class Regression(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kan = KAN(width=[6, 12, 12, 1], grid=8, k=3, seed=0, save_act=False, symbolic_enabled=False,
+                           auto_save=False)  # fmt: skip
+
+        def forward(self, x, target):
+            return F.mse_loss(self.kan(x).squeeze(-1), target)
+
+    torch.manual_seed(0)
+    x = torch.rand(256, 6) * 2 - 1
+    return Regression(), {"x": x, "target": torch.sin(3 * x[:, 0]) * x[:, 1] + x[:, 2:].square().sum(1)}, _identity
+
+
+class _AveragedOptimizer:
+    """An optimizer whose step also moves torch-ema's exponential moving average of the weights."""
+
+    def __init__(self, params):
+        from torch_ema import ExponentialMovingAverage
+
+        params = list(params)
+        self.inner = torch.optim.AdamW(params, lr=1e-3)
+        self.ema = ExponentialMovingAverage(params, decay=0.999)
+
+    def zero_grad(self):
+        self.inner.zero_grad()
+
+    def step(self):
+        self.inner.step()
+        self.ema.update()
+
+
+def _zuko():
+    import zuko
+
+    class Flow(nn.Module):
+        """A conditional neural spline flow's negative log-likelihood."""
+
+        def __init__(self):
+            super().__init__()
+            self.flow = zuko.flows.NSF(features=4, context=3, transforms=3, hidden_features=(64, 64))
+
+        def forward(self, x, c):
+            return -self.flow(c).log_prob(x).mean()
+
+    torch.manual_seed(0)
+    return Flow(), {"x": torch.randn(128, 4), "c": torch.randn(128, 3)}, _identity
+
+
+def _zuko_unaf():
+    import zuko
+
+    class Monotonic(nn.Module):
+        """An unconstrained monotonic neural flow: each transform integrates a positive network by
+        Gauss-Legendre quadrature."""
+
+        def __init__(self):
+            super().__init__()
+            self.flow = zuko.flows.UNAF(features=3, transforms=2, hidden_features=(32, 32))
+
+        def forward(self, x):
+            return -self.flow().log_prob(x).mean()
+
+    torch.manual_seed(0)
+    return Monotonic(), {"x": torch.randn(64, 3)}, _identity
+
+
+class _Tasks(nn.Module):
+    """MAML's meta-loss over 4 regression tasks: ``adapt(net, support, query)`` takes 3
+    differentiable inner steps on a task's ``support(model)`` loss and gives the adapted model's
+    ``query(model)`` loss; the outer backward goes through the inner steps (second order)."""
+
+    def __init__(self, adapt):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(1, 40), nn.ReLU(), nn.Linear(40, 40), nn.ReLU(), nn.Linear(40, 1))
+        self.adapt = adapt
+
+    def forward(self, support_x, support_y, query_x, query_y):
+        total = 0
+        with torch.enable_grad():
+            for sx, sy, qx, qy in zip(support_x, support_y, query_x, query_y):
+                total = total + self.adapt(self.net, lambda model, x=sx, y=sy: F.mse_loss(model(x), y),
+                                           lambda model, x=qx, y=qy: F.mse_loss(model(x), y))  # fmt: skip
+        return total / len(support_x)
+
+
+def _sines():
+    amplitude, phase = torch.rand(4, 1, 1) * 4.5 + 0.5, torch.rand(4, 1, 1) * 3.14
+    sx, qx = torch.rand(4, 10, 1) * 10 - 5, torch.rand(4, 10, 1) * 10 - 5
+    return {"support_x": sx, "support_y": amplitude * torch.sin(sx + phase), "query_x": qx,
+            "query_y": amplitude * torch.sin(qx + phase)}  # fmt: skip
+
+
+def _higher_maml():
+    import higher
+
+    def adapt(net, support, query):
+        inner = torch.optim.SGD(net.parameters(), lr=0.01)
+        with higher.innerloop_ctx(net, inner, copy_initial_weights=False) as (fnet, diffopt):
+            for _ in range(3):
+                diffopt.step(support(fnet))
+            return query(fnet)
+
+    torch.manual_seed(0)
+    return _Tasks(adapt), _sines(), _identity
+
+
+def _torchopt_maml():
+    import torchopt
+
+    def adapt(net, support, query):
+        start = torchopt.extract_state_dict(net)
+        inner = torchopt.MetaAdam(net, lr=0.01)  # (it puts the stepped tensors in the parameters' place)
+        for _ in range(3):
+            inner.step(support(net))
+        loss = query(net)
+        torchopt.recover_state_dict(net, start)
+        return loss
+
+    torch.manual_seed(0)
+    return _Tasks(adapt), _sines(), _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -654,4 +869,15 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "entmax_attention": _entmax,
     "geomloss_sinkhorn": _geomloss,
     "ft_transformer": _ft_transformer,
+    # session 77's batch
+    "opacus_dp_sgd": _opacus,
+    "snntorch_spiking": _snntorch,
+    "spikingjelly_lif": _spikingjelly,
+    "mambapy_pscan": _mambapy,
+    "pykan_kan": _pykan,
+    "torch_ema": lambda: (*_classifier(), _AveragedOptimizer),
+    "zuko_nsf": _zuko,
+    "zuko_unaf": _zuko_unaf,
+    "higher_maml": _higher_maml,
+    "torchopt_maml": _torchopt_maml,
 }

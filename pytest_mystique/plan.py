@@ -429,17 +429,19 @@ class Planner:
         tensors it saves, version counters. That work is part of the step's time (on a CPU, 2-5%
         of a small transformer's training step) and is not an op of the trace. The parameters
         (inputs that ops outside the optimizer's step read, in allocations that the step writes)
-        require grad, and the ops before the last backward op that ran neither in the backward
-        pass nor in the optimizer's step run with grad mode on, as they did (what follows the last
-        backward pass, such as an average of the weights, ran under ``torch.no_grad``), but those
-        whose autograd sequence number shows that grad mode was off
-        (:func:`.grad_flags.ran_with_grad_mode`: a ``no_grad`` block of the forward pass, the
-        forward of an ``autograd.Function``, a reentrant activation checkpoint's first pass); and
-        the ops of the backward pass that ran with grad mode on record too (the checkpoint's
-        recomputed forward, a backward with ``create_graph``). The
-        backward pass is replayed from its own recorded ops, so the graphs are never used; they
-        are released where it starts, as the original's backward frees what they saved. Without
-        an optimizer's step the parameters are not known, and nothing records. ``backward``: the
+        require grad, and the ops that ran neither in the backward pass nor in the optimizer's
+        step run with grad mode on where their autograd sequence number shows it was on
+        (:func:`.grad_flags.ran_with_grad_mode`: not in a ``no_grad`` block, the forward of an
+        ``autograd.Function`` or a reentrant activation checkpoint's first pass), before the
+        backward pass or after it; the ops of the backward pass that ran with grad mode on record
+        too (the checkpoint's recomputed forward, a backward with ``create_graph``). A trace
+        whose writer left every number -1 does not show the mode: there the ops before the last
+        backward op record (what follows it, such as an average of the weights, most often ran
+        under ``torch.no_grad``). The backward pass is replayed from its own recorded ops, so the
+        graphs are never used; they are released where it starts, as the original's backward
+        frees what they saved. Without an optimizer's step, in a step with a backward pass whose
+        trace shows the mode, the parameters are the allocations that ops with grad mode on read
+        (:meth:`_read_with_grad_mode`); without a backward pass nothing records. ``backward``: the
         backward pass's ops (:func:`.graph.backward_ops`)."""
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
         params = set()
@@ -447,18 +449,29 @@ class Planner:
             if p.node.id in in_step and not p.collective:
                 writes = schema_facts(p.overload).writes
                 params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
-                              for ref in arg_refs(v) if ref.dtype.startswith(("float", "complex", "bfloat")))  # fmt: skip
+                              for ref in arg_refs(v) if ref.dtype.startswith(_FLOATING))  # fmt: skip
         params &= read
         last = max((i for i, p in enumerate(planned) if p.node.id in backward), default=None)
-        if last is None or not params:
+        if last is None:
             return
-        self.parameters, self.backward = params, backward
-        forward = [p.node for p in planned[:last] if p.node.id not in backward and p.node.id not in in_step
-                   and not p.collective]  # fmt: skip
-        modes = {node.id: ran_with_grad_mode(node) for node in forward}
+        forward = [p for p in planned if p.node.id not in backward and p.node.id not in in_step and not p.collective]
+        modes = {p.node.id: ran_with_grad_mode(p.node) for p in forward}
         # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
         shown = any(modes.values())
-        off = {i for i, on in modes.items() if on is False} if shown else set()
+        found = ""
+        if not params and shown:
+            params = self._read_with_grad_mode([p for p in forward if modes[p.node.id]])
+            found = (f"{len(params)} input allocation(s) that ops with grad mode on read require grad: the step has a "
+                     f"backward pass and no optimizer's step to show its parameters (a manual update, MAML's inner "
+                     f"steps, gradients of the inputs)")  # fmt: skip
+        if not params:
+            return
+        self.parameters, self.backward = params, backward
+        if shown:  # (the grad mode of each op, wherever it ran: what follows the backward pass too)
+            off = {i for i, on in modes.items() if on is False}
+        else:  # (what follows the last backward pass, such as an average of the weights, ran under no_grad)
+            modes = {p.node.id: None for p in planned[:last] if p.node.id in modes}
+            off = set()
         # (the backward pass's ops that ran with grad mode on: activation checkpointing's recomputed
         # forward, a backward with create_graph)
         again = [p.node for p in planned if p.node.id in backward and not p.collective and ran_with_grad_mode(p.node)] if shown else []  # fmt: skip
@@ -470,8 +483,27 @@ class Planner:
             without += (f"; {len(again)} op(s) of the backward pass that ran with grad mode on (activation checkpointing's "
                         f"recomputed forward, a backward that makes a graph) record too: "
                         f"{self._commonest([node.id for node in again])}")  # fmt: skip
+        counted = f"{len(params)} parameter allocation(s) require grad" if not found else found
         self.report.notes[f"{len(recorded)} forward op(s) run with autograd recording their graph, as in the "
-                          f"original's training step ({len(params)} parameter allocation(s) require grad){without}"] += 1  # fmt: skip
+                          f"original's step ({counted}){without}"] += 1  # fmt: skip
+
+    @staticmethod
+    def _read_with_grad_mode(recording: list[PlannedOp]) -> set[tuple[int, str]]:
+        """The leaves a step's autograd graph may have started from, where no optimizer's step
+        shows its parameters: the floating allocations that ops run with grad mode on read, but
+        for those such an op writes in place (autograd refuses that write to a leaf that requires
+        grad: a module's buffers, a cache), a batch norm's running statistics (which it updates
+        inside, where autograd refuses them a flag) and 0-dim ones (most often a number the
+        program passed). The inputs of the step among them are given the flag (a data input that
+        did not have it in the original adds the graph of the ops that read it alone)."""
+        read, written = set(), set()
+        for p in recording:
+            writes, specs = schema_facts(p.overload).writes, arg_specs(p.overload)
+            for pos, v in enumerate(p.values):
+                refs = [(ref.storage_id, ref.dtype) for ref in arg_refs(v) if ref.dtype.startswith(_FLOATING) and ref.shape]
+                kept = (pos < len(writes) and writes[pos]) or (pos < len(specs) and specs[pos].name.startswith("running_"))
+                (written if kept else read).update(refs)
+        return read - written
 
     def _plan_op(self, node: Node) -> PlannedOp:
         if node.attr("kernel_backend") == "triton" or node.name.startswith("triton_"):
@@ -1115,6 +1147,9 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
     return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
+
+#: The element types of the trace that autograd differentiates (a parameter's).
+_FLOATING = ("float", "complex", "bfloat")
 
 #: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
 #: its singular values or eigenvalues, a Cholesky factor, an inverse).

@@ -3878,6 +3878,63 @@ def test_activation_checkpointings_recomputed_forward_records_as_it_did(tmp_path
         replay.run()
 
 
+def test_a_step_without_an_optimizer_records_the_graph_of_what_ops_with_grad_mode_on_read(tmp_path):
+    """Without an optimizer's step to show the parameters (a manual update under no_grad, MAML's
+    inner steps in an evaluation under no_grad that turns grad mode back on), the sequence
+    numbers still show which ops ran with grad mode on: the floating inputs they read require
+    grad, but for a batch norm's running statistics, which autograd refuses a flag, and the ops
+    record. Before, nothing recorded in such a step. MAML's next inner step and its query pass
+    read the adapted weights and the task's data with their graphs (an inner backward with
+    ``create_graph`` keeps them), as the original's did, where before every graph still held was
+    let go where a backward pass started, and most of the ops after it made none."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+
+    def manual():
+        grads = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p.sub_(0.01 * g)
+
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    tasks = torch.randn(2, 8, 16)
+
+    def maml():  # (two tasks, two inner steps each)
+        with torch.no_grad(), torch.enable_grad():
+            for task in tasks.unbind():
+                fast = dict(net.named_parameters())
+                for _ in range(2):
+                    loss = torch.nn.functional.mse_loss(torch.func.functional_call(net, fast, (task,)), y)
+                    grads = torch.autograd.grad(loss, list(fast.values()), create_graph=True)
+                    fast = {n: p - 0.1 * g for (n, p), g in zip(fast.items(), grads)}
+                torch.nn.functional.mse_loss(torch.func.functional_call(net, fast, (task,)), y).item()
+
+    for name, step, linears in (("manual", manual, 2), ("maml", maml, 12)):
+        replay = _captured(tmp_path, name, step)
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        assert any("require grad: the step has a backward pass and no optimizer's step" in n for n in rep.notes), rep.notes
+        assert not any("which refused it" in n for n in rep.notes), rep.notes
+        recorded, lost = [], set()
+
+        def look(s, r, recorded=recorded, lost=lost):
+            if s.name == "aten::linear":
+                recorded.append(r.grad_fn is not None)
+            if s.grad and isinstance(r, torch.Tensor) and r.is_floating_point() and r.grad_fn is None:
+                lost.add(s.name)  # (a recording op that made no graph: what it read had lost theirs)
+
+        replay.run(look)
+        assert recorded == [True] * linears, (name, recorded)
+        assert not lost & {"aten::linear", "aten::sub", "aten::mul", "aten::mm", "aten::t"}, (name, lost)
+        if name == "manual":  # (the running statistics do not require grad: the batch norm records)
+            assert [s.grad for s in replay.steps if "batch_norm" in s.name and s.node_id not in replay._backward] == [True]
+            running = [t for _, t in replay.inputs() if t.shape == (32,) and not t.requires_grad]
+            assert len(running) == 2, running
+        for _ in range(2):
+            replay.between_iterations()
+            replay.run()
+
+
 def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
     """What follows the last backward pass ran under no_grad in the original (an average of the
     weights, updated after the optimizer's step): it records nothing, or the average would chain
