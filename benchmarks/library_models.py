@@ -40,7 +40,17 @@ no other part of the project traces.
 * torchcde: a neural controlled differential equation over a cubic spline of series (RK4);
 * entmax: self-attention with entmax-1.5 weights (sparse, by sorting) and the entmax loss;
 * geomloss: a point cloud moved along the gradient of its Sinkhorn divergence to another;
-* tab-transformer-pytorch: an FT-Transformer over categorical and continuous features.
+* tab-transformer-pytorch: an FT-Transformer over categorical and continuous features;
+* Opacus: DP-SGD (each sample's gradient kept by the module's hooks, clipped, summed and noised);
+* snntorch and spikingjelly: spiking networks of leaky integrate-and-fire neurons over time steps,
+  trained through surrogate gradients (a loop of single steps; a whole sequence per call);
+* mambapy: a Mamba language model whose selective scan runs as a parallel scan in PyTorch;
+* pykan: a Kolmogorov-Arnold network (learned B-splines on every edge);
+* torch-ema: an exponential moving average of the weights, moved after each optimizer step;
+* zuko: a conditional neural spline flow, and an unconstrained monotonic flow (a network
+  integrated by Gauss-Legendre quadrature);
+* higher and TorchOpt: MAML over sine regression tasks, the meta-loss differentiated through
+  three inner steps (SGD; TorchOpt's differentiable Adam), which the evaluation step takes too.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -50,7 +60,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
     pip install pyro-ppl gpytorch e3nn torchdiffeq x-transformers peft 'torch-harmonics<0.8' vector-quantize-pytorch \
         torchmetrics kornia monai pytorch-metric-learning normflows torchsde botorch schedulefree lion-pytorch \
         torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
-        geomloss tab-transformer-pytorch
+        geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
+        torchopt
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only.)

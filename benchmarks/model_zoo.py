@@ -58,7 +58,9 @@ LoRA adapters, a torch-harmonics spherical Fourier layer, vector-quantize-pytorc
 torchmetrics' scores, kornia, MONAI, pytorch-metric-learning, normflows, torchsde, botorch, the
 optimizers of schedule-free, Lion, torch-optimizer's Shampoo and LAMB, a Perceiver, Performer's and
 Reformer's attention, ST-MoE's experts, a CfC network, a neural CDE, entmax attention, a Sinkhorn
-divergence, an FT-Transformer), each built where its library is installed.
+divergence, an FT-Transformer, Opacus' DP-SGD, spiking networks of snntorch and spikingjelly,
+mambapy's parallel scan, a Kolmogorov-Arnold network, torch-ema, zuko's flows, MAML by higher and
+by TorchOpt), each built where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With

@@ -58,8 +58,12 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: (their autograd sequence number -1: a ``no_grad`` block, an ``autograd.Function``'s forward, DDP's
 #: copies into its buckets) run without recording, the backward pass's ops that ran with it on
 #: (activation checkpointing's recomputed forward) with, and an optimizer's state matrices that its step
-#: factorises (Shampoo's preconditioners) start at 1e-4 times the identity, not at zero.
-REPLAY_VERSION = 16
+#: factorises (Shampoo's preconditioners) start at 1e-4 times the identity, not at zero; 17 = where
+#: the trace shows the grad mode, every forward op that ran with it on records, after the last backward
+#: pass too; a step with a backward pass and no optimizer's step (a manual update, MAML's inner steps)
+#: records, the floating inputs its recording ops read requiring grad; a backward pass whose own ops
+#: record (``create_graph``) keeps the graphs held where it starts.
+REPLAY_VERSION = 17
 
 
 @lru_cache(maxsize=1)

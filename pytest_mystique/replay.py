@@ -766,13 +766,15 @@ class Replay:
             step.frees = tuple(frees.get(i, ()))
         # Where a backward pass starts, the outputs of recording ops still held, and the inputs they
         # wrote, let go of their graphs (the saved tensors go with them, unless held otherwise); but
-        # those that a recording op reads after it keep theirs, as the original's did (MAML's inner
-        # steps: their backward passes keep the graph they extend, with create_graph)
+        # a backward pass whose own ops record (one with create_graph, which keeps the graph: MAML's
+        # inner steps, whose adapted weights the next step reads; activation checkpointing's
+        # recomputed forward) lets go of the inputs' alone
         recorded: set[int] = set()
-        extended = {slot: i for i, step in enumerate(self.steps) if step.grad for slot in read_slots(step)}
         for i, step in enumerate(self.steps):
             if step.node_id in self._backward and (i == 0 or self.steps[i - 1].node_id not in self._backward):
-                alive = {s for s in recorded if free_at.get(s, -1) >= i and extended.get(s, -1) < i}
+                end = next((j for j in range(i, len(self.steps)) if self.steps[j].node_id not in self._backward), len(self.steps))
+                keeps = any(later.grad for later in self.steps[i:end])
+                alive = {s for s in recorded if free_at.get(s, -1) >= i} if not keeps else set()
                 step.release = tuple(sorted(alive.union(self._grad_inputs)))
             if step.grad:
                 recorded.update(out_slots(step.outs))

@@ -3885,8 +3885,9 @@ def test_a_step_without_an_optimizer_records_the_graph_of_what_ops_with_grad_mod
     grad, but for a batch norm's running statistics, which autograd refuses a flag, and the ops
     record. Before, nothing recorded in such a step. MAML's next inner step and its query pass
     read the adapted weights and the task's data with their graphs (an inner backward with
-    ``create_graph`` keeps them), as the original's did, where before every graph still held was
-    let go where a backward pass started, and most of the ops after it made none."""
+    ``create_graph`` keeps them: its own ops record), as the original's did, where before every
+    graph still held was let go where a backward pass started, and most of the ops after it made
+    none."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     x, y = torch.randn(8, 16), torch.randn(8, 4)
 
