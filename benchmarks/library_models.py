@@ -848,6 +848,128 @@ def _torchopt_maml():
     return _Tasks(adapt), _sines(), _identity
 
 
+def _torchani():
+    import torchani.aev
+    import torchani.nn
+
+    class Potential(nn.Module):
+        """An ANI neural network potential trained on energies and forces: the forces are the
+        negative gradient of the energy with respect to the coordinates, taken with create_graph
+        inside the step, so that the loss's backward goes through that gradient (second order).
+        An inference step takes the forces too, as a simulation does (grad mode on inside it)."""
+
+        def __init__(self):
+            super().__init__()
+            self.aev = torchani.aev.AEVComputer("ani1x", "ani1x", num_species=4)
+            self.nets = torchani.nn.ANINetworks({s: torchani.nn.AtomicNetwork(layer_dims=(384, 64, 32, 1)) for s in "HCNO"})
+
+        def forward(self, species, coords, energy, forces):
+            with torch.enable_grad():
+                coords = coords.detach().requires_grad_()
+                predicted = self.nets(species, self.aev(species, coords))
+                force = -torch.autograd.grad(predicted.sum(), coords, create_graph=self.training)[0]
+                return F.mse_loss(predicted, energy) + F.mse_loss(force, forces)
+
+    torch.manual_seed(0)
+    species = torch.randint(0, 4, (8, 12))
+    return Potential(), {"species": species, "coords": torch.randn(8, 12, 3) * 1.5, "energy": torch.randn(8),
+                         "forces": torch.randn(8, 12, 3)}, _identity  # fmt: skip
+
+
+def _adamw_8bit(params):
+    import bitsandbytes as bnb
+
+    return bnb.optim.AdamW8bit(params, lr=1e-3, min_8bit_size=1024)  # (8-bit blockwise states for the larger tensors)
+
+
+def _wavelets():
+    from pytorch_wavelets import DWTForward, DWTInverse
+
+    class WaveletDenoiser(nn.Module):
+        """A denoiser that works on a two-level Daubechies wavelet decomposition (convolutions with
+        the filters, symmetric padding) and transforms back."""
+
+        def __init__(self):
+            super().__init__()
+            self.dwt, self.idwt = DWTForward(J=2, wave="db3", mode="symmetric"), DWTInverse(wave="db3", mode="symmetric")
+            self.low = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 3, 3, padding=1))
+
+        def forward(self, noisy, clean):
+            low, high = self.dwt(noisy)
+            high = [h * torch.sigmoid(h.abs() - 0.1) for h in high]  # (a soft shrinkage of the details)
+            return F.mse_loss(self.idwt((low + self.low(low), high)), clean)
+
+    torch.manual_seed(0)
+    clean = torch.rand(4, 3, 64, 64)
+    return WaveletDenoiser(), {"noisy": clean + 0.1 * torch.randn_like(clean), "clean": clean}, _identity
+
+
+def _nflows():
+    from nflows.distributions.normal import StandardNormal
+    from nflows.flows.base import Flow
+    from nflows.transforms.autoregressive import MaskedAffineAutoregressiveTransform
+    from nflows.transforms.base import CompositeTransform
+    from nflows.transforms.permutations import ReversePermutation
+
+    class MAF(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers = []
+            for _ in range(4):
+                layers += [ReversePermutation(features=6), MaskedAffineAutoregressiveTransform(features=6, hidden_features=64)]
+            self.flow = Flow(CompositeTransform(layers), StandardNormal(shape=[6]))
+
+        def forward(self, x):
+            return -self.flow.log_prob(x).mean()
+
+    torch.manual_seed(0)
+    return MAF(), {"x": torch.randn(256, 6) @ torch.randn(6, 6)}, _identity
+
+
+def _crf():
+    from torchcrf import CRF
+
+    class Tagger(nn.Module):
+        """A BiLSTM-CRF tagger's negative log-likelihood: the CRF's forward algorithm (a
+        log-sum-exp over the tags at each position, masked by each sentence's length)."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed, self.lstm = nn.Embedding(2000, 64), nn.LSTM(64, 64, batch_first=True, bidirectional=True)
+            self.emit, self.crf = nn.Linear(128, 9), CRF(9, batch_first=True)
+
+        def forward(self, ids, tags, mask):
+            return -self.crf(self.emit(self.lstm(self.embed(ids))[0]), tags, mask=mask, reduction="mean")
+
+    torch.manual_seed(0)
+    lengths = torch.randint(8, 33, (16,))
+    lengths[0] = 32
+    mask = torch.arange(32) < lengths[:, None]
+    return Tagger(), {"ids": torch.randint(0, 2000, (16, 32)), "tags": torch.randint(0, 9, (16, 32)), "mask": mask}, _identity
+
+
+def _torchquad():
+    import torchquad
+
+    class Integrated(nn.Module):
+        """A network fitted so that its integral over the unit square (Simpson's rule on a
+        33 x 33 grid) is 1 and it matches samples."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(2, 64), nn.Tanh(), nn.Linear(64, 1))
+            self.rule = torchquad.Simpson()
+
+        def forward(self, x, y):
+            total = self.rule.integrate(lambda p: self.net(p).squeeze(-1), dim=2, N=1089,
+                                        integration_domain=[[0.0, 1.0], [0.0, 1.0]])  # fmt: skip
+            return (total - 1).square() + F.mse_loss(self.net(x).squeeze(-1), y)
+
+    torch.manual_seed(0)
+    x = torch.rand(128, 2)
+    return Integrated(), {"x": x, "y": torch.exp(-((x - 0.5) ** 2).sum(1) * 8)}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -891,4 +1013,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "zuko_unaf": _zuko_unaf,
     "higher_maml": _higher_maml,
     "torchopt_maml": _torchopt_maml,
+    "torchani_forces": _torchani,
+    "adamw_8bit": _with_optimizer(_adamw_8bit),
+    "wavelet_denoiser": _wavelets,
+    "nflows_maf": _nflows,
+    "bilstm_crf": _crf,
+    "torchquad_simpson": _torchquad,
 }

@@ -62,7 +62,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: the trace shows the grad mode, every forward op that ran with it on records, after the last backward
 #: pass too; a step with a backward pass and no optimizer's step (a manual update, MAML's inner steps)
 #: records, the floating inputs its recording ops read requiring grad; a backward pass whose own ops
-#: record (``create_graph``) keeps the graphs held where it starts.
+#: record (``create_graph``) keeps the graphs held where it starts; an op whose indices were seeded for
+#: a data-shaped output and then written in place (an offset added) reads seeded indices of its own.
 REPLAY_VERSION = 17
 
 

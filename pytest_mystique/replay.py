@@ -149,6 +149,8 @@ class Replay:
         # tensors the original computed whose readers get seeded inputs in their place (all the build
         # adds to _seeded, and the outputs of data-dependent shape): each in an allocation of its own
         self._stand_ins: set[tuple[int, int]] = set()
+        # (op id, ids) -> the slot of seeded indices that op reads in place of a stand-in written since
+        self._fresh: dict[tuple[int, tuple[int, int]], int] = {}
         self._host_kept = False
         self._recording: set[int] = set()
         self._parameters: set[tuple[int, str]] = set()
@@ -261,6 +263,8 @@ class Replay:
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]
 
     def _slot_for(self, ref: TensorRef, p: PlannedOp | None = None) -> int:
+        if self._fresh and p is not None and (fresh := self._fresh.get((p.node.id, ref.key))) is not None:
+            return fresh
         slot = self._produced_slot(ref)
         if slot is None and p is not None and ref in p.views and ref.key not in self._seeded:
             slot = self._view_of(ref, p)
@@ -484,6 +488,34 @@ class Replay:
         self.report.notes[f"{p.node.name}: {what}"] += 1
         self._build_step(p)
 
+    def _written_stand_ins(self, p: PlannedOp) -> list[TensorRef]:
+        """The index inputs of ``p`` read from a stand-in (seeded in place of what the original
+        computed: the output of an op whose shape the data decide) that a replayed op has written
+        in place since (an offset added to a neighbour list's pairs): the seeded values were in
+        range, the written ones need not be."""
+        found = []
+        for ref in (ref for v in p.values for ref in arg_refs(v)):
+            slot = self._externals.get((ref, self._generation.get(ref.storage_id, 0)))
+            if ref in self.factory.ranges and ref.key in self._seeded and slot in self._mutated \
+                    and (p.node.id, ref.key) not in self._fresh:  # fmt: skip
+                found.append(ref)
+        return found
+
+    def _fresh_indices(self, p: PlannedOp, refs: list[TensorRef]) -> None:
+        """``p`` reads seeded indices of its own, in its range, for each of ``refs``
+        (:meth:`_written_stand_ins`), and the op that wrote the stand-in keeps writing it."""
+        for ref in refs:
+            t = self.factory.make(ref, alone=True).clone()  # (its own memory, seeded anew: not the stand-in's)
+            with torch.no_grad():
+                self.factory.fill(t, ref)
+            slot = self._new_slot(t)
+            self.permanent.add(slot)
+            self._fresh[(p.node.id, ref.key)] = slot
+        self.report.notes[f"{p.node.name}: indices seeded in place of a tensor whose shape the data decide, then written "
+                          f"in place by an op of the replay (an offset added), were out of its range: it reads seeded "
+                          f"indices of its own"] += 1  # fmt: skip
+        self._build_step(p)
+
     def _release(self, slot: int) -> None:
         if slot not in self.permanent and self.env[slot] is not None:
             t0 = time.perf_counter()
@@ -578,6 +610,11 @@ class Replay:
             if computed and (_out_of_range(e) or _miscounted(e)):
                 del call
                 self._seed_indices(p, computed, counts=_miscounted(e))
+                return
+            written = self._written_stand_ins(p) if _out_of_range(e) else []
+            if written:
+                del call
+                self._fresh_indices(p, written)
                 return
             alt = substitute_of(p.node) if p.substitution is None else None
             if alt is not None and not alt.target:

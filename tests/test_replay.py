@@ -3979,6 +3979,33 @@ def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
     assert at_start == [[], [], []], at_start
 
 
+def test_indices_seeded_for_a_data_shaped_output_then_offset_in_place_are_seeded_anew_for_their_reader(tmp_path):
+    """A neighbour list as a molecular potential (torchani) builds it in its step: the pairs
+    within a cutoff, selected by a mask (their count follows the data), shifted in place by an
+    offset, then used to index a table. The selection's readers read seeded pairs of the recorded
+    shape, in the table's range; the in-place shift then took some past it, and the lookup was
+    skipped (torchani's training and inference steps each skipped one). The lookup now reads
+    seeded indices of its own, with a note, in every iteration; the shift still runs."""
+    torch.manual_seed(0)
+    coords, table, shift = torch.randn(40, 3), torch.randn(60), torch.tensor([20])
+    pairs = torch.stack(torch.meshgrid(torch.arange(40), torch.arange(40), indexing="ij")).flatten(1)
+
+    def step():
+        close = (coords[pairs[0]] - coords[pairs[1]]).norm(dim=-1) < 1.0
+        chosen = pairs[:, close]
+        chosen.add_(shift)
+        return table[chosen].sum()
+
+    replay = _captured(tmp_path, "pairs", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any("then written in place by an op of the replay" in n for n in rep.notes), rep.notes
+    assert [s.name for s in replay.steps].count("aten::add_") == 1
+    for _ in range(4):
+        replay.between_iterations()
+        replay.run()
+
+
 def test_shapes_the_data_decide_keep_their_consumers_on_the_recorded_shapes(tmp_path):
     """A router's choice (here a dropout mask) decides how many rows ``torch.where(mask)`` and
     boolean-mask indexing return, in the original and in every iteration of the replay. Their
