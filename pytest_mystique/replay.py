@@ -511,6 +511,7 @@ class Replay:
             slot = self._new_slot(t)
             self.permanent.add(slot)
             self._fresh[(p.node.id, ref.key)] = slot
+            self._externals[(ref, -1 - p.node.id)] = slot  # (an input of its own: not a generation's, which count from 0)
         self.report.notes[f"{p.node.name}: indices seeded in place of a tensor whose shape the data decide, then written "
                           f"in place by an op of the replay (an offset added), were out of its range: it reads seeded "
                           f"indices of its own"] += 1  # fmt: skip

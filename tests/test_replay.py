@@ -19,6 +19,7 @@ import pytest_mystique.replay as replay_module
 from pytest_mystique import capture_step
 from pytest_mystique.cli import main as cli_main
 from pytest_mystique.errors import ReplayError
+from pytest_mystique.export import export_script
 from pytest_mystique.graph import select_ops
 from pytest_mystique.inject import duplicate_ops
 from pytest_mystique.memory import _storage_bytes, limits_allocations, replay_peak_bytes
@@ -4004,6 +4005,12 @@ def test_indices_seeded_for_a_data_shaped_output_then_offset_in_place_are_seeded
     for _ in range(4):
         replay.between_iterations()
         replay.run()
+    # the exported script draws the lookup's own indices as an input of the step too
+    script = tmp_path / "bench.py"
+    script.write_text(export_script(replay, str(tmp_path / "pairs.json.gz")))
+    out = subprocess.run([sys.executable, "-I", str(script), "--device", "cpu", "--iters", "3", "--warmup", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
 
 
 def test_shapes_the_data_decide_keep_their_consumers_on_the_recorded_shapes(tmp_path):
