@@ -50,7 +50,15 @@ no other part of the project traces.
 * zuko: a conditional neural spline flow, and an unconstrained monotonic flow (a network
   integrated by Gauss-Legendre quadrature);
 * higher and TorchOpt: MAML over sine regression tasks, the meta-loss differentiated through
-  three inner steps (SGD; TorchOpt's differentiable Adam), which the evaluation step takes too.
+  three inner steps (SGD; TorchOpt's differentiable Adam), which the evaluation step takes too;
+* TorchANI: a neural network potential trained on energies and forces (the forces a gradient taken
+  with create_graph inside the step; an inference step takes them too), its neighbour list built
+  in the step;
+* bitsandbytes: AdamW with 8-bit blockwise states (its own operators, ``bitsandbytes::``);
+* pytorch_wavelets: a denoiser over a two-level wavelet decomposition;
+* nflows: a masked autoregressive flow;
+* pytorch-crf: a BiLSTM-CRF tagger's likelihood (the forward algorithm over masked sentences);
+* torchquad: a network fitted to integrate to 1 over a square by Simpson's rule.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -61,7 +69,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torchmetrics kornia monai pytorch-metric-learning normflows torchsde botorch schedulefree lion-pytorch \
         torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
         geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
-        torchopt
+        torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only.)
@@ -970,6 +978,132 @@ def _torchquad():
     return Integrated(), {"x": x, "y": torch.exp(-((x - 0.5) ** 2).sum(1) * 8)}, _identity
 
 
+def _tabnet():
+    from pytorch_tabnet.tab_network import TabNet
+    from pytorch_tabnet.utils import create_group_matrix
+
+    class Tabular(nn.Module):
+        """TabNet: sequential attention over features by sparsemax masks, ghost batch norms over
+        virtual batches of 64, and its sparsity loss."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = TabNet(input_dim=24, output_dim=3, n_d=16, n_a=16, n_steps=3, virtual_batch_size=64,
+                              cat_idxs=[0, 1], cat_dims=[10, 7], cat_emb_dim=[3, 3],
+                              group_attention_matrix=create_group_matrix([], 24))  # fmt: skip
+
+        def forward(self, x, labels):
+            logits, sparsity = self.net(x)
+            return F.cross_entropy(logits, labels) + 1e-3 * sparsity
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 24)
+    x[:, 0], x[:, 1] = torch.randint(0, 10, (256,)).float(), torch.randint(0, 7, (256,)).float()
+    return Tabular(), {"x": x, "labels": torch.randint(0, 3, (256,))}, _identity
+
+
+def _auraloss():
+    import auraloss
+
+    class Vocoder(nn.Module):
+        """A small 1-D convolutional upsampler from mel-like frames to a waveform, trained by a
+        multi-resolution STFT loss (three window sizes: spectral convergence and log magnitudes)."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv1d(32, 64, 7, padding=3), nn.LeakyReLU(0.1),
+                                     nn.ConvTranspose1d(64, 32, 16, stride=8, padding=4), nn.LeakyReLU(0.1),
+                                     nn.ConvTranspose1d(32, 1, 16, stride=8, padding=4), nn.Tanh())  # fmt: skip
+            self.loss = auraloss.freq.MultiResolutionSTFTLoss(fft_sizes=[256, 512, 128], hop_sizes=[64, 128, 32],
+                                                              win_lengths=[256, 512, 128])  # fmt: skip
+
+        def forward(self, frames, audio):
+            return self.loss(self.net(frames), audio)
+
+    torch.manual_seed(0)
+    return Vocoder(), {"frames": torch.randn(4, 32, 64), "audio": torch.randn(4, 1, 4096) * 0.3}, _identity
+
+
+def _msssim():
+    from pytorch_msssim import ms_ssim
+
+    class Autoencoder(nn.Module):
+        """An image autoencoder trained by multi-scale SSIM (Gaussian windows as grouped
+        convolutions, five scales of average pooling)."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                                     nn.ConvTranspose2d(16, 3, 4, stride=2, padding=1), nn.Sigmoid())  # fmt: skip
+
+        def forward(self, images):
+            return 1 - ms_ssim(self.net(images), images, data_range=1.0, win_size=7)
+
+    torch.manual_seed(0)
+    return Autoencoder(), {"images": torch.rand(2, 3, 112, 112)}, _identity
+
+
+def _roma():
+    import roma
+
+    class Pose(nn.Module):
+        """Rotations regressed as 3 x 3 matrices, projected on SO(3) by roma's special Procrustes
+        (an SVD, differentiated through), and scored by their geodesic distance to the targets."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 9))
+
+        def forward(self, features, target):
+            rotation = roma.special_procrustes(self.net(features).view(-1, 3, 3))
+            return roma.rotmat_geodesic_distance(rotation, target).mean()
+
+    torch.manual_seed(0)
+    return Pose(), {"features": torch.randn(64, 32), "target": roma.random_rotmat(64)}, _identity
+
+
+def _periodic_embeddings():
+    from rtdl_num_embeddings import PeriodicEmbeddings
+
+    class Regression(nn.Module):
+        """An MLP over periodic embeddings of numeric features (learned frequencies, sines and
+        cosines, a linear layer per feature)."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = PeriodicEmbeddings(12, d_embedding=16, lite=False)
+            self.mlp = nn.Sequential(nn.Linear(12 * 16, 128), nn.ReLU(), nn.Linear(128, 1))
+
+        def forward(self, x, y):
+            return F.mse_loss(self.mlp(self.embed(x).flatten(1)).squeeze(-1), y)
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 12)
+    return Regression(), {"x": x, "y": x[:, 0].sin() + x[:, 1] * x[:, 2]}, _identity
+
+
+def _julius():
+    import julius
+
+    class Bandwidth(nn.Module):
+        """A speech enhancer that works at 8 kHz: the input resampled from 16 kHz by windowed
+        sinc filters, a convolutional net, resampled back, then low-passed."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv1d(1, 16, 9, padding=4), nn.GELU(), nn.Conv1d(16, 1, 9, padding=4))
+            self.lowpass = julius.LowPassFilter(0.45)
+
+        def forward(self, audio, clean):
+            low = julius.resample_frac(audio, 16000, 8000)
+            back = julius.resample_frac(low + self.net(low), 8000, 16000, output_length=audio.shape[-1])
+            return F.l1_loss(self.lowpass(back), clean)
+
+    torch.manual_seed(0)
+    clean = torch.randn(4, 1, 8000) * 0.2
+    return Bandwidth(), {"audio": clean + 0.05 * torch.randn_like(clean), "clean": clean}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1019,4 +1153,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "nflows_maf": _nflows,
     "bilstm_crf": _crf,
     "torchquad_simpson": _torchquad,
+    "tabnet": _tabnet,
+    "auraloss_stft": _auraloss,
+    "ms_ssim_autoencoder": _msssim,
+    "roma_procrustes": _roma,
+    "periodic_embeddings": _periodic_embeddings,
+    "julius_resample": _julius,
 }

@@ -60,7 +60,9 @@ optimizers of schedule-free, Lion, torch-optimizer's Shampoo and LAMB, a Perceiv
 Reformer's attention, ST-MoE's experts, a CfC network, a neural CDE, entmax attention, a Sinkhorn
 divergence, an FT-Transformer, Opacus' DP-SGD, spiking networks of snntorch and spikingjelly,
 mambapy's parallel scan, a Kolmogorov-Arnold network, torch-ema, zuko's flows, MAML by higher and
-by TorchOpt), each built where its library is installed.
+by TorchOpt, a TorchANI potential trained on forces, bitsandbytes' 8-bit AdamW, a wavelet
+denoiser, an nflows MAF, a BiLSTM-CRF, a torchquad integral), each built where its library is
+installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With

@@ -4340,6 +4340,34 @@ def test_tensors_a_composite_op_keeps_for_its_backward_are_the_ones_it_made(tmp_
         assert g.sum(dim=1).abs().max() < 1e-5 and g.abs().max() < 1.0
 
 
+def test_an_op_whose_parts_do_not_make_its_output_is_replayed_whole(tmp_path):
+    """``cumsum(x) - one`` with ``one`` an int64 0-dim tensor: ``aten::sub`` converts it with an
+    ``aten::to`` inside and subtracts in its own kernel. A later 0-dim float in the converted
+    number's memory (a recycled address: here the trace edited to say so) looked like a tensor the
+    sub made inside and kept, and the sub was opened: replayed as its ``aten::to`` alone, it never
+    subtracted, its reader read seeded data (TabNet's sparsemax compared against it, and its
+    gather's indices went out of range). An op whose parts do not make what it returns stays
+    whole."""
+    x, one, scale = torch.randn(8, 24), torch.tensor(1), torch.tensor(0.5)
+    path = tmp_path / "sub.json.gz"
+    capture_step(lambda: ((x.cumsum(-1) - one) * scale).sum(), path, warmup=1, runs=1, min_warmup_s=0)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    nodes = {n["id"]: n for n in data["nodes"]}
+    [sub] = [n for n in nodes.values() if n["name"] == "aten::sub"]
+    [to] = [n for n in nodes.values() if n["name"] == "aten::to" and n["ctrl_deps"] == sub["id"]]
+    [mul] = [n for n in nodes.values() if n["name"] == "aten::mul"]
+    mul["inputs"]["values"][1][1] = to["outputs"]["values"][0][1]  # the scale in the converted number's memory
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    trace = load_trace(path)
+    replay = Replay(trace, "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert not any(trace.by_id[i].name == "aten::sub" for i in trace.opened), trace.opened
+    seen = {}
+    replay.run(lambda s, r: seen.setdefault(s.name, []).append(r))
+    [summed], [diff] = seen["aten::cumsum"], seen["aten::sub"]
+    assert torch.equal(diff, summed - 1)
+
+
 @pytest.mark.parametrize("name", ["transformer_train", "embbag_rec"])
 def test_straight_line_iteration_computes_what_the_loop_computes(name):
     """The timed iteration (straight-line code) against the interpreted loop, from the same input
