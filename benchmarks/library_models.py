@@ -58,7 +58,13 @@ no other part of the project traces.
 * pytorch_wavelets: a denoiser over a two-level wavelet decomposition;
 * nflows: a masked autoregressive flow;
 * pytorch-crf: a BiLSTM-CRF tagger's likelihood (the forward algorithm over masked sentences);
-* torchquad: a network fitted to integrate to 1 over a square by Simpson's rule.
+* torchquad: a network fitted to integrate to 1 over a square by Simpson's rule;
+* pytorch-tabnet: TabNet (sparsemax attention over features, ghost batch norms);
+* auraloss: a 1-D convolutional upsampler trained by a multi-resolution STFT loss;
+* pytorch-msssim: an autoencoder trained by multi-scale SSIM;
+* roma: rotations projected on SO(3) by a differentiable special Procrustes (an SVD);
+* rtdl_num_embeddings: an MLP over periodic embeddings of numeric features;
+* julius: a speech enhancer between sinc resamplings and a low-pass filter.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -69,10 +75,13 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torchmetrics kornia monai pytorch-metric-learning normflows torchsde botorch schedulefree lion-pytorch \
         torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
         geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
-        torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad
+        torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad \
+        pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
-Python only.)
+Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
+torch: the models here do without them, and a package that pulls them in, such as
+denoising-diffusion-pytorch, is left out.)
 """
 
 from __future__ import annotations
