@@ -64,7 +64,10 @@ no other part of the project traces.
 * pytorch-msssim: an autoencoder trained by multi-scale SSIM;
 * roma: rotations projected on SO(3) by a differentiable special Procrustes (an SVD);
 * rtdl_num_embeddings: an MLP over periodic embeddings of numeric features;
-* julius: a speech enhancer between sinc resamplings and a low-pass filter.
+* julius: a speech enhancer between sinc resamplings and a low-pass filter;
+* pytorch_optimizer's Muon (Newton-Schulz orthogonalised momentum for the matrices, AdamW for the
+  rest), SOAP (Adam in the eigenbasis of Shampoo's preconditioners, by ``eigh`` and QR), Prodigy,
+  Adan and AdEMAMix, each training the small classifier.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -76,7 +79,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
         geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
         torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad \
-        pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius
+        pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -1113,6 +1116,38 @@ def _julius():
     return Bandwidth(), {"audio": clean + 0.05 * torch.randn_like(clean), "clean": clean}, _identity
 
 
+def _muon(params):
+    import pytorch_optimizer
+
+    params = list(params)
+    return pytorch_optimizer.Muon([{"params": [p for p in params if p.ndim == 2], "use_muon": True},
+                                   {"params": [p for p in params if p.ndim != 2], "use_muon": False}], lr=0.02)  # fmt: skip
+
+
+def _soap(params):
+    import pytorch_optimizer
+
+    return pytorch_optimizer.SOAP(params, lr=3e-3, precondition_frequency=1)
+
+
+def _prodigy(params):
+    import pytorch_optimizer
+
+    return pytorch_optimizer.Prodigy(params, lr=1.0)
+
+
+def _adan(params):
+    import pytorch_optimizer
+
+    return pytorch_optimizer.Adan(params, lr=1e-3)
+
+
+def _ademamix(params):
+    import pytorch_optimizer
+
+    return pytorch_optimizer.AdEMAMix(params, lr=1e-3)
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1168,4 +1203,9 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "roma_procrustes": _roma,
     "periodic_embeddings": _periodic_embeddings,
     "julius_resample": _julius,
+    "muon": _with_optimizer(_muon),
+    "soap": _with_optimizer(_soap),
+    "prodigy": _with_optimizer(_prodigy),
+    "adan": _with_optimizer(_adan),
+    "ademamix": _with_optimizer(_ademamix),
 }
