@@ -163,7 +163,7 @@ def select_ops(trace: Trace, device_type: str | None = None) -> list[Node]:
         outermost = [n for n in outermost if n.id not in idle]
     trace.unwrapped = sorted(wrapped)
     trace.idle_wrappers = sorted(idle)
-    opened, kept = _hidden_outputs(trace, above, outermost, through)
+    opened, kept = _hidden_outputs(trace, above, outermost, through, parts)
     trace.kept_collectives = sorted(kept)
     trace.selected = _outermost(trace, above, through | opened) if opened else outermost
     trace.opened = sorted(opened)
@@ -522,8 +522,8 @@ def _parts_make_outputs(node: Node, parts: dict[int, list[Node]], made: dict[int
     return node.output_storages() <= made_in(node.id)
 
 
-def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node],
-                    through: set[int]) -> tuple[set[int], set[int]]:  # fmt: skip
+def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int],
+                    parts: dict[int, list[Node]] | None = None) -> tuple[set[int], set[int]]:  # fmt: skip
     """Selected operators to look through because a later operator reads memory that only one of
     their inner operators made. A composite operator returns some of what its parts make and
     keeps the rest for the backward pass: ``cross_entropy_loss`` its ``log_softmax``'s
@@ -543,10 +543,9 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     a number converts the number with ``aten::to`` and subtracts in its own kernel, so opened it
     would convert and never subtract (TabNet's sparsemax then compared against seeded values, and
     its indices went out of range). A later 0-dim number in the converted number's recycled
-    memory had made it look read."""
+    memory had made it look read. ``parts``: :func:`_parts_of_ops`, where the caller made it."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
-    parts: dict[int, list[Node]] | None = None
     made: dict[int, set[int]] = {}
     last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
     tops: dict[int, int | None] = {}

@@ -39,7 +39,7 @@ from .graph import (
 )
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
-from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, index_ranges, value_sources
+from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, floating, index_ranges, value_sources
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, grouped_heads_here, substitute_for, without_added_argument
@@ -449,7 +449,7 @@ class Planner:
             if p.node.id in in_step and not p.collective:
                 writes = schema_facts(p.overload).writes
                 params.update((ref.storage_id, ref.dtype) for pos, v in enumerate(p.values[: len(writes)]) if writes[pos]
-                              for ref in arg_refs(v) if ref.dtype.startswith(_FLOATING))  # fmt: skip
+                              for ref in arg_refs(v) if floating(ref))  # fmt: skip
         params &= read
         last = max((i for i, p in enumerate(planned) if p.node.id in backward), default=None)
         if last is None:
@@ -469,13 +469,13 @@ class Planner:
         self.parameters, self.backward = params, backward
         if shown:  # (the grad mode of each op, wherever it ran: what follows the backward pass too)
             off = {i for i, on in modes.items() if on is False}
+            recorded = set(modes) - off
         else:  # (what follows the last backward pass, such as an average of the weights, ran under no_grad)
-            modes = {p.node.id: None for p in planned[:last] if p.node.id in modes}
             off = set()
+            recorded = {p.node.id for p in planned[:last] if p.node.id in modes}
         # (the backward pass's ops that ran with grad mode on: activation checkpointing's recomputed
         # forward, a backward with create_graph)
         again = [p.node for p in planned if p.node.id in backward and not p.collective and ran_with_grad_mode(p.node)] if shown else []  # fmt: skip
-        recorded = set(modes) - off
         self.recording = recorded | {node.id for node in again}
         without = (f"; {len(off)} that ran with grad mode off, as their autograd sequence numbers show (torch.no_grad, "
                    f"an autograd.Function's forward), run without: {self._commonest(sorted(off))}") if off else ""  # fmt: skip
@@ -500,7 +500,7 @@ class Planner:
         for p in recording:
             writes, specs = schema_facts(p.overload).writes, arg_specs(p.overload)
             for pos, v in enumerate(p.values):
-                refs = [(ref.storage_id, ref.dtype) for ref in arg_refs(v) if ref.dtype.startswith(_FLOATING) and ref.shape]
+                refs = [(ref.storage_id, ref.dtype) for ref in arg_refs(v) if floating(ref) and ref.shape]
                 kept = (pos < len(writes) and writes[pos]) or (pos < len(specs) and specs[pos].name.startswith("running_"))
                 (written if kept else read).update(refs)
         return read - written
@@ -1147,9 +1147,6 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
     return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
-
-#: The element types of the trace that autograd differentiates (a parameter's).
-_FLOATING = ("float", "complex", "bfloat")
 
 #: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
 #: its singular values or eigenvalues, a Cholesky factor, an inverse).

@@ -2,7 +2,6 @@
 
 import collections
 import copy
-import gzip
 import importlib.util
 import json
 import math
@@ -1196,7 +1195,7 @@ def test_frozen_batch_norms_without_a_record_take_the_root_of_positive_variances
     roots = [s for s in replay.steps if s.name == "aten::rsqrt"]
     assert len(roots) == 3
     # the writer gives the first sum's ids to the first layer's gate (as freed memory is reused)
-    data = json.loads(gzip.decompress(path.read_bytes()))
+    data = read_json(path)
     ops = [n for n in data["nodes"] if n["name"].startswith("aten::")]
     first_root = next(n for n in ops if n["name"] == "aten::rsqrt")
     total = first_root["inputs"]["values"][0]
@@ -1216,8 +1215,7 @@ def test_frozen_batch_norms_without_a_record_take_the_root_of_positive_variances
     for n in ops:
         for side in ("inputs", "outputs"):
             n[side]["values"] = renamed(n[side]["values"])
-    reused = tmp_path / "reused_ids.json.gz"
-    reused.write_bytes(gzip.compress(json.dumps(data).encode()))
+    reused = write_json(tmp_path / "reused_ids.json.gz", data)
     replay = Replay(load_trace(reused), "cpu").prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     replay.run()
@@ -3764,12 +3762,12 @@ def test_a_training_steps_forward_records_autograd_as_the_original_did(tmp_path,
     path = tmp_path / "train.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
     if not sequence_numbers:
-        data = json.loads(gzip.decompress(path.read_bytes()))
+        data = read_json(path)
         for node in data["nodes"]:
             for attr in node.get("attrs", []):
                 if attr["name"] == "seq_id":
                     attr["value"] = -1
-        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+        write_json(path, data)
     replay = Replay(load_trace(path), "cpu").prepare()
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
@@ -4351,13 +4349,13 @@ def test_an_op_whose_parts_do_not_make_its_output_is_replayed_whole(tmp_path):
     x, one, scale = torch.randn(8, 24), torch.tensor(1), torch.tensor(0.5)
     path = tmp_path / "sub.json.gz"
     capture_step(lambda: ((x.cumsum(-1) - one) * scale).sum(), path, warmup=1, runs=1, min_warmup_s=0)
-    data = json.loads(gzip.decompress(path.read_bytes()))
+    data = read_json(path)
     nodes = {n["id"]: n for n in data["nodes"]}
     [sub] = [n for n in nodes.values() if n["name"] == "aten::sub"]
     [to] = [n for n in nodes.values() if n["name"] == "aten::to" and n["ctrl_deps"] == sub["id"]]
     [mul] = [n for n in nodes.values() if n["name"] == "aten::mul"]
     mul["inputs"]["values"][1][1] = to["outputs"]["values"][0][1]  # the scale in the converted number's memory
-    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    write_json(path, data)
     trace = load_trace(path)
     replay = Replay(trace, "cpu").prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
