@@ -1148,6 +1148,194 @@ def _ademamix(params):
     return pytorch_optimizer.AdEMAMix(params, lr=1e-3)
 
 
+def _torchrec_dlrm():
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec.models.dlrm import DLRM
+
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"])
+              for i, n in enumerate((1000, 5000, 200))]
+
+    class Ctr(nn.Module):
+        """TorchRec's DLRM: an embedding-bag collection over three sparse features (a keyed jagged
+        tensor built in the step from its lengths and ids), a dense MLP, their pairwise dot
+        interactions and an over-arch MLP, trained by binary cross-entropy on clicks."""
+
+        def __init__(self):
+            super().__init__()
+            self.dlrm = DLRM(EmbeddingBagCollection(tables=tables), dense_in_features=13,
+                             dense_arch_layer_sizes=[64, 16], over_arch_layer_sizes=[64, 1])
+
+        def forward(self, dense, lengths, ids, clicks):
+            sparse = KeyedJaggedTensor.from_lengths_sync(keys=["f0", "f1", "f2"], values=ids, lengths=lengths)
+            return F.binary_cross_entropy_with_logits(self.dlrm(dense, sparse).squeeze(-1), clicks)
+
+    torch.manual_seed(0)
+    batch = 128
+    lengths = torch.randint(1, 6, (3 * batch,))
+    sizes = [lengths[i * batch:(i + 1) * batch].sum().item() for i in range(3)]
+    # ids by a power law over each table's rows (a few rows hot, as a recommender's are)
+    ids = torch.cat([(torch.rand(s) ** 3 * n).long() for s, n in zip(sizes, (1000, 5000, 200))])
+    x = {"dense": torch.randn(batch, 13), "lengths": lengths, "ids": ids, "clicks": torch.randint(0, 2, (batch,)).float()}
+    return Ctr(), x, _identity
+
+
+def _geoopt_poincare():
+    import geoopt
+
+    class Hierarchy(nn.Module):
+        """Poincare embeddings of a tree's nodes (a ball manifold's parameter), trained by the
+        negative-sampling loss over hyperbolic distances; geoopt's Riemannian Adam moves them
+        along the ball (the gradient rescaled by the metric, a retraction by the exponential map)."""
+
+        def __init__(self):
+            super().__init__()
+            ball = geoopt.PoincareBall()
+            self.points = geoopt.ManifoldParameter(ball.random_normal(500, 10, std=1e-2), manifold=ball)
+
+        def forward(self, pairs):
+            u, v = self.points[pairs[:, :1]], self.points[pairs[:, 1:]]
+            distances = self.points.manifold.dist(u, v)
+            return F.cross_entropy(-distances, torch.zeros(len(pairs), dtype=torch.long))
+
+    torch.manual_seed(0)
+    pairs = torch.randint(0, 500, (256, 11))
+    return Hierarchy(), {"pairs": pairs}, _identity, lambda params: geoopt.optim.RiemannianAdam(params, lr=1e-2)
+
+
+def _torchode():
+    import torchode as to
+
+    class Dynamics(nn.Module):
+        """A batch of neural ODEs solved by torchode: Tsit5 with a PID step-size controller per
+        sample (each sample's own steps, accepted or rejected on the device), differentiated
+        through the solver's operations."""
+
+        def __init__(self):
+            super().__init__()
+            self.f = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 8))
+            term = to.ODETerm(lambda t, y: self.f(y))
+            step = to.Tsit5(term=term)
+            self.solver = to.AutoDiffAdjoint(step, to.PIDController(atol=1e-5, rtol=1e-4, pcoeff=0.2, icoeff=0.5,
+                                                                     dcoeff=0.0, term=term))
+
+        def forward(self, y0, t_eval, target):
+            sol = self.solver.solve(to.InitialValueProblem(y0=y0, t_eval=t_eval))
+            return F.mse_loss(sol.ys, target)
+
+    torch.manual_seed(0)
+    t = torch.linspace(0, 1, 10).repeat(16, 1)
+    return Dynamics(), {"y0": torch.randn(16, 8), "t_eval": t, "target": torch.randn(16, 10, 8)}, _identity
+
+
+def _nnaudio():
+    from nnAudio.features import CQT1992v2
+
+    class Tagger(nn.Module):
+        """Audio tagged from its constant-Q transform (nnAudio's: complex kernels as 1-D
+        convolutions), log-compressed, by a small CNN."""
+
+        def __init__(self):
+            super().__init__()
+            self.cqt = CQT1992v2(sr=16000, hop_length=256, fmin=55, n_bins=48, bins_per_octave=12, verbose=False)
+            self.net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                     nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                     nn.Flatten(), nn.Linear(32, 10))
+
+        def forward(self, audio, labels):
+            spec = torch.log1p(self.cqt(audio)).unsqueeze(1)
+            return F.binary_cross_entropy_with_logits(self.net(spec), labels)
+
+    torch.manual_seed(0)
+    return Tagger(), {"audio": torch.randn(4, 16000) * 0.1, "labels": torch.randint(0, 2, (4, 10)).float()}, _identity
+
+
+def _torch_struct():
+    import torch_struct
+
+    class Tagger(nn.Module):
+        """A linear-chain CRF tagger of torch-struct: a BiLSTM's emissions plus transitions as
+        edge potentials, its log-partition by a parallel scan of log-semiring matrix products."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(1000, 32)
+            self.lstm = nn.LSTM(32, 32, batch_first=True, bidirectional=True)
+            self.emit = nn.Linear(64, 8)
+            self.transition = nn.Parameter(torch.randn(8, 8) * 0.1)
+
+        def forward(self, words, lengths, tags):
+            emissions = self.emit(self.lstm(self.embed(words))[0])
+            edges = emissions[:, 1:, :, None] + self.transition[None, None]
+            edges[:, 0] += emissions[:, 0, None, :]
+            dist = torch_struct.LinearChainCRF(edges, lengths=lengths)
+            parts = torch_struct.LinearChainCRF.struct.to_parts(tags, 8, lengths=lengths).type_as(edges)
+            return -dist.log_prob(parts).mean()
+
+    torch.manual_seed(0)
+    lengths = torch.randint(10, 31, (16,))
+    lengths[0] = 30
+    return Tagger(), {"words": torch.randint(0, 1000, (16, 30)), "lengths": lengths,
+                      "tags": torch.randint(0, 8, (16, 30))}, _identity
+
+
+def _tensorly():
+    import tensorly as tl
+    from tensorly.decomposition import parafac
+
+    tl.set_backend("pytorch")
+
+    class Factorised(nn.Module):
+        """A CP decomposition of rank 8 by tensorly's alternating least squares (Khatri-Rao
+        products, unfoldings, a solve for each mode), 10 sweeps of it, on a 3-way tensor."""
+
+        def forward(self, data):
+            weights, factors = parafac(data, rank=8, n_iter_max=10, tol=0, init="random", random_state=0)
+            return F.mse_loss(tl.cp_to_tensor((weights, factors)), data)
+
+    torch.manual_seed(0)
+    return Factorised(), {"data": torch.randn(40, 30, 20)}, _identity
+
+
+def _torchmin():
+    from torchmin import minimize
+
+    class Fit(nn.Module):
+        """A logistic regression fitted in the step by pytorch-minimize's BFGS (a strong-Wolfe
+        line search; each iteration decided on the host from the last one's values), its
+        result scored on held-out data."""
+
+        def forward(self, x, y, x_test, y_test):
+            def loss(w):
+                return F.binary_cross_entropy_with_logits(x @ w, y) + 1e-3 * w.square().sum()
+
+            w = minimize(loss, torch.zeros(x.shape[1]), method="bfgs", max_iter=30).x
+            return F.binary_cross_entropy_with_logits(x_test @ w, y_test)
+
+    torch.manual_seed(0)
+    truth = torch.randn(20)
+    x, xt = torch.randn(512, 20), torch.randn(256, 20)
+    return Fit(), {"x": x, "y": (x @ truth > 0).float(), "x_test": xt, "y_test": (xt @ truth > 0).float()}, _identity
+
+
+def _pytorch_tcn():
+    from pytorch_tcn import TCN
+
+    class Forecast(nn.Module):
+        """A temporal convolutional network (pytorch-tcn: dilated causal convolutions with
+        weight norm, residual blocks) forecasting the next step of each series."""
+
+        def __init__(self):
+            super().__init__()
+            self.tcn = TCN(4, [32, 32, 32, 32], kernel_size=3, dropout=0.0, causal=True, use_norm="weight_norm")
+            self.head = nn.Conv1d(32, 4, 1)
+
+        def forward(self, series):
+            return F.mse_loss(self.head(self.tcn(series[:, :, :-1])), series[:, :, 1:])
+
+    torch.manual_seed(0)
+    return Forecast(), {"series": torch.randn(16, 4, 257).cumsum(-1) * 0.1}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1208,4 +1396,12 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "prodigy": _with_optimizer(_prodigy),
     "adan": _with_optimizer(_adan),
     "ademamix": _with_optimizer(_ademamix),
+    "torchrec_dlrm": _torchrec_dlrm,
+    "geoopt_poincare": _geoopt_poincare,
+    "torchode_tsit5": _torchode,
+    "nnaudio_cqt": _nnaudio,
+    "torch_struct_crf": _torch_struct,
+    "tensorly_parafac": _tensorly,
+    "torchmin_bfgs": _torchmin,
+    "pytorch_tcn": _pytorch_tcn,
 }

@@ -127,6 +127,7 @@ class Planner:
         float_inputs: dict[TensorRef, int] = {}  # and floating ones
         mask_inputs: dict[TensorRef, int] = {}  # and boolean ones
         fresh_reads: list[TensorRef] = []  # tensors the program filled itself, in the order they were first read
+        lifted: set[tuple[int, int]] = set()  # of those, the inputs of lift_fresh (torch.tensor(number))
         outside: dict[tuple[int, int], tuple] = {}  # tensors read as inputs of the step -> where they lay
         scalar_reads: list[tuple[int, int, TensorRef]] = []  # and each read of a 0-dim one: (op, position, tensor)
         written: set[TensorRef] = set()  # inputs an op writes in place
@@ -200,6 +201,11 @@ class Planner:
                             lying_in[ref.storage_id].append(ref)
                             made_at[ref.key] = made_at[base.key]
                     if not _made(ref, made):
+                        if node.name in _LIFTS and ref.key not in lifted:
+                            # (``torch.tensor(3)``: a number becomes a tensor with no op recorded, and
+                            # reaches the ops through lift_fresh, where the capture saw it)
+                            lifted.add(ref.key)
+                            fresh_reads.append(ref)
                         outside.setdefault(ref.key, ref.placement)
                         if ref.shape == () and not p.collective:
                             scalar_reads.append((len(planned) - 1, pos, ref))
@@ -999,7 +1005,7 @@ class Planner:
                 self.factory.values[ref] = values
             given += 1
         if given:
-            self.report.notes[f"{given} tensor(s) the program made from its own numbers (torch.tensor(list)) hold the "
+            self.report.notes[f"{given} tensor(s) the program made from its own numbers (torch.tensor) hold the "
                               f"original's values, as the capture recorded"] += 1  # fmt: skip
 
     def _place_masks(self, mask_inputs: list[TensorRef]) -> None:
@@ -1026,12 +1032,20 @@ class Planner:
         bags between the original's smallest and largest (:class:`.distributions.Bags`), and counts
         that sum to a size lie between its lowest and highest (:func:`.distributions.bounded_parts`)."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = bagged = by_rows = parted = 0
+        skewed = bagged = by_rows = parted = numbers = 0
         for ref in int_inputs:
             record = take_record(records, ref.shape, ref.dtype)
             if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
+            if rng is None and isinstance(record.get("low"), int) and isinstance(record.get("high"), int):
+                # (no op reads it as indices or sizes: numbers the step computes with, a batch's
+                # sequence lengths that it compares positions with; in the replay's default range,
+                # 0 and 1, every sequence came out a token or two long)
+                rng = IntRange(record["low"], record["high"] + 1, derived=True)
+                self.factory.ranges[ref] = rng
+                numbers += 1
+                skewed -= 1  # (counted as numbers, not indices)
             steps = record.get("steps")
             if (rng is not None and rng.kind == "offsets" and steps is not None
                     and 0 <= record.get("low", -1) and record.get("high", rng.high) < rng.high):  # fmt: skip
@@ -1054,6 +1068,9 @@ class Planner:
                 self.factory.skews[ref] = _skew_of(record, ref.numel, rng.low, rows)
                 skewed += 1
                 by_rows += bool(rows)
+        if numbers:
+            self.report.notes[f"{numbers} integer input(s) that no op reads as indices or sizes hold values between the "
+                              f"original's lowest and highest, spread as its were, as the capture recorded"] += 1  # fmt: skip
         if skewed:
             rows_said = f"; {by_rows} row by row, rows of coordinates that spread unlike each other" if by_rows else ""
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
@@ -1147,6 +1164,11 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
     return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
+
+#: Operators through which a tensor that the program made from a number (``torch.tensor(3)``:
+#: no op records its making) reaches the ops; the capture helper records what it holds (the
+#: sidecar's ``fresh_inputs``), as it does a ``torch.tensor(list)``.
+_LIFTS = frozenset({"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"})
 
 #: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
 #: its singular values or eigenvalues, a Cholesky factor, an inverse).

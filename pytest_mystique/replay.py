@@ -1089,6 +1089,8 @@ def _miscounted(e: BaseException) -> bool:
 
 
 def _out_of_range(e: BaseException) -> bool:
-    """``e`` is an op's complaint about the values of an index or a divisor."""
+    """``e`` is an op's complaint about the values of an index or a divisor (``one_hot``'s about its
+    classes: "Class values must be smaller than num_classes")."""
     text = str(e)
-    return isinstance(e, IndexError) or any(w in text for w in ("out of bounds", "out of range", "ZeroDivisionError"))
+    return isinstance(e, IndexError) or any(w in text for w in ("out of bounds", "out of range", "ZeroDivisionError",
+                                                                 "Class values must"))

@@ -835,6 +835,28 @@ def test_indices_computed_from_the_data_fall_back_to_seeded_ones(tmp_path, monke
         replay.run()
 
 
+def test_one_hot_classes_counted_from_the_data_fall_back_to_seeded_ones(tmp_path):
+    """st-moe's ``safe_one_hot`` counts its classes from the data (``one_hot(p, p.max() + 1)``,
+    each token's position among those routed to its expert): the trace records the original's
+    count. The replay's positions come from its own routing, and where they reach past that
+    count ``one_hot`` refuses them in its own words ("Class values must be smaller than
+    num_classes"), which the replay once did not take for an index out of range: the op was
+    skipped. It now reads seeded classes in its range, and says so."""
+    x = -torch.ones(256, 32)
+    x[:, 0] = 1.0  # (one routed token a row in the original; the replay's spread draw puts more in some rows)
+
+    def step():
+        positions = (x > 0).long().cumsum(-1)
+        return torch.nn.functional.one_hot(positions, int(positions.max()) + 1).float().sum()
+
+    capture_step(step, tmp_path / "one_hot.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "one_hot.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any(n.startswith("aten::one_hot: indices computed from the replay's data") for n in rep.notes), rep.notes
+    replay.run()
+
+
 @pytest.mark.parametrize("checked_first, strides", [(False, True), (True, True), (True, False)],
                          ids=["caught", "checked-first", "checked-first-without-strides"])
 def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_path, monkeypatch, checked_first,
@@ -1100,6 +1122,34 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     levels = next(t for _, t in replay.inputs() if t.dtype == torch.float32 and t.shape == (3,))
     assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
+
+
+
+def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
+    """Two inputs the replay once drew as 0s, 1s and 2s. A number assigned into a tensor
+    (``chart[:, 0] = -7.5``) becomes a tensor with no op recorded and reaches the ops through
+    ``aten::lift_fresh``: it holds the value the capture recorded. An integer input that no op
+    reads as indices (a batch's sequence lengths, compared with positions) holds values between
+    the original's lowest and highest: in torch-struct's CRF every sequence came out a token or
+    two long, and its log-partition ran 18% slower inside the operators than the original's."""
+    lengths, scores = torch.randint(11, 31, (16,)), torch.randn(16, 30)
+
+    def step():
+        chart = scores.clone()
+        chart[:, 0] = -7.5
+        keep = torch.arange(30)[None, :] < (lengths - 1)[:, None]
+        return chart.masked_fill(~keep, -1e5).logsumexp(-1).sum()
+
+    capture_step(step, tmp_path / "numbers.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "numbers.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    assert any(n.startswith("1 integer input(s) that no op reads as indices") for n in rep.notes), rep.notes
+    made = {(tuple(t.shape), t.dtype): t for _, t in replay.inputs()}
+    drawn = made[(16,), torch.int64]
+    assert int(drawn.min()) >= int(lengths.min()) and int(drawn.max()) <= int(lengths.max()), drawn
+    assert float(made[(), torch.float32]) == -7.5, made
+    replay.run()
 
 
 def _captured_without_records(step, path):
