@@ -67,7 +67,17 @@ no other part of the project traces.
 * julius: a speech enhancer between sinc resamplings and a low-pass filter;
 * pytorch_optimizer's Muon (Newton-Schulz orthogonalised momentum for the matrices, AdamW for the
   rest), SOAP (Adam in the eigenbasis of Shampoo's preconditioners, by ``eigh`` and QR), Prodigy,
-  Adan and AdEMAMix, each training the small classifier.
+  Adan and AdEMAMix, each training the small classifier;
+* TorchRec: a DLRM over an embedding-bag collection, its keyed jagged tensor built in the step from
+  lengths and ids of a power law;
+* geoopt: Poincare embeddings moved by Riemannian Adam on the ball;
+* torchode: a batch of neural ODEs by Tsit5 with a PID step-size controller per sample;
+* nnAudio: a tagger over a constant-Q transform (complex kernels as 1-D convolutions);
+* torch-struct: a linear-chain CRF's log-likelihood (a parallel scan of log-semiring matrix products
+  over the batch's own sequence lengths);
+* tensorly: a CP decomposition by alternating least squares (inference only: no parameters);
+* pytorch-minimize: a logistic regression fitted by BFGS inside the step (inference only);
+* pytorch-tcn: a temporal convolutional network (dilated causal convolutions, weight norm).
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -79,12 +89,14 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torch-optimizer perceiver-pytorch performer-pytorch reformer-pytorch st-moe-pytorch ncps torchcde entmax \
         geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
         torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad \
-        pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer
+        pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer torchrec \
+        fbgemm-gpu-cpu geoopt torchode nnAudio torch-struct tensorly pytorch-minimize pytorch-tcn
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
-denoising-diffusion-pytorch, is left out.)
+denoising-diffusion-pytorch, is left out. torchrec pulls in fbgemm-gpu, a CUDA build: install
+fbgemm-gpu-cpu of torch's release in its place.)
 """
 
 from __future__ import annotations

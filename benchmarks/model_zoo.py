@@ -63,7 +63,9 @@ mambapy's parallel scan, a Kolmogorov-Arnold network, torch-ema, zuko's flows, M
 by TorchOpt, a TorchANI potential trained on forces, bitsandbytes' 8-bit AdamW, a wavelet
 denoiser, an nflows MAF, a BiLSTM-CRF, a torchquad integral, TabNet, an STFT-loss upsampler, an
 MS-SSIM autoencoder, roma's Procrustes, periodic embeddings, julius' resampling, the optimizers
-Muon, SOAP, Prodigy, Adan and AdEMAMix), each built where its library is installed.
+Muon, SOAP, Prodigy, Adan and AdEMAMix; TorchRec's DLRM, geoopt's Poincare embeddings, a
+torchode batch, an nnAudio CQT tagger, a torch-struct CRF, tensorly's CP decomposition, a BFGS fit
+by pytorch-minimize, a pytorch-tcn forecaster), each built where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With

@@ -1038,14 +1038,14 @@ class Planner:
             if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
-            if rng is None and isinstance(record.get("low"), int) and isinstance(record.get("high"), int):
-                # (no op reads it as indices or sizes: numbers the step computes with, a batch's
-                # sequence lengths that it compares positions with; in the replay's default range,
-                # 0 and 1, every sequence came out a token or two long)
+            number = rng is None and isinstance(record.get("low"), int) and isinstance(record.get("high"), int)
+            if number:
+                # (no op reads it, or what is made of it, as indices or sizes: numbers the step computes
+                # with, a batch's sequence lengths that it compares positions with; in the replay's
+                # default range, 0 and 1, every sequence came out a token or two long)
                 rng = IntRange(record["low"], record["high"] + 1, derived=True)
                 self.factory.ranges[ref] = rng
                 numbers += 1
-                skewed -= 1  # (counted as numbers, not indices)
             steps = record.get("steps")
             if (rng is not None and rng.kind == "offsets" and steps is not None
                     and 0 <= record.get("low", -1) and record.get("high", rng.high) < rng.high):  # fmt: skip
@@ -1066,7 +1066,7 @@ class Planner:
                 if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1], rng.high - rng.low):
                     rows = tuple(_skew_of(row, ref.shape[1], rng.low) for row in record["rows"])
                 self.factory.skews[ref] = _skew_of(record, ref.numel, rng.low, rows)
-                skewed += 1
+                skewed += not number  # (numbers are counted as such)
                 by_rows += bool(rows)
         if numbers:
             self.report.notes[f"{numbers} integer input(s) that no op reads as indices or sizes hold values between the "

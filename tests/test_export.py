@@ -2,6 +2,7 @@
 
 import ast
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from pytest_mystique.cli import main
+from pytest_mystique.sidecar import load_sidecar, sidecar_path
 
 from conftest import (
     ROOT,
@@ -167,14 +169,29 @@ def test_exported_script_keeps_the_count_a_mask_selects(tmp_path, capsys):
         return placed.masked_scatter((ids != 99).unsqueeze(-1).expand_as(text), torch.randn(28, 16)).sum()
 
     capture_step(step, tmp_path / "masks.json.gz", warmup=1, runs=1, min_warmup_s=0)
-    bench = _exported(tmp_path / "masks.json.gz", tmp_path, "bench_masks")
+    # the ids hold the original's spread (its 99s where they stood): the computed mask selects as
+    # many as the original's, and only the given one is an input
+    counts = _mask_counts(tmp_path / "masks.json.gz", tmp_path, "bench_masks", capsys)
+    assert counts == [12], counts
+    # as of a trace captured elsewhere (no record of the ids): the computed mask is seeded
+    side = load_sidecar(tmp_path / "masks.json.gz")
+    assert side.pop("index_inputs", None)
+    sidecar_path(tmp_path / "masks.json.gz").write_text(json.dumps(side))
+    counts = _mask_counts(tmp_path / "masks.json.gz", tmp_path, "bench_masks_elsewhere", capsys)
+    assert counts == [12, 28 * 16], counts
+
+
+def _mask_counts(trace, tmp_path, name: str, capsys) -> list[int]:
+    """The true elements of each boolean input of ``trace``'s exported script, which runs."""
+    import torch
+
+    bench = _exported(trace, tmp_path, name)
     assert "8 of 8 ops" in capsys.readouterr().out
-    masks = [v for v in bench.VIEWS if v[2] == "bool"]
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
-    assert sorted(int(made[v[0]].count_nonzero()) for v in masks) == [12, 28 * 16]
     out = subprocess.run([sys.executable, "-I", bench.__file__, "--device", "cpu", "--iters", "2", "--warmup", "1"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
+    return sorted(int(made[v[0]].count_nonzero()) for v in bench.VIEWS if v[2] == "bool")
 
 
 def test_exported_script_rebuilds_a_sparse_input_of_the_step(tmp_path):
@@ -313,7 +330,7 @@ def test_exported_script_keeps_each_table_batched_id_in_one_table(tmp_path):
     step, ids, offsets = tbe_step(False, (300_000, 60_000))
     capture_step(step, tmp_path / "tbe.json.gz", warmup=1, runs=1, min_warmup_s=0)
     bench = _exported(tmp_path / "tbe.json.gz", tmp_path, "bench_tbe")
-    [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew"]
+    [view] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "skew" and v[4] == tuple(ids.shape)]
     assert view[9][4] == 2 and view[4] == tuple(ids.shape)
     [cuts] = [v for v in bench.VIEWS if v[9] is not None and v[9][0] == "values" and v[4] == tuple(offsets.shape)]
     made = bench.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(0))
