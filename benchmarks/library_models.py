@@ -1348,6 +1348,172 @@ def _pytorch_tcn():
     return Forecast(), {"series": torch.randn(16, 4, 257).cumsum(-1) * 0.1}, _identity
 
 
+def _neuralop_fno():
+    from neuralop.models import FNO
+
+    class Darcy(nn.Module):
+        """A Fourier neural operator (neuraloperator's FNO: real FFTs of the field, complex
+        weights on the lowest modes, inverse FFTs) trained on a 2-D field's relative L2 error."""
+
+        def __init__(self):
+            super().__init__()
+            self.fno = FNO(n_modes=(12, 12), in_channels=1, out_channels=1, hidden_channels=32, n_layers=4)
+
+        def forward(self, field, solution):
+            pred = self.fno(field)
+            return ((pred - solution).flatten(1).norm(dim=1) / solution.flatten(1).norm(dim=1)).mean()
+
+    torch.manual_seed(0)
+    return Darcy(), {"field": torch.randn(4, 1, 64, 64), "solution": torch.randn(4, 1, 64, 64)}, _identity
+
+
+def _pykeen_rotate():
+    from pykeen.models import RotatE
+    from pykeen.triples import TriplesFactory
+
+    class LinkPrediction(nn.Module):
+        """RotatE knowledge-graph embeddings (pykeen: entities as complex vectors, relations as
+        rotations, a distance of head times relation to tail), trained by a margin ranking of
+        positive triples against corrupted ones."""
+
+        def __init__(self):
+            super().__init__()
+            triples = torch.stack([torch.randint(0, 2000, (4000,)), torch.randint(0, 40, (4000,)),
+                                   torch.randint(0, 2000, (4000,))], dim=1)  # fmt: skip
+            factory = TriplesFactory(mapped_triples=triples, entity_to_id={str(i): i for i in range(2000)},
+                                     relation_to_id={str(i): i for i in range(40)})  # fmt: skip
+            self.model = RotatE(triples_factory=factory, embedding_dim=64, random_seed=0)
+
+        def forward(self, positives, negatives):
+            pos = self.model.score_hrt(positives)
+            neg = self.model.score_hrt(negatives)
+            return F.margin_ranking_loss(pos.flatten(), neg.flatten(), torch.ones(len(positives)), margin=1.0)
+
+    torch.manual_seed(0)
+    positives = torch.stack([torch.randint(0, 2000, (256,)), torch.randint(0, 40, (256,)), torch.randint(0, 2000, (256,))], 1)
+    negatives = positives.clone()
+    negatives[:, 2] = torch.randint(0, 2000, (256,))
+    return LinkPrediction(), {"positives": positives, "negatives": negatives}, _identity
+
+
+def _sb3_ppo():
+    import gymnasium as gym
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    class Ppo(nn.Module):
+        """Stable-Baselines3's actor-critic policy scored by PPO's clipped surrogate loss, value
+        loss and entropy bonus over a rollout batch (the policy's evaluate_actions: a Gaussian over
+        continuous actions, its log-probabilities and entropy)."""
+
+        def __init__(self):
+            super().__init__()
+            space = gym.spaces.Box(-1.0, 1.0, (6,))
+            self.policy = ActorCriticPolicy(gym.spaces.Box(-10.0, 10.0, (17,)), space, lambda _: 3e-4,
+                                            net_arch=dict(pi=[64, 64], vf=[64, 64]))  # fmt: skip
+
+        def forward(self, obs, actions, old_log_prob, advantages, returns):
+            values, log_prob, entropy = self.policy.evaluate_actions(obs, actions)
+            ratio = torch.exp(log_prob - old_log_prob)
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            policy_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(0.8, 1.2)).mean()
+            return policy_loss + 0.5 * F.mse_loss(returns, values.flatten()) - 0.01 * entropy.mean()
+
+    torch.manual_seed(0)
+    n = 256
+    x = {"obs": torch.randn(n, 17), "actions": torch.randn(n, 6).clamp(-1, 1), "old_log_prob": torch.randn(n) - 6,
+         "advantages": torch.randn(n), "returns": torch.randn(n)}
+    return Ppo(), x, _identity
+
+
+def _s5():
+    from s5 import S5Block
+
+    class Sequence(nn.Module):
+        """S5 state-space layers (s5-pytorch: a diagonal complex state matrix discretised per
+        step size, applied over the sequence by an associative scan) classifying series."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(3, 64)
+            self.blocks = nn.Sequential(S5Block(64, 64, bidir=False), S5Block(64, 64, bidir=False))
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, series, labels):
+            return F.cross_entropy(self.head(self.blocks(self.embed(series)).mean(1)), labels)
+
+    torch.manual_seed(0)
+    return Sequence(), {"series": torch.randn(8, 256, 3), "labels": torch.randint(0, 10, (8,))}, _identity
+
+
+def _local_attention():
+    from local_attention import LocalAttention
+
+    class Windowed(nn.Module):
+        """local-attention's windowed causal attention (each window of 64 tokens attends to
+        itself and the one before, rotary positions) in a small language model."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(512, 128)
+            self.qkv = nn.Linear(128, 384)
+            self.attn = LocalAttention(dim=32, window_size=64, causal=True, look_backward=1, look_forward=0,
+                                       dropout=0.0, exact_windowsize=False, use_rotary_pos_emb=True)  # fmt: skip
+            self.out = nn.Linear(128, 512)
+
+        def forward(self, ids):
+            b, n = ids.shape
+            q, k, v = self.qkv(self.embed(ids[:, :-1])).chunk(3, dim=-1)
+            q, k, v = (t.view(b, n - 1, 4, 32).transpose(1, 2) for t in (q, k, v))
+            h = self.attn(q, k, v).transpose(1, 2).reshape(b, n - 1, 128)
+            return F.cross_entropy(self.out(h).flatten(0, 1), ids[:, 1:].flatten())
+
+    torch.manual_seed(0)
+    return Windowed(), {"ids": torch.randint(0, 512, (4, 513))}, _identity
+
+
+def _siren():
+    from siren_pytorch import SirenNet
+
+    class Image(nn.Module):
+        """A SIREN (sine activations with their initialisation) fitting an image from its pixel
+        coordinates."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = SirenNet(dim_in=2, dim_hidden=128, dim_out=3, num_layers=4, w0_initial=30.0)
+
+        def forward(self, coords, pixels):
+            return F.mse_loss(self.net(coords), pixels)
+
+    torch.manual_seed(0)
+    axis = torch.linspace(-1, 1, 48)
+    coords = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), -1).view(-1, 2)
+    return Image(), {"coords": coords, "pixels": torch.rand(48 * 48, 3)}, _identity
+
+
+def _torchcfm():
+    from torchcfm.conditional_flow_matching import ExactOptimalTransportConditionalFlowMatcher
+
+    class FlowMatching(nn.Module):
+        """Conditional flow matching with minibatch optimal-transport couplings (torchcfm: an
+        exact OT plan between noise and data by POT, on the host, then points and velocities
+        along the straight paths), a velocity network regressed onto them."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(3, 128), nn.SELU(), nn.Linear(128, 128), nn.SELU(), nn.Linear(128, 2))
+            self.matcher = ExactOptimalTransportConditionalFlowMatcher(sigma=0.01)
+
+        def forward(self, noise, data):
+            t, xt, ut = self.matcher.sample_location_and_conditional_flow(noise, data)
+            return F.mse_loss(self.net(torch.cat([xt, t[:, None]], dim=-1)), ut)
+
+    torch.manual_seed(0)
+    angle = torch.rand(256) * 6.283
+    data = torch.stack([angle.cos(), angle.sin()], -1) * 2 + 0.1 * torch.randn(256, 2)
+    return FlowMatching(), {"noise": torch.randn(256, 2), "data": data}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1416,4 +1582,11 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "tensorly_parafac": _tensorly,
     "torchmin_bfgs": _torchmin,
     "pytorch_tcn": _pytorch_tcn,
+    "neuralop_fno": _neuralop_fno,
+    "pykeen_rotate": _pykeen_rotate,
+    "sb3_ppo": _sb3_ppo,
+    "s5_ssm": _s5,
+    "local_attention_lm": _local_attention,
+    "siren_image": _siren,
+    "torchcfm_ot": _torchcfm,
 }
