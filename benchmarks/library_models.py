@@ -77,7 +77,23 @@ no other part of the project traces.
   over the batch's own sequence lengths);
 * tensorly: a CP decomposition by alternating least squares (inference only: no parameters);
 * pytorch-minimize: a logistic regression fitted by BFGS inside the step (inference only);
-* pytorch-tcn: a temporal convolutional network (dilated causal convolutions, weight norm).
+* pytorch-tcn: a temporal convolutional network (dilated causal convolutions, weight norm);
+* neuraloperator: a Fourier neural operator (real FFTs, complex weights on the lowest modes);
+* pykeen: RotatE knowledge-graph embeddings (complex rotations) by a margin ranking loss;
+* Stable-Baselines3: an actor-critic policy's PPO loss over a rollout batch;
+* s5-pytorch: S5 state-space layers (a complex diagonal recurrence by an associative scan, under
+  torch.func's vmap);
+* local-attention: windowed causal attention with rotary positions;
+* siren-pytorch: a SIREN fitting an image;
+* torchcfm: flow matching over minibatch optimal-transport couplings (POT's exact plan on the host);
+* brevitas: quantization-aware training (4-bit weights, 8-bit activations, straight-through
+  rounding, percentile statistics by kthvalue);
+* deepxde: a physics-informed network for a Poisson equation (its Laplacian by Hessians taken
+  with create_graph in the step, in its evaluation too);
+* memory-efficient-attention-pytorch: attention in checkpointed query and key chunks;
+* nystrom-attention: a Nystromformer (landmarks, a Newton-Schulz pseudo-inverse);
+* soft-moe-pytorch: a soft mixture of experts;
+* mlp-mixer-pytorch: an MLP-Mixer.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -90,13 +106,15 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         geomloss tab-transformer-pytorch opacus snntorch spikingjelly mambapy pykan pandas torch-ema zuko higher \
         torchopt torchani bitsandbytes pytorch_wavelets PyWavelets 'setuptools<81' nflows pytorch-crf torchquad \
         pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer torchrec \
-        fbgemm-gpu-cpu geoopt torchode nnAudio torch-struct tensorly pytorch-minimize pytorch-tcn
+        fbgemm-gpu-cpu geoopt torchode nnAudio torch-struct tensorly pytorch-minimize pytorch-tcn neuraloperator \
+        pykeen stable-baselines3 s5-pytorch local-attention siren-pytorch torchcfm brevitas deepxde \
+        memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
 denoising-diffusion-pytorch, is left out. torchrec pulls in fbgemm-gpu, a CUDA build: install
-fbgemm-gpu-cpu of torch's release in its place.)
+fbgemm-gpu-cpu of torch's release in its place; neuraloperator pulls in torchvision, to uninstall.)
 """
 
 from __future__ import annotations
@@ -1514,6 +1532,128 @@ def _torchcfm():
     return FlowMatching(), {"noise": torch.randn(256, 2), "data": data}, _identity
 
 
+def _brevitas():
+    import brevitas.nn as qnn
+
+    class QuantNet(nn.Module):
+        """Quantization-aware training with brevitas: 4-bit weights and 8-bit activations, fake
+        quantized in the forward pass (scales, rounding with straight-through gradients)."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(
+                qnn.QuantIdentity(bit_width=8, return_quant_tensor=False),
+                qnn.QuantConv2d(3, 16, 3, padding=1, weight_bit_width=4), qnn.QuantReLU(bit_width=8),
+                nn.MaxPool2d(2),
+                qnn.QuantConv2d(16, 32, 3, padding=1, weight_bit_width=4), qnn.QuantReLU(bit_width=8),
+                nn.AdaptiveAvgPool2d(1), nn.Flatten(), qnn.QuantLinear(32, 10, bias=True, weight_bit_width=4))
+
+        def forward(self, x, labels):
+            return F.cross_entropy(self.net(x), labels)
+
+    torch.manual_seed(0)
+    return QuantNet(), {"x": torch.randn(16, 3, 32, 32), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
+def _deepxde_pinn():
+    import os
+
+    os.environ.setdefault("DDE_BACKEND", "pytorch")
+    import deepxde as dde
+
+    class Poisson(nn.Module):
+        """A physics-informed network (deepxde's FNN) for a 2-D Poisson equation: its Laplacian by
+        deepxde's Hessians (gradients of gradients, taken with create_graph in the step), the
+        residual's and the boundary's squared errors."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = dde.nn.FNN([2] + [64] * 3 + [1], "tanh", "Glorot normal")
+
+        def forward(self, inside, boundary):
+            with torch.enable_grad():  # (its evaluation takes the Laplacian too)
+                inside = inside.clone().requires_grad_(True)
+                u = self.net(inside)
+                laplacian = dde.grad.hessian(u, inside, i=0, j=0) + dde.grad.hessian(u, inside, i=1, j=1)
+                dde.grad.clear()
+            source = 2 * torch.pi**2 * torch.sin(torch.pi * inside[:, :1]) * torch.sin(torch.pi * inside[:, 1:])
+            return (laplacian + source).square().mean() + self.net(boundary).square().mean()
+
+    torch.manual_seed(0)
+    edge = torch.rand(128, 1)
+    boundary = torch.cat([torch.cat([edge, torch.zeros_like(edge)], 1), torch.cat([torch.ones_like(edge), edge], 1)])
+    return Poisson(), {"inside": torch.rand(512, 2), "boundary": boundary}, _identity
+
+
+def _memory_efficient_attention():
+    from memory_efficient_attention_pytorch import Attention
+
+    class Chunked(nn.Module):
+        """memory-efficient-attention-pytorch's attention in query and key chunks (a running
+        softmax over key buckets, each chunk's work checkpointed: recomputed in the backward
+        pass) in a small language model."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(512, 256)
+            self.attn = Attention(dim=256, heads=4, dim_head=64, causal=True, memory_efficient=True,
+                                  q_bucket_size=128, k_bucket_size=128)  # fmt: skip
+            self.out = nn.Linear(256, 512)
+
+        def forward(self, ids):
+            h = self.embed(ids[:, :-1])
+            return F.cross_entropy(self.out(h + self.attn(h)).flatten(0, 1), ids[:, 1:].flatten())
+
+    torch.manual_seed(0)
+    return Chunked(), {"ids": torch.randint(0, 512, (2, 513))}, _identity
+
+
+def _nystrom():
+    from nystrom_attention import Nystromformer
+
+    class Classifier(nn.Module):
+        """nystrom-attention's Nystromformer (attention through landmarks, the pseudo-inverse by
+        Newton-Schulz iterations, a residual depthwise convolution of the values)."""
+
+        def __init__(self):
+            super().__init__()
+            self.body = Nystromformer(dim=128, depth=2, dim_head=32, heads=4, num_landmarks=64)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, tokens, labels):
+            return F.cross_entropy(self.head(self.body(tokens).mean(1)), labels)
+
+    torch.manual_seed(0)
+    return Classifier(), {"tokens": torch.randn(2, 512, 128), "labels": torch.randint(0, 10, (2,))}, _identity
+
+
+def _soft_moe():
+    from soft_moe_pytorch import SoftMoE
+
+    class Mixer(nn.Module):
+        """soft-moe-pytorch's soft mixture of experts (every token weighted into every expert's
+        slots by a softmax, the experts' outputs weighted back)."""
+
+        def __init__(self):
+            super().__init__()
+            self.moe = SoftMoE(dim=128, seq_len=256, num_experts=8)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, tokens, labels):
+            return F.cross_entropy(self.head(self.moe(tokens).mean(1)), labels)
+
+    torch.manual_seed(0)
+    return Mixer(), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
+def _mlp_mixer():
+    from mlp_mixer_pytorch import MLPMixer
+
+    torch.manual_seed(0)
+    net = MLPMixer(image_size=64, channels=3, patch_size=8, dim=128, depth=4, num_classes=10)
+    return _Classified(net), {"x": torch.randn(8, 3, 64, 64), "labels": torch.randint(0, 10, (8,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1589,4 +1729,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "local_attention_lm": _local_attention,
     "siren_image": _siren,
     "torchcfm_ot": _torchcfm,
+    "brevitas_qat": _brevitas,
+    "deepxde_pinn": _deepxde_pinn,
+    "memory_efficient_attention": _memory_efficient_attention,
+    "nystrom_attention": _nystrom,
+    "soft_moe": _soft_moe,
+    "mlp_mixer": _mlp_mixer,
 }

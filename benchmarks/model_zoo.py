@@ -65,7 +65,10 @@ denoiser, an nflows MAF, a BiLSTM-CRF, a torchquad integral, TabNet, an STFT-los
 MS-SSIM autoencoder, roma's Procrustes, periodic embeddings, julius' resampling, the optimizers
 Muon, SOAP, Prodigy, Adan and AdEMAMix; TorchRec's DLRM, geoopt's Poincare embeddings, a
 torchode batch, an nnAudio CQT tagger, a torch-struct CRF, tensorly's CP decomposition, a BFGS fit
-by pytorch-minimize, a pytorch-tcn forecaster), each built where its library is installed.
+by pytorch-minimize, a pytorch-tcn forecaster; a Fourier neural operator, pykeen's RotatE, an SB3 PPO
+loss, S5, local attention, a SIREN, torchcfm's OT flow matching, brevitas' quantization-aware
+training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP-Mixer), each built
+where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
 than the traced one. The last lines count the traces that replay every op and run. With
