@@ -310,7 +310,8 @@ class Planner:
 
         self.factory.pass_back(sources_of)
         self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
-        self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"))
+        summed = {ref.storage_id for p in planned if p.node.name in _SUMS for ref in tensors_of(p.node.inputs[:1])}
+        self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"), summed)
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
         self._fresh_values(fresh_reads)
@@ -1023,7 +1024,7 @@ class Planner:
             self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
                               f"as the capture recorded (in the original's places where it recorded them)"] += 1  # fmt: skip
 
-    def _skew_indices(self, int_inputs: list[TensorRef]) -> None:
+    def _skew_indices(self, int_inputs: list[TensorRef], summed: set[int] = frozenset()) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
         them (the sidecar's ``index_inputs``, matched in the order the step first read them among
@@ -1038,11 +1039,14 @@ class Planner:
             if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
-            number = rng is None and isinstance(record.get("low"), int) and isinstance(record.get("high"), int)
+            number = (rng is None and ref.storage_id not in summed and isinstance(record.get("low"), int)
+                      and isinstance(record.get("high"), int))  # fmt: skip
             if number:
                 # (no op reads it, or what is made of it, as indices or sizes: numbers the step computes
                 # with, a batch's sequence lengths that it compares positions with; in the replay's
-                # default range, 0 and 1, every sequence came out a token or two long)
+                # default range, 0 and 1, every sequence came out a token or two long. Not counts that an
+                # op sums, itself or a view of it (a jagged batch's lengths, whose cumulative sums cut
+                # bags of ids): their sums must be the sizes the trace records, which drawn values are not)
                 rng = IntRange(record["low"], record["high"] + 1, derived=True)
                 self.factory.ranges[ref] = rng
                 numbers += 1
@@ -1164,6 +1168,11 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
     return (part.storage_id == whole.storage_id and part.dtype == whole.dtype and whole.offset <= part.offset
             and part.offset + part.extent() <= whole.offset + whole.extent())  # fmt: skip
 
+
+#: Operators that sum a tensor of counts (into a total, or into offsets that cut a jagged batch).
+_SUMS = frozenset({"aten::sum", "aten::cumsum", "aten::cumsum_", "aten::_cumsum",
+                   "fbgemm::asynchronous_complete_cumsum", "fbgemm::asynchronous_exclusive_cumsum",
+                   "fbgemm::asynchronous_inclusive_cumsum"})
 
 #: Operators through which a tensor that the program made from a number (``torch.tensor(3)``:
 #: no op records its making) reaches the ops; the capture helper records what it holds (the

@@ -1152,6 +1152,30 @@ def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
     replay.run()
 
 
+
+def test_counts_that_an_op_sums_keep_the_replays_own_rule(tmp_path):
+    """A jagged batch's lengths (TorchRec's keyed jagged tensor) are summed into the offsets that
+    cut its ids into bags: their sum must be the number of ids the trace records. Drawn between
+    the original's lowest and highest (the rule for integers no op reads as indices), they summed
+    past it, and the embedding bag refused the last offset in every iteration (TorchRec's DLRM
+    skipped all three of its lookups). Counts that an op sums, through a view too, are left to the
+    replay's own rule."""
+    lengths = torch.randint(1, 9, (2, 64))
+    ids = torch.randint(0, 1000, (int(lengths[0].sum()),))
+    bag = torch.nn.EmbeddingBag(1000, 16, mode="sum", include_last_offset=True)
+
+    def step():
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.view(-1)[:64].cumsum(0)])
+        return bag(ids, offsets).sum()
+
+    capture_step(step, tmp_path / "jagged.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(tmp_path / "jagged.json.gz"), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert not any("no op reads as indices" in n for n in rep.notes), rep.notes
+    replay.run()
+
+
 def _captured_without_records(step, path):
     """``step`` captured into ``path``, its sidecar taken away (as a trace captured elsewhere comes)."""
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
