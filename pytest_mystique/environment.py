@@ -65,8 +65,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: record (``create_graph``) keeps the graphs held where it starts; an op whose indices were seeded for
 #: a data-shaped output and then written in place (an offset added) reads seeded indices of its own;
 #: 18 = a number assigned into a tensor (``x[i] = 0.5``: through ``lift_fresh``, no op making it) holds
-#: the value the capture recorded, an integer input that no op reads as indices holds values in the
-#: original's recorded range, and ``one_hot`` refusing classes computed from the data reads seeded ones.
+#: the value the capture recorded, an integer input that no op reads as indices (nor sums) holds values in
+#: the original's recorded range, and ``one_hot`` refusing classes computed from the data reads seeded ones.
 REPLAY_VERSION = 18
 
 

@@ -1024,14 +1024,17 @@ class Planner:
             self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
                               f"as the capture recorded (in the original's places where it recorded them)"] += 1  # fmt: skip
 
-    def _skew_indices(self, int_inputs: list[TensorRef], summed: set[int] = frozenset()) -> None:
+    def _skew_indices(self, int_inputs: list[TensorRef], summed: set[int]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
         them (the sidecar's ``index_inputs``, matched in the order the step first read them among
         those of the same shape and type): as many distinct values, the hottest as frequent
         (:class:`.distributions.Skew`). Without a record they are uniform in their range. Offsets cut
         bags between the original's smallest and largest (:class:`.distributions.Bags`), and counts
-        that sum to a size lie between its lowest and highest (:func:`.distributions.bounded_parts`)."""
+        that sum to a size lie between its lowest and highest (:func:`.distributions.bounded_parts`).
+        An integer input that no op reads as indices (no range) holds values between the original's
+        lowest and highest, spread as its were, unless an op sums it (``summed``: the storages of
+        what the ops of :data:`_SUMS` read), whose sums must be the sizes the trace records."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = bagged = by_rows = parted = numbers = 0
         for ref in int_inputs:
