@@ -1608,42 +1608,36 @@ def _memory_efficient_attention():
     return Chunked(), {"ids": torch.randint(0, 512, (2, 513))}, _identity
 
 
+class _Pooled(nn.Module):
+    """A classification loss over a sequence model's tokens, mean-pooled (``body(tokens)``)."""
+
+    def __init__(self, body, width: int):
+        super().__init__()
+        self.body = body
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, tokens, labels):
+        return F.cross_entropy(self.head(self.body(tokens).mean(1)), labels)
+
+
 def _nystrom():
+    """nystrom-attention's Nystromformer (attention through landmarks, the pseudo-inverse by
+    Newton-Schulz iterations, a residual depthwise convolution of the values)."""
     from nystrom_attention import Nystromformer
 
-    class Classifier(nn.Module):
-        """nystrom-attention's Nystromformer (attention through landmarks, the pseudo-inverse by
-        Newton-Schulz iterations, a residual depthwise convolution of the values)."""
-
-        def __init__(self):
-            super().__init__()
-            self.body = Nystromformer(dim=128, depth=2, dim_head=32, heads=4, num_landmarks=64)
-            self.head = nn.Linear(128, 10)
-
-        def forward(self, tokens, labels):
-            return F.cross_entropy(self.head(self.body(tokens).mean(1)), labels)
-
     torch.manual_seed(0)
-    return Classifier(), {"tokens": torch.randn(2, 512, 128), "labels": torch.randint(0, 10, (2,))}, _identity
+    body = Nystromformer(dim=128, depth=2, dim_head=32, heads=4, num_landmarks=64)
+    return _Pooled(body, 128), {"tokens": torch.randn(2, 512, 128), "labels": torch.randint(0, 10, (2,))}, _identity
 
 
 def _soft_moe():
+    """soft-moe-pytorch's soft mixture of experts (every token weighted into every expert's slots by
+    a softmax, the experts' outputs weighted back)."""
     from soft_moe_pytorch import SoftMoE
 
-    class Mixer(nn.Module):
-        """soft-moe-pytorch's soft mixture of experts (every token weighted into every expert's
-        slots by a softmax, the experts' outputs weighted back)."""
-
-        def __init__(self):
-            super().__init__()
-            self.moe = SoftMoE(dim=128, seq_len=256, num_experts=8)
-            self.head = nn.Linear(128, 10)
-
-        def forward(self, tokens, labels):
-            return F.cross_entropy(self.head(self.moe(tokens).mean(1)), labels)
-
     torch.manual_seed(0)
-    return Mixer(), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
+    body = SoftMoE(dim=128, seq_len=256, num_experts=8)
+    return _Pooled(body, 128), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
 
 
 def _mlp_mixer():

@@ -1124,7 +1124,6 @@ def test_tensors_the_program_made_from_its_own_numbers_hold_the_originals_values
     assert 0 <= float(levels.min()) and float(levels.max()) <= 1, levels
 
 
-
 def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
     """Two inputs the replay once drew as 0s, 1s and 2s. A number assigned into a tensor
     (``chart[:, 0] = -7.5``) becomes a tensor with no op recorded and reaches the ops through
@@ -1150,7 +1149,6 @@ def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
     assert int(drawn.min()) >= int(lengths.min()) and int(drawn.max()) <= int(lengths.max()), drawn
     assert float(made[(), torch.float32]) == -7.5, made
     replay.run()
-
 
 
 def test_counts_that_an_op_sums_keep_the_replays_own_rule(tmp_path):
