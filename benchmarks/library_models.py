@@ -93,7 +93,9 @@ no other part of the project traces.
 * memory-efficient-attention-pytorch: attention in checkpointed query and key chunks;
 * nystrom-attention: a Nystromformer (landmarks, a Newton-Schulz pseudo-inverse);
 * soft-moe-pytorch: a soft mixture of experts;
-* mlp-mixer-pytorch: an MLP-Mixer.
+* mlp-mixer-pytorch: an MLP-Mixer;
+* RecBole: SASRec, a sequential recommender over padded item histories whose lengths it is
+  given (LightGCN is left out: it builds its graph through a SciPy internal that SciPy 1.15 dropped).
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -108,7 +110,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer torchrec \
         fbgemm-gpu-cpu geoopt torchode nnAudio torch-struct tensorly pytorch-minimize pytorch-tcn neuraloperator \
         pykeen stable-baselines3 s5-pytorch local-attention siren-pytorch torchcfm brevitas deepxde \
-        memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch
+        memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -1648,6 +1650,54 @@ def _mlp_mixer():
     return _Classified(net), {"x": torch.randn(8, 3, 64, 64), "labels": torch.randint(0, 10, (8,))}, _identity
 
 
+class _RecBoleData:
+    """What a RecBole model reads of its dataset: the counts of users and items, and the user-item
+    interactions (a sparse matrix, for LightGCN's normalised adjacency)."""
+
+    def __init__(self, users: int, items: int, pairs: int):
+        import numpy as np
+        import scipy.sparse as sp
+
+        gen = np.random.default_rng(0)
+        rows, cols = gen.integers(0, users, pairs), (gen.pareto(1.2, pairs) * 20).astype(int) % items
+        self.counts = {"user_id": users, "item_id": items}
+        self.matrix = sp.coo_matrix((np.ones(pairs), (rows, cols)), shape=(users, items))
+        self.matrix.sum_duplicates()
+
+    def num(self, field: str) -> int:
+        return self.counts[field]
+
+    def inter_matrix(self, form: str = "coo"):
+        return self.matrix.copy()
+
+
+_RECBOLE = {"USER_ID_FIELD": "user_id", "ITEM_ID_FIELD": "item_id", "NEG_PREFIX": "neg_", "LIST_SUFFIX": "_list",
+            "ITEM_LIST_LENGTH_FIELD": "item_length", "MAX_ITEM_LIST_LENGTH": 50, "device": torch.device("cpu")}
+
+
+def _recbole_sasrec():
+    from recbole.model.sequential_recommender import SASRec
+
+    class Sequence(nn.Module):
+        """RecBole's SASRec: self-attention over each user's item history (padded, its length
+        given), the last real position's state scored against every item by cross-entropy."""
+
+        def __init__(self):
+            super().__init__()
+            config = {**_RECBOLE, "n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256,
+                      "hidden_dropout_prob": 0.0, "attn_dropout_prob": 0.0, "hidden_act": "gelu",
+                      "layer_norm_eps": 1e-12, "initializer_range": 0.02, "loss_type": "CE"}  # fmt: skip
+            self.model = SASRec(config, _RecBoleData(2000, 3000, 40000))
+
+        def forward(self, history, lengths, target):
+            return self.model.calculate_loss({"item_id_list": history, "item_length": lengths, "item_id": target})
+
+    torch.manual_seed(0)
+    lengths = torch.randint(5, 51, (128,))
+    history = torch.randint(1, 3000, (128, 50)) * (torch.arange(50)[None] < lengths[:, None])
+    return Sequence(), {"history": history, "lengths": lengths, "target": torch.randint(1, 3000, (128,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1729,4 +1779,5 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "nystrom_attention": _nystrom,
     "soft_moe": _soft_moe,
     "mlp_mixer": _mlp_mixer,
+    "recbole_sasrec": _recbole_sasrec,
 }

@@ -67,7 +67,8 @@ Muon, SOAP, Prodigy, Adan and AdEMAMix; TorchRec's DLRM, geoopt's Poincare embed
 torchode batch, an nnAudio CQT tagger, a torch-struct CRF, tensorly's CP decomposition, a BFGS fit
 by pytorch-minimize, a pytorch-tcn forecaster; a Fourier neural operator, pykeen's RotatE, an SB3 PPO
 loss, S5, local attention, a SIREN, torchcfm's OT flow matching, brevitas' quantization-aware
-training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP-Mixer), each built
+training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP-Mixer; RecBole's
+SASRec), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
