@@ -503,27 +503,8 @@ def _open_above(above: dict[int, int | None], through: set[int]):
     return open_above
 
 
-def _parts_make_outputs(node: Node, parts: dict[int, list[Node]], made: dict[int, set[int]]) -> bool:
-    """Whether the operators inside ``node`` (:func:`_parts_of_ops`, all levels down) output every
-    storage it returns, other than by allocating it (``empty``: the memory of a kernel of its own).
-    ``made`` memoises each operator's storages made so."""
-
-    def made_in(nid: int) -> set[int]:
-        if nid not in made:
-            made[nid] = set()  # (a cycle in a malformed trace ends here)
-            found: set[int] = set()
-            for part in parts.get(nid, ()):
-                if part.name not in UNINITIALISED and part.name not in RESIZES:
-                    found |= part.output_storages()
-                found |= made_in(part.id)
-            made[nid] = found
-        return made[nid]
-
-    return node.output_storages() <= made_in(node.id)
-
-
 def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[Node], through: set[int],
-                    parts: dict[int, list[Node]] | None = None) -> tuple[set[int], set[int]]:  # fmt: skip
+                    parts: dict[int, list[Node]] | None) -> tuple[set[int], set[int]]:  # fmt: skip
     """Selected operators to look through because a later operator reads memory that only one of
     their inner operators made. A composite operator returns some of what its parts make and
     keeps the rest for the backward pass: ``cross_entropy_loss`` its ``log_softmax``'s
@@ -539,14 +520,13 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     reduce-scatter as a clone of its input and an all-reduce of it, and FSDP2 reads the clone),
     so opened, it would not communicate at all. Such collectives are returned beside the
     operators to open; the memory read is a seeded input of the replay. Neither is an operator
-    whose parts do not make what it returns (:func:`_parts_make_outputs`): ``sub`` of a tensor and
+    whose parts do not make what it returns (:func:`_parts_made_its_results`): ``sub`` of a tensor and
     a number converts the number with ``aten::to`` and subtracts in its own kernel, so opened it
     would convert and never subtract (TabNet's sparsemax then compared against seeded values, and
     its indices went out of range). A later 0-dim number in the converted number's recycled
     memory had made it look read. ``parts``: :func:`_parts_of_ops`, where the caller made it."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
-    made: dict[int, set[int]] = {}
     last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
     tops: dict[int, int | None] = {}
     seen: dict[int, set[int]] = {}
@@ -587,7 +567,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                     if by_id[nid].op_schema.startswith("c10d::"):
                         kept.add(nid)
                         break
-                    if not _parts_make_outputs(by_id[nid], parts, made):
+                    if not _parts_made_its_results(by_id[nid], parts.get(nid, [])):
                         break
                     opens.add(nid)
         for sid in node.output_storages():

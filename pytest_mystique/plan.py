@@ -1051,7 +1051,7 @@ class Planner:
                 # op sums, itself or a view of it (a jagged batch's lengths, whose cumulative sums cut
                 # bags of ids): their sums must be the sizes the trace records, which drawn values are not)
                 rng = IntRange(record["low"], record["high"] + 1, derived=True)
-                self.factory.ranges[ref] = rng
+                self.factory.constrain(ref, rng)
                 numbers += 1
             steps = record.get("steps")
             if (rng is not None and rng.kind == "offsets" and steps is not None

@@ -849,8 +849,7 @@ def test_one_hot_classes_counted_from_the_data_fall_back_to_seeded_ones(tmp_path
         positions = (x > 0).long().cumsum(-1)
         return torch.nn.functional.one_hot(positions, int(positions.max()) + 1).float().sum()
 
-    capture_step(step, tmp_path / "one_hot.json.gz", warmup=1, runs=1, min_warmup_s=0)
-    replay = Replay(load_trace(tmp_path / "one_hot.json.gz"), "cpu").prepare()
+    replay = _captured(tmp_path, "one_hot", step)
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert any(n.startswith("aten::one_hot: indices computed from the replay's data") for n in rep.notes), rep.notes
@@ -1139,8 +1138,7 @@ def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
         keep = torch.arange(30)[None, :] < (lengths - 1)[:, None]
         return chart.masked_fill(~keep, -1e5).logsumexp(-1).sum()
 
-    capture_step(step, tmp_path / "numbers.json.gz", warmup=1, runs=1, min_warmup_s=0)
-    replay = Replay(load_trace(tmp_path / "numbers.json.gz"), "cpu").prepare()
+    replay = _captured(tmp_path, "numbers", step)
     rep = replay.report
     assert rep.ops_skipped == 0, rep.skipped_list()
     assert any(n.startswith("1 integer input(s) that no op reads as indices") for n in rep.notes), rep.notes
@@ -1166,8 +1164,7 @@ def test_counts_that_an_op_sums_keep_the_replays_own_rule(tmp_path):
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.view(-1)[:64].cumsum(0)])
         return bag(ids, offsets).sum()
 
-    capture_step(step, tmp_path / "jagged.json.gz", warmup=1, runs=1, min_warmup_s=0)
-    replay = Replay(load_trace(tmp_path / "jagged.json.gz"), "cpu").prepare()
+    replay = _captured(tmp_path, "jagged", step)
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert not any("no op reads as indices" in n for n in rep.notes), rep.notes
