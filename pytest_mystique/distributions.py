@@ -204,6 +204,7 @@ def curve_counts(k: int, n: int, curve) -> torch.Tensor:
         if r > last[0]:
             knots.append((r, c))
             last = (r, c)
+    knots[-1] = (k, n)  # (the last band ends at all of them, where rounding reached every rank before it)
     counts = torch.empty(k, dtype=torch.int64)
     for (r0, c0), (r1, c1) in zip(knots, knots[1:]):
         each, more = divmod(c1 - c0, r1 - r0)

@@ -80,7 +80,7 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
     ``("skew", distinct share, hottest share, curve, tables)`` for an index input as the replay drew
     it (:class:`.distributions.Skew`; tables: :attr:`.ranges.IntRange.tables`), or
     ``("values", (...))`` for an integer input with a layout of its own (an embedding bag's sorted
-    offsets, a packed sequence's batch sizes, lengths that sum to a size), whose values the
+    offsets, a packed sequence's batch sizes, lengths that sum to a size, row by row too), whose values the
     replay made to fit its op and the script takes as they are: drawn uniformly, offsets would
     not start at 0 nor rise, and the op would refuse them; and for one the program made from its
     own numbers (``torch.tensor([32, 24])``: the original's values)."""
@@ -109,7 +109,8 @@ def _inputs(replay) -> tuple[list[tuple[int, int]], list[tuple]]:
             spread = ("skew", skew.distinct, skew.top, skew.curve, 1 if rng is None else rng.tables,
                       tuple((r.distinct, r.top, r.curve, (), tuple(v + shift for v in r.values), r.runs) for r in skew.rows),
                       tuple(v + shift for v in skew.values), skew.runs)  # fmt: skip
-        if ((rng is not None and rng.kind != "uniform" or ref in replay.factory.masks or ref in replay.factory.values)
+        if ((rng is not None and rng.kind != "uniform" or ref in replay.factory.masks or ref in replay.factory.values
+                or replay.factory.own_runs(ref))
                 and t.numel()
                 and not (t.is_floating_point() or t.is_complex())):  # fmt: skip
             spread = ("values", tuple(int(x) for x in distinct_view(t).detach().reshape(-1).tolist()))

@@ -39,7 +39,7 @@ from .graph import (
 )
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
-from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, floating, index_ranges, value_sources
+from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, floating, index_ranges, integral, value_sources
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, grouped_heads_here, substitute_for, without_added_argument
@@ -298,10 +298,20 @@ class Planner:
             self.report.notes[f"{len(self.seeded)} tensor(s) that an op allocated uninitialised (aten::empty...) were read "
                               f"before any op wrote them (the program filled them itself, as torch.tensor(list) does): "
                               f"they read seeded data"] += 1  # fmt: skip
-        derived: dict[tuple[int, int], tuple[list, int]] = {}
+        derived: dict[tuple, tuple[list, int]] = {}
 
-        def sources_of(key: tuple[int, int]) -> tuple[list, int] | None:
+        def sources_of(ref: TensorRef) -> tuple[list, int] | None:
+            key = ref.key
             i = read_from.get(key)
+            if i is not None and integral(ref) and ref not in tensors_of(planned[i].node.outputs):
+                # integers under ids a writer reused (each row of a jagged batch's offsets, read by its
+                # own lookup, a view at its own place): the op that made this very tensor, where one did
+                j = next((j for j in sorted(read_before.get(key, ()), reverse=True)
+                          if ref in tensors_of(planned[j].node.outputs)), None)  # fmt: skip
+                if j is not None:
+                    if (key, j) not in derived:
+                        derived[(key, j)] = (_value_sources(planned[j], key), j)
+                    return derived[(key, j)]
             if i is not None and key not in derived:
                 earlier = [src for j in sorted(read_before.get(key, ())) for src in _value_sources(planned[j], key)
                            if _real_floating(src[0])]  # fmt: skip
@@ -1042,7 +1052,14 @@ class Planner:
             if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
-            number = (rng is None and ref.storage_id not in summed and isinstance(record.get("low"), int)
+            runs = [r.kind for r in self.factory.pieces.get(ref, {}).values()]
+            if rng is not None and rng.kind == "uniform" and "uniform" in runs:
+                # (runs of it with index ranges of their own, several tables' ids one table's after
+                # another: the original's values lie within the widest of them, and each run is drawn
+                # with the spread in its own range)
+                spans = [r for r in self.factory.pieces[ref].values() if r.kind == "uniform"]
+                rng = IntRange(min(r.low for r in spans), max(r.high for r in spans), derived=rng.derived)
+            number = (rng is None and not runs and ref.storage_id not in summed and isinstance(record.get("low"), int)
                       and isinstance(record.get("high"), int))  # fmt: skip
             if number:
                 # (no op reads it, or what is made of it, as indices or sizes: numbers the step computes
@@ -1060,7 +1077,8 @@ class Planner:
                 self.factory.bags[ref] = Bags(steps[0], steps[1], int(record["high"]))
                 bagged += 1
                 continue
-            if rng is not None and rng.kind == "parts" and 0 <= record.get("low", -1) <= record.get("high", -1):
+            if ((rng is not None and rng.kind == "parts" or "parts" in runs)
+                    and 0 <= record.get("low", -1) <= record.get("high", -1)):  # fmt: skip
                 # (counts that sum to a size: segment lengths, repeats) between the original's smallest and largest
                 self.factory.parts[ref] = (int(record["low"]), int(record["high"]))
                 parted += 1

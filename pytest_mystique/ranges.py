@@ -555,7 +555,9 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
                   numbers: dict[str, Any] | None = None) -> dict[tuple[int, int], list[tuple[TensorRef, str]]]:  # fmt: skip
     """Where the values of the op ``op``'s outputs come from: output tensor key -> [(input, how)],
     ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
-    "copy" (``_COPIES``), "pick" (``_PICKS``), "shift" (an addition of a number: ``var + eps``,
+    "copy" (``_COPIES``), "pick" (``_PICKS``), "tail" (the rows of a concatenation after a first
+    column: ``cat([zeros, lengths.cumsum(-1)], -1)``), "running" (a cumulative sum along the rows,
+    ``_RUNNING``), "shift" (an addition of a number: ``var + eps``,
     whose sum is positive where the tensor is), "scale" (a product by a number, ``x * 0.5``, or a
     quotient of the tensor, ``v / n``, ``wh / anchors``: a divisor is drawn positive, see
     :func:`float_ranges`, and so is a number without a record) or "keep" (``_KEEPS_SIGN``).
@@ -577,6 +579,10 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
                 found[out.key] = [(src, "view")]
             elif op in _COPIES and self_ref is not None and math.prod(self_ref.shape) == math.prod(out.shape):
                 found[out.key] = [(self_ref, "copy")]
+            elif op in ("aten::cat", "aten::concat") and (pieces := _after_one(named.get("tensors", ()), out, numbers)):
+                found[out.key] = [(pieces[0], "pick"), (pieces[1], "tail")]
+            elif op in _RUNNING and self_ref is not None and i == 0 and _running_rows(op, self_ref, out, numbers):
+                found[out.key] = [(self_ref, "running")]
             elif i < len(picks) and named.get(picks[i]):
                 found[out.key] = [(src, "pick") for src in named[picks[i]]]
             elif op == "aten::add" and out.shape:
@@ -592,6 +598,33 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
             elif op in _KEEPS_SIGN and self_ref is not None and i == 0:
                 found[out.key] = [(self_ref, "keep")]
     return found
+
+
+#: Cumulative sums: running totals of a tensor's rows (FBGEMM's complete one with a 0 before them)
+_RUNNING = frozenset({"aten::cumsum", "fbgemm::asynchronous_complete_cumsum", "fbgemm::asynchronous_inclusive_cumsum",
+                      "fbgemm::asynchronous_exclusive_cumsum"})  # fmt: skip
+
+
+def _after_one(pieces: tuple | list, out: TensorRef, numbers: dict[str, Any]) -> tuple[TensorRef, TensorRef] | None:
+    """The two pieces of a concatenation along the last dimension whose first is one column wide
+    (a jagged batch's offsets: a 0 before the running totals of its lengths, row by row); None
+    for another concatenation."""
+    if len(pieces) != 2 or not out.shape or not isinstance(numbers.get("dim", 0), int):
+        return None
+    dim = numbers.get("dim", 0)
+    if dim % len(out.shape) != len(out.shape) - 1:
+        return None
+    first, rest = pieces
+    lead, width = out.shape[:-1], out.shape[-1]
+    return (first, rest) if first.shape == (*lead, 1) and rest.shape == (*lead, width - 1) else None
+
+
+def _running_rows(op: str, src: TensorRef, out: TensorRef, numbers: dict[str, Any]) -> bool:
+    """``op`` (one of :data:`_RUNNING`) sums ``src`` along its rows (its last dimension) into ``out``."""
+    if op == "fbgemm::asynchronous_complete_cumsum":
+        return len(src.shape) == 1 and out.shape == (src.shape[0] + 1,)
+    dim = numbers.get("dim", 0)
+    return bool(src.shape) and out.shape == src.shape and isinstance(dim, int) and dim % len(src.shape) == len(src.shape) - 1
 
 
 def _scaled(op: str, named: dict[str, list[TensorRef]], numbers: dict[str, Any]) -> TensorRef | None:

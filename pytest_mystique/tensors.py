@@ -45,14 +45,14 @@ import itertools
 import math
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .distributions import Bags, Skew, bag_offsets, bounded_parts, distinct_draws, mask_of, skewed_rows
 from .ranges import IntRange, floating, integral, same_elements, same_selection
 from .sidecar import QUANTILE_LEVELS
-from .trace import UNKNOWN_DTYPE, TensorRef
+from .trace import UNKNOWN_DTYPE, TensorRef, contiguous_strides
 
 #: Elements of random data drawn per block when filling large tensors.
 TILE = 1 << 20
@@ -184,6 +184,9 @@ class TensorFactory:
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
     # counts that must sum to a size ("parts": segment lengths, repeats) -> the original's smallest and largest
     parts: dict[TensorRef, tuple[int, int]] = field(default_factory=dict)
+    # integer tensors whose runs of elements have layouts of their own: (start, stop) of the
+    # flattened elements -> its layout (a jagged batch's lengths, each key's summing to its ids)
+    pieces: dict[TensorRef, dict[tuple[int, int], IntRange]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see :func:`.distributions.mask_of`)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
@@ -205,7 +208,7 @@ class TensorFactory:
     def pass_back(self, sources_of) -> None:
         """Move each requirement (an integer range, a floating range) on a tensor that an op
         derived from other tensors back to the tensors it came from, back to the trace's inputs,
-        which are the tensors the factory makes. ``sources_of(key)``: for a tensor an op
+        which are the tensors the factory makes. ``sources_of(ref)``: for a tensor an op
         produced, its (source, how) pairs (see :func:`.ranges.value_sources`) and the op's position in
         the replay; None for an input. A program reshapes or converts its data before the
         consumer whose requirement it is (``labels.view(-1)`` into a loss, ``position_ids[:, :n]``
@@ -219,20 +222,22 @@ class TensorFactory:
         order = itertools.count()  # ties (a writer's reused ids: two tensors of one key) never compare tensors
         for ref in [*(r for r, rng in self.ranges.items() if integral(r) or rng.kind == "trues"),
                     *(r for r in self.float_bounds if floating(r))]:  # fmt: skip
-            found = sources_of(ref.key)
+            found = sources_of(ref)
             if found is not None:
                 heapq.heappush(heap, (-found[1], ref.key, next(order), ref))
-        done: set[tuple] = set()
+        done: set = set()
         while heap:
             _, key, _, ref = heapq.heappop(heap)
-            if (key, integral(ref)) in done:
+            # (integers tensor by tensor, as a writer's reused ids may name several; floats by ids, see sources_of)
+            if _done_as(ref) in done:
                 continue
-            done.add((key, integral(ref)))
-            for src, how in sources_of(key)[0]:
-                if not self._passed(ref, src, how):
+            done.add(_done_as(ref))
+            for src, how in sources_of(ref)[0]:
+                moved = self._pass_pieces(ref, src, how)  # (either, or both: no short circuit)
+                if not (self._passed(ref, src, how) if self._has_requirement(ref) else False) and not moved:
                     continue
-                found = sources_of(src.key)
-                if found is not None and (src.key, integral(src)) not in done:
+                found = sources_of(src)
+                if found is not None and _done_as(src) not in done:
                     heapq.heappush(heap, (-found[1], src.key, next(order), src))
 
     def _passed(self, ref: TensorRef, src: TensorRef, how: str) -> bool:
@@ -249,7 +254,7 @@ class TensorFactory:
                 return False
             self.constrain(src, self.ranges[ref])
             return True
-        if how in ("shift", "scale", "keep"):
+        if how in ("shift", "scale", "keep", "running"):
             # only a range that asks for positive values passes (an epsilon or a variance is
             # positive, a positive number scales it, a mean of positive values is one): not an
             # index range, nor one bounded at 1 (a probability plus a number, or times one)
@@ -279,6 +284,48 @@ class TensorFactory:
             # of a noise schedule): the tensor's values lie around it, not all at it
             low, high = low / 2, high * 1.5
         self.suggest_floats({src: (low, high)})
+        return True
+
+    def _pass_pieces(self, ref: TensorRef, src: TensorRef, how: str) -> bool:
+        """Give ``src`` the layouts of runs of ``ref``'s elements (:attr:`pieces`, or ``ref``'s
+        own offsets or counts where ``src`` holds them at another place or in another form);
+        whether it took any. A jagged batch's offsets are a 0 and then each row's running totals
+        of its lengths (``cat([zeros, lengths.cumsum(-1)], -1)``, FBGEMM's complete cumsum), and a
+        lookup reads each row as the offsets of its bags (``offsets[k]``): that row's lengths must
+        sum to the count of its ids. Through a view at an offset (a row of the offsets) a run
+        moves with it; past the first column of a concatenation ("tail") a row of offsets becomes
+        running totals ending at the same count ("cuts"), and through a running sum ("running")
+        such totals become counts that sum to it ("parts"). Drawn as 0s and 1s instead, the bags
+        of a recommender's lookups held a few ids each and read a tenth of the original's."""
+        if not (integral(ref) and integral(src) and _dense(ref) and _dense(src)):
+            return False
+        runs = dict(self.pieces.get(ref, {}))
+        rng = self.ranges.get(ref)
+        whole = rng is not None and (rng.kind in _LAYOUTS or rng.kind == "uniform" and how == "view")
+        if whole and not (how in ("view", "copy") and same_elements(ref, src, how)):
+            # (the same elements in order take it as a whole, in _passed; an index range passes to
+            # the whole of the tensor there too, and holds for this run of it alone here: the ids
+            # of several tables' lookups, one table's after another)
+            runs.setdefault((0, ref.numel), rng)
+        moved = [m for (a, b), r in runs.items() if (m := _moved_run(ref, src, how, a, b, r)) is not None]
+        if not moved:
+            return False
+        if len(moved) == 1 and moved[0][:2] == (0, src.numel) and moved[0][2].kind != "uniform":
+            self.constrain(src, moved[0][2])
+            return True
+        have = dict(self.pieces.get(src, {}))
+        for a, b, r in moved:
+            if r.kind == "uniform":
+                if (a, b) == (0, src.numel):
+                    continue  # (passed whole, in _passed)
+                for (c, d), other in list(have.items()):
+                    if other.kind == "uniform" and a < d and c < b:  # (overlapping runs hold a range within both)
+                        r = r.narrow(other)
+                        have[(c, d)] = other.narrow(r)
+            have[(a, b)] = r
+        if not have:
+            return False
+        self.pieces[src] = have
         return True
 
     def suggest_floats(self, bounds: dict[TensorRef, tuple[float, float]]) -> None:
@@ -383,6 +430,9 @@ class TensorFactory:
             # (the original's values of a view are that memory's, whichever view was made first)
             self.fill(t, ref)
             self._constrained[key] = True
+        if self.own_runs(ref) and device.type != "meta" and t.is_contiguous():
+            self._fill_pieces(t, ref)
+            self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)
         if ref in self.preconditioners and made:
@@ -412,6 +462,34 @@ class TensorFactory:
 
     def _has_requirement(self, ref: TensorRef) -> bool:
         return ref in self.ranges or ref in self.float_bounds
+
+    def _fill_pieces(self, t: torch.Tensor, ref: TensorRef) -> None:
+        """Draw again the runs of ``t`` (made for ``ref``) that have layouts of their own (:meth:`own_runs`).
+
+        Index runs of a tensor the capture recorded a spread for (several tables' ids, one
+        table's after another) share its distinct values out in proportion to as many as each
+        run can hold (its length, or its range where smaller), each run otherwise spread as the
+        whole was: the record is of the whole tensor, and its share of distinct values applied
+        to each run gave a large table's ids under half the original's distinct rows, and its
+        lookup 35% less time."""
+        flat = t.view(-1)
+        runs = self.own_runs(ref)
+        skew = self.skews.get(ref)
+        room = {run: min(run[1] - run[0], rng.high - rng.low) for run, rng in runs if rng.kind == "uniform"}
+        scale = min(1.0, skew.distinct * t.numel() / max(sum(room.values()), 1)) if skew is not None else 1.0
+        self._seeded_generator()
+        with torch.no_grad():
+            for (a, b), rng in runs:
+                own = replace(skew, distinct=scale * room[a, b] / (b - a), runs=()) if skew and (a, b) in room else None
+                flat[a:b].copy_(self._sample(t.dtype, ref, rng, b - a, skew=own))
+
+    def own_runs(self, ref: TensorRef) -> list[tuple[tuple[int, int], IntRange]]:
+        """The runs of ``ref``'s elements that are drawn apart from the rest (:attr:`pieces`): each
+        with a layout, or an index range other than the whole tensor's (the rows of a graph's edge
+        index, read one by one, hold the same range as the whole)."""
+        whole = self.ranges.get(ref)
+        return [(run, rng) for run, rng in sorted(self.pieces.get(ref, {}).items())
+                if not (rng.kind == "uniform" and whole is not None and (rng.low, rng.high) == (whole.low, whole.high))]  # fmt: skip
 
     def fill(self, t: torch.Tensor, ref: TensorRef, rng: IntRange | None = None) -> None:
         """Seeded data for ``t`` (integers in ``rng``, else in ``ref``'s range). Large contiguous
@@ -578,7 +656,7 @@ class TensorFactory:
     def _float_range(self, ref: TensorRef) -> tuple[float, float]:
         return self.float_bounds.get(ref, (0.5, 1.0) if not ref.shape else (-1.0, 1.0))
 
-    def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int) -> torch.Tensor:
+    def _sample(self, dtype: torch.dtype, ref: TensorRef, rng: IntRange, n: int, skew: Skew | None = None) -> torch.Tensor:
         g, dev = self._generator, self.device
         trues, runs = self.masks.get(ref, (None, ()))
         if rng.kind == "trues":  # (a mask, or the integers it is converted from: so many of them 1, the rest 0)
@@ -612,7 +690,7 @@ class TensorFactory:
             return cuts.to(dtype)
         info = torch.iinfo(dtype)
         lo, hi = max(rng.low, info.min), min(rng.high, info.max)
-        skew = self.skews.get(ref)
+        skew = skew or self.skews.get(ref)  # (a run of the tensor's: its own share of the distinct values)
         if skew is not None:
             return lo + skewed_rows(max(hi - lo, 1), n, skew, g, dev, rng.tables).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
@@ -626,3 +704,33 @@ def _within(t: torch.Tensor, rng: IntRange) -> bool:
         return True
     low, high = torch.aminmax(t)
     return rng.low <= int(low) and int(high) < rng.high
+
+
+#: Layouts of integer data that hold for elements in order (see :class:`.ranges.IntRange`)
+_LAYOUTS = frozenset({"offsets", "cuts", "parts"})
+
+
+def _done_as(ref: TensorRef) -> tuple:
+    return (ref, True) if integral(ref) else (ref.key, False)
+
+
+def _dense(ref: TensorRef) -> bool:
+    return ref.defined and ref.layout_strides() == contiguous_strides(ref.shape)
+
+
+def _moved_run(ref: TensorRef, src: TensorRef, how: str, a: int, b: int, rng: IntRange) -> tuple[int, int, IntRange] | None:
+    """Where the run ``[a, b)`` of ``ref``'s elements, of layout ``rng``, lies in ``src``, and its
+    layout there (see :meth:`TensorFactory._pass_pieces`); None where it does not pass."""
+    if how in ("view", "copy"):
+        if how == "copy" and ref.numel != src.numel:
+            return None
+        shift = ref.offset - src.offset if how == "view" else 0
+        return (a + shift, b + shift, rng) if 0 <= a + shift < b + shift <= src.numel else None
+    if how not in ("tail", "running") or rng.kind not in ("offsets", "cuts") or not ref.shape or not src.shape:
+        return None
+    width, into = ref.shape[-1], src.shape[-1]
+    if a % width or b - a != width or ref.numel // width != src.numel // max(into, 1):
+        return None
+    row, total = a // width, rng.high - 1 if rng.kind == "offsets" else rng.high
+    kind = "cuts" if how == "tail" else "parts"  # (running totals ending at the count; counts summing to it)
+    return row * into, (row + 1) * into, IntRange(0, total, kind)

@@ -13,6 +13,8 @@ import warnings
 import pytest
 import torch
 from bad_inputs import make_huge, set_op_schema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pytest_mystique.replay as replay_module
 from pytest_mystique import capture_step
@@ -1169,6 +1171,75 @@ def test_counts_that_an_op_sums_keep_the_replays_own_rule(tmp_path):
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert not any("no op reads as indices" in n for n in rep.notes), rep.notes
     replay.run()
+    # (and the lengths the offsets are made of sum to the ids, as the original's: see the next test)
+    made = _int_inputs(replay, (2, 64))
+    assert len(made) == 1 and int(made[0][0].sum()) == ids.numel(), [int(t.sum()) for t in made]
+
+
+def _int_inputs(replay, shape) -> list[torch.Tensor]:
+    """The replay's integer input tensors of ``shape``."""
+    return [t for s in sorted(replay.permanent) if isinstance(t := replay.env[s], torch.Tensor)
+            and not t.is_floating_point() and tuple(t.shape) == shape]  # fmt: skip
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "captured-elsewhere"])
+def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
+    """A jagged batch (TorchRec's keyed jagged tensor) gives each key's lookup the offsets of its
+    bags as a 0 and the running totals of that key's row of lengths (``cat([zeros,
+    lengths.cumsum(1)], 1)``, a row of it each), or FBGEMM's complete cumsum of them. Drawn as 0s
+    and 1s, the lengths summed to a fraction of the ids the trace records, and each lookup read
+    that fraction of the original's ids. The offsets' layout now passes back through the row, the
+    concatenation and the running sum, row by row, to the lengths: each row sums to its lookup's
+    ids, and with the capture's record each length lies between the original's lowest and
+    highest. The offsets of the rows are views with the same ids (the trace writer reused them),
+    each read by its own lookup. The keys' ids are one tensor cut into views, each in its own
+    table's range: drawn in the narrowest, the larger tables' lookups read their first rows alone."""
+    torch.manual_seed(0)
+    keys, batch, tables = 3, 48, (500, 2000, 100)
+    lengths = torch.randint(1, 9, (keys * batch,))
+    rows = lengths.view(keys, batch).sum(1).tolist()
+    ids = torch.cat([torch.randint(0, n, (k,)) for n, k in zip(tables, rows)])
+    bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(n, 8, mode="sum", include_last_offset=True) for n in tables)
+
+    def step():
+        with torch.no_grad():
+            per_key = lengths.view(keys, batch)
+            offsets = torch.cat([per_key.new_zeros(keys, 1), per_key.cumsum(1)], 1)
+            return [bag(part, offsets[k]) for k, (bag, part) in enumerate(zip(bags, ids.split(rows)))]
+
+    path = tmp_path / "jagged_rows.json.gz"
+    replay = _captured(tmp_path, "jagged_rows", step) if records else _replayed_without_records(step, path)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    (made,) = _int_inputs(replay, (keys * batch,))
+    assert made.view(keys, batch).sum(1).tolist() == rows
+    # each key's ids (a view of the one tensor of ids, at its place) lie in its own table's rows,
+    # not all in the smallest table's, which is what the whole tensor's ranges narrow to
+    (drawn,) = _int_inputs(replay, (sum(rows),))
+    for part, n in zip(drawn.split(rows), tables):
+        assert 0 <= int(part.min()) and n / 2 < int(part.max()) < n, (n, int(part.max()))
+    if records:
+        assert 1 <= int(made.min()) and int(made.max()) <= 8, made
+        assert any("counts that sum to a size" in n for n in replay.report.notes), replay.report.notes
+    replay.run()
+
+
+def test_lengths_cut_by_fbgemms_complete_cumsum_sum_to_the_ids(tmp_path):
+    """FBGEMM's complete cumsum (a 0, then the running totals) makes a jagged batch's offsets in
+    one op: the lengths it reads sum to the ids of the bags (see the test before)."""
+    if load_op_library("fbgemm") is not True:
+        pytest.skip("fbgemm_gpu is not installed for this torch")
+    torch.manual_seed(0)
+    lengths = torch.randint(0, 12, (96,))
+    ids = torch.randint(0, 300, (int(lengths.sum()),))
+    bag = torch.nn.EmbeddingBag(300, 8, mode="mean", include_last_offset=True)
+
+    def step():
+        with torch.no_grad():
+            return bag(ids, torch.ops.fbgemm.asynchronous_complete_cumsum(lengths))
+
+    replay = _replayed_without_records(step, tmp_path / "complete_cumsum.json.gz")
+    (made,) = _int_inputs(replay, (96,))
+    assert int(made.sum()) == ids.numel() and int(made.min()) >= 0
 
 
 def _captured_without_records(step, path):
@@ -2943,6 +3014,23 @@ def test_index_inputs_are_spread_as_the_capture_recorded(tmp_path):
         Replay(load_trace(path), "cpu").prepare()
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 400), k_share=st.floats(0.0, 1.0),
+       shares=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8))  # fmt: skip
+def test_curve_counts_give_every_element_a_value(n, k_share, shares):
+    """The repeats of each of ``k`` values that follow a recorded curve of hottest shares count
+    all ``n`` elements, each value at least once, for any ``k`` up to ``n``. Where rounding reached
+    every rank before the curve's end (4 values over 6 elements, a graph's index row drawn alone)
+    the last band was left out: the counts summed to 4, and the draw indexed past its values."""
+    from pytest_mystique.distributions import curve_counts
+
+    k = max(1, round(k_share * n))
+    ranks = sorted({min(max(r, 1e-3), 1.0) for r in shares})
+    curve = tuple(zip(ranks, sorted(min(max(s, r), 1.0) for s, r in zip(sorted(shares), ranks))))
+    counts = curve_counts(k, n, curve)
+    assert counts.numel() == k and int(counts.sum()) == n and int(counts.min()) >= 1, (k, n, curve, counts)
+
+
 def test_index_inputs_follow_the_recorded_curve_of_their_hottest_values(tmp_path):
     """Ids of a square's law (``rand() ** 2 * rows``: hot rows, but not a Zipf law's) over a small
     table: the capture helper records the shares the hottest values took, two ranks to a doubling
@@ -4156,7 +4244,7 @@ def test_index_requirements_pass_back_where_a_writer_reused_a_tensors_ids():
     source = TensorRef(2, 3, 0, 8, 8, "cpu", "int64", (8,), (1,))
     factory.constrain(first, IntRange(0, 10))
     factory.constrain(again, IntRange(0, 7))
-    factory.pass_back(lambda key: ([(source, "same")], 1) if key == (5, 9) else None)
+    factory.pass_back(lambda ref: ([(source, "same")], 1) if ref.key == (5, 9) else None)
     assert factory.ranges[source].high in (7, 10)
 
 
