@@ -13,7 +13,8 @@ beside the bundled CNN inference and recommender training, a residual CNN's trai
 recommender's inference of other shapes, an LSTM language model's training, and the inference of
 a batch-first transformer decoder and of a GRU encoder (whose parameters' requires_grad flag
 decides their matmuls' path), a statically quantized residual CNN's inference (int8 kernels), the
-recommender's inference with int8 tables and linears (``qrec_infer``) and,
+recommender's inference with int8 tables and linears (``qrec_infer``), a recommender's inference
+over a keyed jagged batch cut into bags in the step (``rec_jagged_infer``) and,
 with torchao installed, the inference of feed-forward blocks whose linear layers torchao quantized
 (int8 weights and activations; float8 weights). Each is captured with the capture helper, then
 this script alternates blocks of original steps and replay iterations in the same process and
@@ -258,6 +259,29 @@ def _rec_infer(quantized: bool = False):
     return infer, None
 
 
+def _rec_jagged_infer():
+    """A recommender's inference over a keyed jagged batch, as TorchRec's embedding-bag
+    collection runs it on a CPU: one tensor of lengths (a row per key) and one of ids (each key's
+    after the one before), cut in the step: the lengths' running totals after a 0, row by row,
+    are each key's offsets, and the ids are split by key; tables of different sizes, ids of a
+    square's law. Each lookup's bags are what the lengths make them."""
+    tables, batch = (100_000, 20_000, 5_000, 1_000), 512
+    bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(n, 64, mode="sum", include_last_offset=True) for n in tables)
+    top = torch.nn.Linear(64 * len(tables), 1)
+    lengths = torch.randint(1, 40, (len(tables) * batch,))
+    rows = lengths.view(len(tables), batch).sum(1).tolist()
+    ids = torch.cat([(torch.rand(k) ** 2 * n).long() for n, k in zip(tables, rows)])
+
+    def infer():
+        with torch.no_grad():
+            per_key = lengths.view(len(tables), batch)
+            offsets = torch.cat([per_key.new_zeros(len(tables), 1), per_key.cumsum(1)], 1)
+            pooled = [bag(part, offsets[k]) for k, (bag, part) in enumerate(zip(bags, ids.split(rows)))]
+            top(torch.cat(pooled, 1))
+
+    return infer, None
+
+
 def _rec_train_hot():
     """A recommender's training step over a large table (a million rows, 256 MB) whose ids follow a
     power law, as real ones do (Zipf, s = 1.1: a few hot rows take most lookups), with sparse
@@ -417,7 +441,7 @@ def _torchao_infer(config: str):
 TORCH_MODELS = {"cnn_train": _cnn_train, "rec_infer": _rec_infer, "lstm_train": _lstm_train,
                 "rec_train_hot": _rec_train_hot, "decoder_infer": _decoder_infer, "encoder_infer": _encoder_infer,
                 "gru_infer": _gru_infer, "qresnet_infer": _quantized_resnet_infer,
-                "qrec_infer": functools.partial(_rec_infer, True)}  # fmt: skip
+                "qrec_infer": functools.partial(_rec_infer, True), "rec_jagged_infer": _rec_jagged_infer}  # fmt: skip
 #: With torchao installed, models whose layers it quantized.
 TORCHAO_MODELS = {"ao_int8_infer": functools.partial(_torchao_infer, "int8"),
                   "ao_float8_infer": functools.partial(_torchao_infer, "float8"),

@@ -66,8 +66,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: a data-shaped output and then written in place (an offset added) reads seeded indices of its own;
 #: 18 = a number assigned into a tensor (``x[i] = 0.5``: through ``lift_fresh``, no op making it) holds
 #: the value the capture recorded, an integer input that no op reads as indices (nor sums) holds values in
-#: the original's recorded range, and ``one_hot`` refusing classes computed from the data reads seeded ones.
-REPLAY_VERSION = 18
+#: the original's recorded range, and ``one_hot`` refusing classes computed from the data reads seeded ones;
+#: 19 = a jagged batch's lengths sum, row by row, to the ids of the bags their running totals cut (the
+#: offsets' layout passes back through a row view, a 0 column's concatenation and a cumsum), and views of
+#: one tensor of ids each hold their own consumer's range.
+REPLAY_VERSION = 19
 
 
 @lru_cache(maxsize=1)

@@ -319,6 +319,11 @@ class Planner:
             return derived.get(key)
 
         self.factory.pass_back(sources_of)
+        by_runs = sum(1 for ref in int_inputs if self.factory.own_runs(ref))
+        if by_runs:
+            self.report.notes[f"{by_runs} integer input(s) drawn run by run, each run as the op that reads it needs (a "
+                              f"jagged batch's lengths: each key's row sums to the ids of its lookup's bags; one tensor "
+                              f"of several tables' ids: each table's in its own range)"] += 1  # fmt: skip
         self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
         summed = {ref.storage_id for p in planned if p.node.name in _SUMS for ref in tensors_of(p.node.inputs[:1])}
         self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"), summed)

@@ -1212,6 +1212,7 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     (made,) = _int_inputs(replay, (keys * batch,))
     assert made.view(keys, batch).sum(1).tolist() == rows
+    assert any(n.startswith("2 integer input(s) drawn run by run") for n in replay.report.notes), replay.report.notes
     # each key's ids (a view of the one tensor of ids, at its place) lie in its own table's rows,
     # not all in the smallest table's, which is what the whole tensor's ranges narrow to
     (drawn,) = _int_inputs(replay, (sum(rows),))
