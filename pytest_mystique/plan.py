@@ -1096,6 +1096,12 @@ class Planner:
                 if len(ref.shape) == 2 and _rows_differ(record, ref.shape[1], rng.high - rng.low):
                     rows = tuple(_skew_of(row, ref.shape[1], rng.low) for row in record["rows"])
                 self.factory.skews[ref] = _skew_of(record, ref.numel, rng.low, rows)
+                own = {(r["start"], r["start"] + r["length"]): r for r in record.get("runs", ())}
+                runs_drawn = {run: _skew_of(own[run], run[1] - run[0], piece.low)
+                              for run, piece in self.factory.own_runs(ref) if piece.kind == "uniform" and run in own
+                              and piece.low <= own[run]["low"] and own[run]["high"] < piece.high}  # fmt: skip
+                if runs_drawn:  # (one table's ids among several tables': each spread as its own were)
+                    self.factory.run_skews[ref] = runs_drawn
                 skewed += not number  # (numbers are counted as such)
                 by_rows += bool(rows)
         if numbers:

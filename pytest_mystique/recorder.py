@@ -252,6 +252,9 @@ def _record_inputs(step, result: Captured) -> None:
     found: dict[str, list[dict]] = {key: [] for key in INPUT_RECORDS}
     outputs: dict[int, object] = {}  # id -> a weak reference to a tensor an operator returned
     seen: set[int] = set()
+    # integer inputs recorded, by their memory -> (record, storage offset, elements): views of one
+    # that an op made and another reads (a split of several tables' ids) have spreads of their own
+    viewed: dict[tuple[int, torch.dtype], tuple[dict, int, int]] = {}
 
     def made_here(t) -> bool:
         return id(t) in outputs and outputs[id(t)]() is t
@@ -266,6 +269,8 @@ def _record_inputs(step, result: Captured) -> None:
             leaves = tree_leaves((args, kwargs or {}))
             scalars = []
             for t in leaves if func not in fresh else ():
+                if viewed and isinstance(t, torch.Tensor) and made_here(t):
+                    _record_run(t, viewed)
                 if isinstance(t, torch.Tensor) and not made_here(t):
                     if t.dim() == 0 and type(t) in (torch.Tensor, torch.nn.Parameter):
                         scalars.append(t)  # (at every read: a writer may give another 0-dim tensor its ids)
@@ -279,6 +284,8 @@ def _record_inputs(step, result: Captured) -> None:
                                 "float_inputs" if t.dtype.is_floating_point else
                                 "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
                         found[kind].append(record)
+                        if kind == "index_inputs" and t.is_contiguous() and t.layout == torch.strided:
+                            viewed[(t.untyped_storage().data_ptr(), t.dtype)] = (record, t.storage_offset(), t.numel())
             if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
             elif func in fresh:
@@ -307,6 +314,33 @@ def _record_inputs(step, result: Captured) -> None:
     found = {k: v for k, v in found.items() if v}
     if found:
         add_to_sidecar(path, **found)
+
+
+def _record_run(t: torch.Tensor, viewed: dict) -> None:
+    """Where ``t``, a tensor an operator made, is a run of a recorded integer input's elements (a
+    contiguous view of fewer of them: one table's ids split from a tensor of several tables'),
+    add its spread to that input's record (``runs``: its start among the input's elements, its
+    length, and its spread, :func:`_spread`). The input's own spread mixes the tables: a large
+    table's ids are mostly distinct, a small one's repeat, and one share of distinct values for
+    all of them gave the large table's lookup under half its original's distinct rows."""
+    if t.layout != torch.strided or t.dim() != 1 or not t.is_contiguous() or t.numel() < 2 or t.device.type == "meta":
+        return
+    try:
+        hit = viewed.get((t.untyped_storage().data_ptr(), t.dtype))
+    except (RuntimeError, NotImplementedError):  # (a tensor without storage: a functional wrapper's)
+        return
+    if hit is None:
+        return
+    record, offset, n = hit
+    start = t.storage_offset() - offset
+    runs = record.setdefault("runs", [])
+    if 0 <= start and start + t.numel() <= n and t.numel() < n and len(runs) < MAX_RUNS:
+        if not any(r["start"] == start and r["length"] == t.numel() for r in runs):
+            runs.append({"start": start, "length": t.numel(), **_spread(t.detach())})
+
+
+#: Runs of one integer input recorded at most (the tables of a recommender's keyed batch)
+MAX_RUNS = 256
 
 
 def _scalar_records(func, args: tuple, kwargs: dict, scalars: list[torch.Tensor]) -> list[dict]:

@@ -50,7 +50,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
                          f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
                          f"(ranks rising within the distinct values, shares in (0, 1] not falling), the lowest and highest "
-                         f"values (numbers, the lowest first) and, for a 2-dimensional one, each row's spread (rows)")  # fmt: skip
+                         f"values (numbers, the lowest first), for a 2-dimensional one, each row's spread (rows) and "
+                         f"the spreads of runs of its elements (runs: a start and a length within them)")  # fmt: skip
     masks = data.get("mask_inputs")
     if masks is not None and not (isinstance(masks, list) and all(_mask_record_ok(r) for r in masks)):
         raise ValueError(f"{path}: malformed timing sidecar: mask_inputs must be a list of records with a shape, "
@@ -199,7 +200,16 @@ def _index_record_ok(r) -> bool:
     return (_input_record_ok(r) and _spread_ok(r, math.prod(r["shape"]))
             and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps) and steps[0] <= steps[1]
             and isinstance(rows, list) and (not rows or len(r["shape"]) == 2 and len(rows) == r["shape"][0])
-            and all(isinstance(row, dict) and _spread_ok(row, r["shape"][1]) for row in rows))  # fmt: skip
+            and all(isinstance(row, dict) and _spread_ok(row, r["shape"][1]) for row in rows)
+            and _runs_ok(r.get("runs", []), math.prod(r["shape"])))  # fmt: skip
+
+
+def _runs_ok(runs, n: int) -> bool:
+    """An index record's ``runs``: spreads of runs of its ``n`` elements that ops read apart (see
+    :func:`.recorder._record_run`), each with its start and length within them."""
+    return isinstance(runs, list) and all(
+        isinstance(r, dict) and _count(r.get("start")) and _count(r.get("length")) and r["length"] >= 1
+        and r["start"] + r["length"] <= n and _spread_ok(r, r["length"]) for r in runs)  # fmt: skip
 
 
 def _spread_ok(r: dict, n: int) -> bool:

@@ -187,6 +187,8 @@ class TensorFactory:
     # integer tensors whose runs of elements have layouts of their own: (start, stop) of the
     # flattened elements -> its layout (a jagged batch's lengths, each key's summing to its ids)
     pieces: dict[TensorRef, dict[tuple[int, int], IntRange]] = field(default_factory=dict)
+    # and the spreads the capture recorded for some of those runs (one table's ids among several tables')
+    run_skews: dict[TensorRef, dict[tuple[int, int], Skew]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see :func:`.distributions.mask_of`)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
@@ -471,16 +473,19 @@ class TensorFactory:
         run can hold (its length, or its range where smaller), each run otherwise spread as the
         whole was: the record is of the whole tensor, and its share of distinct values applied
         to each run gave a large table's ids under half the original's distinct rows, and its
-        lookup 35% less time."""
+        lookup 35% less time. A run the capture recorded a spread for (:attr:`run_skews`) is
+        drawn with its own."""
         flat = t.view(-1)
         runs = self.own_runs(ref)
-        skew = self.skews.get(ref)
+        skew, recorded = self.skews.get(ref), self.run_skews.get(ref, {})
         room = {run: min(run[1] - run[0], rng.high - rng.low) for run, rng in runs if rng.kind == "uniform"}
         scale = min(1.0, skew.distinct * t.numel() / max(sum(room.values()), 1)) if skew is not None else 1.0
         self._seeded_generator()
         with torch.no_grad():
             for (a, b), rng in runs:
-                own = replace(skew, distinct=scale * room[a, b] / (b - a), runs=()) if skew and (a, b) in room else None
+                own = recorded.get((a, b))  # (the run's own, where the capture recorded it)
+                if own is None and skew is not None and (a, b) in room:
+                    own = replace(skew, distinct=scale * room[a, b] / (b - a), runs=())
                 flat[a:b].copy_(self._sample(t.dtype, ref, rng, b - a, skew=own))
 
     def own_runs(self, ref: TensorRef) -> list[tuple[tuple[int, int], IntRange]]:

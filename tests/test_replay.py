@@ -1193,7 +1193,8 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
     ids, and with the capture's record each length lies between the original's lowest and
     highest. The offsets of the rows are views with the same ids (the trace writer reused them),
     each read by its own lookup. The keys' ids are one tensor cut into views, each in its own
-    table's range: drawn in the narrowest, the larger tables' lookups read their first rows alone."""
+    table's range: drawn in the narrowest, the larger tables' lookups read their first rows alone;
+    the capture records each view's spread too, which each is drawn with."""
     torch.manual_seed(0)
     keys, batch, tables = 3, 48, (500, 2000, 100)
     lengths = torch.randint(1, 9, (keys * batch,))
@@ -1213,6 +1214,7 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
     (made,) = _int_inputs(replay, (keys * batch,))
     assert made.view(keys, batch).sum(1).tolist() == rows
     assert any(n.startswith("2 integer input(s) drawn run by run") for n in replay.report.notes), replay.report.notes
+    replay.run()
     # each key's ids (a view of the one tensor of ids, at its place) lie in its own table's rows,
     # not all in the smallest table's, which is what the whole tensor's ranges narrow to
     (drawn,) = _int_inputs(replay, (sum(rows),))
@@ -1221,7 +1223,17 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
     if records:
         assert 1 <= int(made.min()) and int(made.max()) <= 8, made
         assert any("counts that sum to a size" in n for n in replay.report.notes), replay.report.notes
-    replay.run()
+        # the capture recorded each key's ids apart (the views the lookups read): the two larger
+        # tables' ids, drawn apart from the whole's range, have as many distinct rows as the original's
+        for part, want in list(zip(drawn.split(rows), ids.split(rows)))[:2]:
+            assert part.unique().numel() == want.unique().numel()
+        side = load_sidecar(path)
+        [record] = [r for r in side["index_inputs"] if r["shape"] == [sum(rows)]]
+        assert [(r["start"], r["length"]) for r in record["runs"]] == [(0, rows[0]), (rows[0], rows[1]), (sum(rows[:2]), rows[2])]
+        record["runs"][0]["start"] = sum(rows)  # (past the tensor's elements)
+        sidecar_path(path).write_text(json.dumps(side))
+        with pytest.raises(ReplayError, match=r"jagged_rows\.meta\.json: malformed timing sidecar: index_inputs"):
+            Replay(load_trace(path), "cpu").prepare()
 
 
 def test_lengths_cut_by_fbgemms_complete_cumsum_sum_to_the_ids(tmp_path):
