@@ -1049,7 +1049,11 @@ class Planner:
         that sum to a size lie between its lowest and highest (:func:`.distributions.bounded_parts`).
         An integer input that no op reads as indices (no range) holds values between the original's
         lowest and highest, spread as its were, unless an op sums it (``summed``: the storages of
-        what the ops of :data:`_SUMS` read), whose sums must be the sizes the trace records."""
+        what the ops of :data:`_SUMS` read), whose sums must be the sizes the trace records: where
+        its running sums cut a lookup's bags, the layout passed back to it makes them so (and its
+        counts lie between the original's lowest and highest, as other counts that sum to a size).
+        Runs of an input with ranges of their own (several tables' ids) are drawn each with the
+        spread the capture recorded for it (``runs``)."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = bagged = by_rows = parted = numbers = 0
         for ref in int_inputs:
