@@ -110,7 +110,9 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         pytorch-tabnet auraloss pytorch-msssim roma rtdl_num_embeddings julius pytorch_optimizer torchrec \
         fbgemm-gpu-cpu geoopt torchode nnAudio torch-struct tensorly pytorch-minimize pytorch-tcn neuraloperator \
         pykeen stable-baselines3 s5-pytorch local-attention siren-pytorch torchcfm brevitas deepxde \
-        memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole
+        memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole \
+        torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
+        routing-transformer came-pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -1698,6 +1700,192 @@ def _recbole_sasrec():
     return Sequence(), {"history": history, "lengths": lengths, "target": torch.randint(1, 3000, (128,))}, _identity
 
 
+def _torchfm_deepfm():
+    from torchfm.model.dfm import DeepFactorizationMachineModel
+
+    fields = (1000, 50, 3000, 20, 400, 8, 12000, 100)
+
+    class Ctr(nn.Module):
+        """pytorch-fm's DeepFM: one embedding table for all fields (each field's ids moved past the
+        fields before it by an added offset), a factorization machine's pairwise term beside an
+        MLP, trained by binary cross-entropy on clicks."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = DeepFactorizationMachineModel(fields, embed_dim=16, mlp_dims=(64, 32), dropout=0.0)
+
+        def forward(self, ids, clicks):
+            return F.binary_cross_entropy(self.model(ids), clicks)
+
+    torch.manual_seed(0)
+    ids = torch.stack([(torch.rand(512) ** 2 * n).long() for n in fields], 1)
+    return Ctr(), {"ids": ids, "clicks": torch.randint(0, 2, (512,)).float()}, _identity
+
+
+def _torchfm_xdeepfm():
+    from torchfm.model.xdfm import ExtremeDeepFactorizationMachineModel
+
+    fields = (1000, 50, 3000, 20, 400, 8)
+
+    class Ctr(nn.Module):
+        """pytorch-fm's xDeepFM: a compressed interaction network (outer products of the field
+        embeddings, convolved field-wise, layer by layer) beside an MLP."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = ExtremeDeepFactorizationMachineModel(fields, embed_dim=16, cross_layer_sizes=(32, 32),
+                                                              split_half=True, mlp_dims=(64, 32), dropout=0.0)  # fmt: skip
+
+        def forward(self, ids, clicks):
+            return F.binary_cross_entropy(self.model(ids), clicks)
+
+    torch.manual_seed(0)
+    ids = torch.stack([(torch.rand(256) ** 2 * n).long() for n in fields], 1)
+    return Ctr(), {"ids": ids, "clicks": torch.randint(0, 2, (256,)).float()}, _identity
+
+
+def _deepctr_din():
+    from deepctr_torch.inputs import DenseFeat, SparseFeat, VarLenSparseFeat
+    from deepctr_torch.models import DIN
+
+    columns = [SparseFeat("user", 500, embedding_dim=16), SparseFeat("item", 3000, embedding_dim=16),
+               SparseFeat("category", 60, embedding_dim=8), DenseFeat("price", 1),
+               VarLenSparseFeat(SparseFeat("hist_item", 3000, embedding_dim=16, embedding_name="item"), maxlen=30,
+                                length_name="seq_length"),
+               VarLenSparseFeat(SparseFeat("hist_category", 60, embedding_dim=8, embedding_name="category"),
+                                maxlen=30, length_name="seq_length")]  # fmt: skip
+
+    class Interest(nn.Module):
+        """DeepCTR-Torch's Deep Interest Network: the candidate item's attention over the user's
+        padded history of items and categories (the history's length given), pooled into the
+        user's interest, then an MLP; the features come as one float tensor whose columns the
+        model cuts out and converts to ids."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = DIN(columns, ["item", "category"], dnn_hidden_units=(64, 32), att_hidden_size=(32, 16),
+                             device="cpu", seed=0)  # fmt: skip
+
+        def forward(self, features, clicks):
+            return F.binary_cross_entropy(self.model(features).squeeze(-1), clicks)
+
+    torch.manual_seed(0)
+    batch = 256
+    lengths = torch.randint(1, 31, (batch,))
+    pad = torch.arange(30)[None] < lengths[:, None]
+    hist_item = (torch.rand(batch, 30) ** 2 * 2999 + 1).long() * pad
+    hist_cat = torch.randint(1, 60, (batch, 30)) * pad
+    features = torch.cat([torch.randint(1, 500, (batch, 1)), torch.randint(1, 3000, (batch, 1)),
+                          torch.randint(1, 60, (batch, 1)), torch.rand(batch, 1), hist_item, hist_cat,
+                          lengths[:, None]], 1).float()  # fmt: skip
+    return Interest(), {"features": features, "clicks": torch.randint(0, 2, (batch,)).float()}, _identity
+
+
+def _product_key_memory():
+    from product_key_memory import PKM
+
+    class Memory(nn.Module):
+        """product-key-memory: a layer whose queries pick their top keys from two half-key sets and
+        read the values of the best of those products by an embedding bag weighted by the scores."""
+
+        def __init__(self):
+            super().__init__()
+            self.pkm = PKM(dim=256, heads=4, num_keys=128, topk=16, dim_head=64)
+            self.out = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.out(self.pkm(x).mean(1)).square().mean()
+
+    torch.manual_seed(0)
+    return Memory(), {"x": torch.randn(8, 128, 256)}, _identity
+
+
+def _conformer():
+    from conformer import ConformerBlock
+
+    class Speech(nn.Module):
+        """conformer: two macaron feed-forward halves around self-attention with relative
+        positions and a depthwise convolution module (GLU, batch norm, Swish), over audio frames."""
+
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(*(ConformerBlock(dim=144, dim_head=36, heads=4, conv_kernel_size=31)
+                                          for _ in range(2)))  # fmt: skip
+            self.head = nn.Linear(144, 32)
+
+        def forward(self, frames):
+            return self.head(self.blocks(frames)).square().mean()
+
+    torch.manual_seed(0)
+    return Speech(), {"frames": torch.randn(4, 200, 144)}, _identity
+
+
+def _point_transformer():
+    from point_transformer_pytorch import PointTransformerLayer
+
+    class Points(nn.Module):
+        """point-transformer-pytorch: vector attention over each point's nearest neighbours (their
+        distances computed, the closest picked by top-k, features and positions gathered), a
+        relative-position MLP, over a point cloud."""
+
+        def __init__(self):
+            super().__init__()
+            self.layer = PointTransformerLayer(dim=64, pos_mlp_hidden_dim=64, attn_mlp_hidden_mult=4, num_neighbors=16)
+            self.head = nn.Linear(64, 8)
+
+        def forward(self, feats, pos):
+            return self.head(self.layer(feats, pos).mean(1)).square().mean()
+
+    torch.manual_seed(0)
+    return Points(), {"feats": torch.randn(4, 512, 64), "pos": torch.randn(4, 512, 3)}, _identity
+
+
+def _egnn():
+    from egnn_pytorch import EGNN_Network
+
+    class Molecule(nn.Module):
+        """egnn-pytorch: an E(n)-equivariant graph network over atoms (token ids) and coordinates,
+        each atom's messages from its nearest neighbours updating features and positions."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = EGNN_Network(num_tokens=20, dim=32, depth=2, num_nearest_neighbors=8, coor_weights_clamp_value=2.0)
+
+        def forward(self, atoms, coors):
+            feats, moved = self.net(atoms, coors)
+            return feats.pow(2).mean() + moved.pow(2).mean()
+
+    torch.manual_seed(0)
+    return Molecule(), {"atoms": torch.randint(0, 20, (8, 64)), "coors": torch.randn(8, 64, 3)}, _identity
+
+
+def _routing_transformer():
+    from routing_transformer import RoutingTransformerLM
+
+    class Lm(nn.Module):
+        """routing-transformer: causal attention routed by online k-means (each query and key
+        to its nearest centroids, attention within each cluster's top members) beside local
+        windowed attention; its clustering's auxiliary loss added to the language model's."""
+
+        def __init__(self):
+            super().__init__()
+            self.lm = RoutingTransformerLM(num_tokens=2000, dim=128, heads=4, depth=2, max_seq_len=512,
+                                           window_size=64, causal=True, n_local_attn_heads=2)  # fmt: skip
+
+        def forward(self, ids):
+            logits, aux = self.lm(ids)
+            return F.cross_entropy(logits[:, :-1].reshape(-1, 2000), ids[:, 1:].reshape(-1)) + aux
+
+    torch.manual_seed(0)
+    return Lm(), {"ids": torch.randint(0, 2000, (2, 512))}, _identity
+
+
+def _came(params):
+    from came_pytorch import CAME
+
+    return CAME(params, lr=2e-4, weight_decay=1e-2, betas=(0.9, 0.999, 0.9999), eps=(1e-30, 1e-16))
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1780,4 +1968,14 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "soft_moe": _soft_moe,
     "mlp_mixer": _mlp_mixer,
     "recbole_sasrec": _recbole_sasrec,
+    # session 79's batch
+    "torchfm_deepfm": _torchfm_deepfm,
+    "torchfm_xdeepfm": _torchfm_xdeepfm,
+    "deepctr_din": _deepctr_din,
+    "product_key_memory": _product_key_memory,
+    "conformer": _conformer,
+    "point_transformer": _point_transformer,
+    "egnn": _egnn,
+    "routing_transformer": _routing_transformer,
+    "came": _with_optimizer(_came),
 }

@@ -528,6 +528,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     chosen = {n.id for n in selected}
     by_id = trace.by_id
     last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
+    makers: dict[int, list[int]] = {}  # storage id -> the operators that output a tensor in it, in order
     tops: dict[int, int | None] = {}
     seen: dict[int, set[int]] = {}
     opens: set[int] = set()
@@ -553,8 +554,11 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                     continue
                 # the same place under another id is the same tensor (autograd unpacks what it
                 # saved as a new one); another type or shape in that storage is another tensor
-                # (ids are reused once the memory is freed)
-                if ref.placement not in {r.placement for r in tensors_of(by_id[maker].outputs)}:
+                # (ids are reused once the memory is freed), unless an operator inside the same
+                # one made it before a view of it (native_batch_norm's mean of a batch of
+                # sequences, and its as_strided for the broadcast)
+                maker = _made_there(ref, maker, makers[ref.storage_id], by_id, top)
+                if maker is None:
                     continue
                 inner = [maker]  # the maker and the operators between it and ``outer``, innermost first
                 while inner[-1] != outer:
@@ -572,7 +576,24 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                     opens.add(nid)
         for sid in node.output_storages():
             last[sid] = node.id
+            makers.setdefault(sid, []).append(node.id)
     return opens, kept
+
+
+def _made_there(ref: TensorRef, maker: int, makers: list[int], by_id: dict, top) -> int | None:
+    """The operator that made ``ref``'s placement: ``maker`` (the last to output a tensor in its
+    storage), or the latest one before it that did where ``maker`` made another view of that
+    memory inside the same selected operator (``top``); None where neither did."""
+    if ref.placement in {r.placement for r in tensors_of(by_id[maker].outputs)}:
+        return maker
+    outer = top(maker)
+    for at in range(len(makers) - 2, -1, -1):
+        nid = makers[at]
+        if top(nid) != outer:
+            return None
+        if ref.placement in {r.placement for r in tensors_of(by_id[nid].outputs)}:
+            return nid
+    return None
 
 
 def enclosing_ops(trace: Trace) -> dict[int, int]:

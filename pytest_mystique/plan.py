@@ -884,13 +884,19 @@ class Planner:
                 self.factory.float_values[ref] = tuple(record["values"])
             elif record.get("quantiles") is not None:
                 self.factory.float_quantiles[ref] = tuple(record["quantiles"])
+                if record.get("columns") and len(ref.shape) == 2:  # (checked by the sidecar's loader)
+                    self.factory.float_columns[ref] = tuple(tuple(c) for c in record["columns"])
         exact, spread = len(self.factory.float_values), len(self.factory.float_quantiles)
         if scaled - exact - spread:
             self.report.notes[f"{scaled - exact - spread} floating input(s) drawn at the original's scale, as the capture "
                               f"recorded (its mean and deviation, within its lowest and highest value)"] += 1  # fmt: skip
         if spread:
+            columns = len(self.factory.float_columns)
+            by_columns = (f"; {columns} of them column by column, tables of features whose columns spread unlike each "
+                          f"other" if columns else "")  # fmt: skip
             self.report.notes[f"{spread} floating input(s) drawn at the original's scale and spread, as the capture "
-                              f"recorded (between its quantiles, each span as often as the share of values it holds)"] += 1  # fmt: skip
+                              f"recorded (between its quantiles, each span as often as the share of values it "
+                              f"holds{by_columns})"] += 1  # fmt: skip
         if exact:
             self.report.notes[f"{exact} small floating input(s) hold the original's values, as the capture recorded"] += 1
         if kept:
@@ -961,10 +967,14 @@ class Planner:
         log-probabilities drawn as its probabilities and back: the loss NaN). Only the inputs
         an op reads first together, two of them or more, are reordered, by where the operators it
         ran inside it (as the trace records them) read each first. ``records``: the sidecar's list
-        they are matched to."""
-        inputs = list(first_reader)
+        they are matched to. An input that reads the very elements of one before it in another
+        layout (``weight.t()``, made by an operator inside a replayed one: a linear layer's) is left
+        out: the capture saw an operator make it and recorded its base alone, and matched, it took
+        the record of the next input of its shape (an optimizer's state, 1e-18 where the weight was
+        0.17), which its fill then wrote over the weight."""
         if not self.sidecar().get(records):  # (no records to match: any order will do)
-            return inputs
+            return list(first_reader)
+        inputs = [ref for ref in first_reader if ref not in _aliases(first_reader)]
         by_reader: dict[int, list[TensorRef]] = {}
         for ref, i in first_reader.items():
             by_reader.setdefault(i, []).append(ref)
@@ -1157,6 +1167,30 @@ def _rows_differ(record: dict, n: int, span: int) -> bool:
     for row in rows:
         missed *= 1 - min(row["distinct"], span) / span
     return abs(span * (1 - missed) - record["distinct"]) <= 0.1 * record["distinct"]
+
+
+def _aliases(refs) -> set[TensorRef]:
+    """Those of ``refs`` (in the order read) that hold the very elements of one before them (the
+    same memory, offset and count), both dense in some order of their dimensions, laid out otherwise."""
+    first: dict[tuple, TensorRef] = {}
+    found = set()
+    for ref in refs:
+        at = (ref.storage_id, ref.dtype, ref.offset, ref.numel)
+        was = first.setdefault(at, ref)
+        if was is not ref and was.placement != ref.placement and _dense_in_some_order(ref) and _dense_in_some_order(was):
+            found.add(ref)
+    return found
+
+
+def _dense_in_some_order(ref: TensorRef) -> bool:
+    """``ref``'s elements fill its extent without gaps, its dimensions taken in some order (a
+    transpose, a permutation of a dense tensor)."""
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(ref.shape, ref.layout_strides()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _skew_of(record: dict, n: int, low: int, rows: tuple[Skew, ...] = ()) -> Skew:

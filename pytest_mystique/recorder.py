@@ -506,8 +506,9 @@ def _float_scale(t: torch.Tensor) -> dict:
     """A floating input's scale and spread: its mean, standard deviation, lowest and highest value
     and, for one of at most :data:`EXACT_FLOATS` elements, its values (``values``), else its
     quantiles at :data:`.sidecar.QUANTILE_LEVELS`, from the lowest to the highest (``quantiles``;
-    of a seeded sample of :data:`QUANTILE_SAMPLE` elements where it has more); none of these where a value is
-    NaN or infinite. A trained model's weights, or an untrained one's at its initialisation
+    of a seeded sample of :data:`QUANTILE_SAMPLE` elements where it has more) and, for a table whose
+    columns spread unlike each other, each column's (``columns``, see :data:`MAX_COLUMNS`); none of
+    these where a value is NaN or infinite. A trained model's weights, or an untrained one's at its initialisation
     (normal with a deviation of 0.02 in many), set the magnitude of every activation after them;
     a replay that draws them by rule alone gets another. And the shape of their spread passes
     too: a gated-delta layer's ``A_log`` (the logs of a uniform draw, a value a head) sets how
@@ -525,6 +526,21 @@ def _float_scale(t: torch.Tensor) -> dict:
     if flat.numel() <= EXACT_FLOATS:
         record["values"] = _json_floats(flat)
         return record
+    record["quantiles"] = _quantiles(flat, low, high)
+    if (x.dim() == 2 and 2 <= x.shape[1] <= MAX_COLUMNS and x.shape[0] >= 2 * len(QUANTILE_LEVELS)
+            and x.numel() <= COLUMN_ELEMENTS):  # fmt: skip
+        lows, highs = torch.aminmax(x, dim=0)
+        spans = (highs - lows).tolist()
+        if max(spans) > COLUMNS_DIFFER * max(min(spans), 1e-12 * max(spans)):
+            # a table of features whose columns spread unlike each other (ids, a price, a count)
+            record["columns"] = [_quantiles(col, float(lo), float(hi)) for col, lo, hi in zip(x.t(), lows, highs)]
+    return record
+
+
+def _quantiles(flat: torch.Tensor, low: float, high: float) -> list:
+    """The quantiles of ``flat`` (a tensor's values, lowest ``low`` and highest ``high``) at
+    :data:`.sidecar.QUANTILE_LEVELS`, of a seeded sample of :data:`QUANTILE_SAMPLE` where it has more."""
+    flat = flat.reshape(-1)
     if flat.numel() > QUANTILE_SAMPLE:
         picks = torch.randint(flat.numel(), (QUANTILE_SAMPLE,), generator=torch.Generator().manual_seed(0))
         flat = flat[picks.to(flat.device)]
@@ -533,13 +549,22 @@ def _float_scale(t: torch.Tensor) -> dict:
     at = torch.tensor([round(level * last) for level in QUANTILE_LEVELS], device=ordered.device)
     picked = ordered[at]
     picked[0], picked[-1] = low, high  # (the sample's ends: the tensor's own)
-    record["quantiles"] = _json_floats(picked)
-    return record
+    return _json_floats(picked)
 
 
 #: A floating input of at most this many elements is recorded whole (a value a head or a channel:
 #: a decay rate, a norm's weight); a larger one by its quantiles.
 EXACT_FLOATS = 64
+#: A floating input of two dimensions with at most this many columns, whose widest column spans
+#: :data:`COLUMNS_DIFFER` times its narrowest or more, is recorded column by column too
+#: (``columns``: each column's quantiles): a tabular model's features in one float tensor, ids,
+#: counts and prices side by side, which one spread for all of them mixes (DeepCTR's DIN read its
+#: price column as values up to 3000, its click probabilities saturated, and its backward pass's
+#: gradients fell into subnormal numbers: the training step took four times its original's time).
+MAX_COLUMNS = 256
+COLUMNS_DIFFER = 16
+#: and at most this many elements (a batch of features, not a parameter)
+COLUMN_ELEMENTS = 1 << 20
 #: Elements a larger input's quantiles are taken from (drawn with a fixed seed: a strided sample
 #: could fall on one column of a table whose columns differ).
 QUANTILE_SAMPLE = 1 << 16

@@ -62,7 +62,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
                          f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, a lowest "
                          f"value no higher than the highest, its values (finite numbers, one an element) or its "
-                         f"quantiles (finite numbers, one a level of QUANTILE_LEVELS, none lower than the one before)")  # fmt: skip
+                         f"quantiles (finite numbers, one a level of QUANTILE_LEVELS, none lower than the one before) and, "
+                         f"for a 2-dimensional one, each column's quantiles (columns)")  # fmt: skip
     scalars = data.get("scalar_inputs")
     if scalars is not None and not (isinstance(scalars, list) and all(_scalar_record_ok(r) for r in scalars)):
         raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
@@ -151,10 +152,18 @@ def _float_record_ok(r) -> bool:
     values, quantiles = r.get("values"), r.get("quantiles")
     if all(v is None for v in stats):
         return values is None and quantiles is None  # (an input with a NaN or an infinity: no scale)
+    columns = r.get("columns", [])
     return (all(_number(v) and math.isfinite(v) for v in stats) and stats[1] >= 0 and stats[2] <= stats[3]
             and (values is None or (_finite_numbers(values) and len(values) == math.prod(r["shape"])))
-            and (quantiles is None or (_finite_numbers(quantiles) and len(quantiles) == len(QUANTILE_LEVELS)
-                                       and all(a <= b for a, b in zip(quantiles, quantiles[1:])))))  # fmt: skip
+            and (quantiles is None or _quantiles_ok(quantiles))
+            and isinstance(columns, list) and (not columns or len(r["shape"]) == 2 and len(columns) == r["shape"][1])
+            and all(_quantiles_ok(c) for c in columns))  # fmt: skip
+
+
+def _quantiles_ok(quantiles) -> bool:
+    """A spread's quantiles: a finite number a level of :data:`QUANTILE_LEVELS`, none falling."""
+    return (_finite_numbers(quantiles) and len(quantiles) == len(QUANTILE_LEVELS)
+            and all(a <= b for a, b in zip(quantiles, quantiles[1:])))  # fmt: skip
 
 
 #: The levels of a floating input's recorded quantiles (``float_inputs[].quantiles``, one value a

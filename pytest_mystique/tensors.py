@@ -159,6 +159,8 @@ class TensorFactory:
     # their quantiles (a larger one): drawn as the original's were spread, within float_bounds' scale
     float_values: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
     float_quantiles: dict[TensorRef, tuple[float, ...]] = field(default_factory=dict)
+    # and of a table's columns that spread unlike each other, each column's (a tabular model's features)
+    float_columns: dict[TensorRef, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
     # tensors the program made from its own numbers (torch.tensor(list)): the original's values, as recorded
     values: dict[TensorRef, tuple] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
@@ -560,6 +562,17 @@ class TensorFactory:
             t.copy_(torch.tensor(values, dtype=torch.float64).view(t.shape))  # (copy_ converts type and device)
             return
         kind = torch.float64 if t.dtype == torch.float64 else torch.float32
+        columns = self.float_columns.get(ref)
+        if columns is not None and t.numel() == ref.numel and t.is_contiguous():
+            # column by column (a table's ids, counts and prices side by side): each column's draws
+            # mapped through its own cells
+            cells = [_quantile_cells(torch.tensor(c, dtype=torch.float64)) for c in columns]
+            start, slope = (torch.stack([c[i] for c in cells]).to(device=t.device, dtype=kind) for i in (0, 1))
+            drawn = torch.rand(ref.shape, generator=self._generator, device=t.device, dtype=kind)
+            cell = drawn.mul(QUANTILE_CELLS).to(torch.int64).clamp_(max=QUANTILE_CELLS - 1)
+            picked = torch.arange(len(columns), device=t.device) * QUANTILE_CELLS + cell
+            t.copy_((start.reshape(-1)[picked] + slope.reshape(-1)[picked] * drawn).view(t.shape))
+            return
         if values is not None:
             points = torch.quantile(torch.tensor(values, dtype=torch.float64), torch.tensor(QUANTILE_LEVELS,
                                                                                             dtype=torch.float64))  # fmt: skip

@@ -1236,6 +1236,87 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
             Replay(load_trace(path), "cpu").prepare()
 
 
+def test_a_table_of_features_is_drawn_column_by_column(tmp_path):
+    """A tabular model's features in one float tensor (DeepCTR's DIN: ids, a price and a count side
+    by side, each column cut out and the ids converted): the capture records each column's spread
+    beside the whole's, and the replay draws each column from its own. Drawn from the whole
+    tensor's spread, the price column read values up to 3000, the click probabilities saturated,
+    and the backward pass's gradients fell into subnormal numbers (four times the original's
+    time); the ids of the small table went out of its range."""
+    torch.manual_seed(0)
+    items, colors = torch.nn.Embedding(3000, 8), torch.nn.Embedding(12, 8)
+    features = torch.stack([torch.randint(0, 3000, (256,)).float(), torch.rand(256),
+                            torch.randint(0, 12, (256,)).float(), torch.randint(1, 40, (256,)).float()], 1)  # fmt: skip
+
+    def step():
+        with torch.no_grad():
+            x = items(features[:, 0].long()) * features[:, 1:2] + colors(features[:, 2].long())
+            return x * features[:, 3:4].log()
+
+    replay = _captured(tmp_path, "tabular", step)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    [record] = [r for r in load_sidecar(tmp_path / "tabular.json.gz")["float_inputs"] if r["shape"] == [256, 4]]
+    assert len(record["columns"]) == 4
+    [made] = [t for ref, t in replay.inputs() if ref.shape == (256, 4)]
+    for column, want in zip(made.t(), features.t()):
+        assert float(want.min()) <= float(column.min()) and float(column.max()) <= float(want.max())
+        assert float(column.max()) > 0.5 * float(want.max())
+    assert not any("out of its range" in n for n in replay.report.notes), replay.report.notes
+    assert any("column by column" in n for n in replay.report.notes), replay.report.notes
+    replay.run()
+    side = load_sidecar(tmp_path / "tabular.json.gz")
+    [record] = [r for r in side["float_inputs"] if r["shape"] == [256, 4]]
+    record["columns"] = record["columns"][:3]  # (a column short)
+    sidecar_path(tmp_path / "tabular.json.gz").write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"tabular\.meta\.json: malformed timing sidecar: float_inputs"):
+        Replay(load_trace(tmp_path / "tabular.json.gz"), "cpu").prepare()
+
+
+def test_a_weights_transposed_view_takes_no_record_of_its_own(tmp_path):
+    """A linear layer's backward reads its weight's transposed view, which ``linear`` made inside
+    itself and the replay makes as a view of the weight's memory: an input the capture never saw
+    an operator read as such. Matched to the sidecar's records by shape, it took the next record
+    of its shape (another parameter's, an optimizer's state in DIN), and its fill wrote that over
+    the weight. It takes none now: the weight holds its own recorded values."""
+    torch.manual_seed(0)
+    out = torch.nn.Linear(32, 1, bias=False)
+    alpha = torch.nn.Parameter(torch.full((32, 1), 1e-6))  # (a tensor of the transposed view's shape, read later)
+    x = torch.randn(64, 32)
+
+    def step():
+        out(x * (1 + alpha.t())).square().mean().backward()
+
+    replay = _captured(tmp_path, "transposed", step)
+    views = [t for ref, t in replay.inputs() if ref.shape in ((1, 32), (32, 1)) and ref.strides in ((32, 1), (1, 32))]
+    assert views and all(float(t.detach().abs().max()) == pytest.approx(float(out.weight.abs().max())) for t in views[:2])
+
+
+def test_batch_norm_statistics_made_behind_a_view_are_the_replays_own(tmp_path):
+    """A batch norm over a sequence's features (DIN's Dice: the input transposed) computes the
+    batch's mean with ``aten::mean`` and then views it for the broadcast, inside
+    ``native_batch_norm``, which ``batch_norm`` calls and which returns the mean and inverse
+    deviation to the backward pass alone. The view was taken for the memory's last maker, another
+    tensor than the one the backward reads, so ``batch_norm`` was not opened and the backward read
+    seeded statistics (an optimizer's state there: 1e-27 for an inverse deviation, its gradients
+    subnormal). The operator that made the memory read is the one before the view, inside the
+    same one: ``batch_norm`` is replayed through its parts, and the backward reads their output."""
+    torch.manual_seed(0)
+    layer, bn = torch.nn.Linear(24, 16), torch.nn.BatchNorm1d(16)
+    keys = torch.randn(64, 20, 24)
+
+    def step():
+        h = bn(layer(keys).transpose(1, 2)).transpose(1, 2)
+        torch.sigmoid(h).sum(-1).square().mean().backward()
+
+    replay = _captured(tmp_path, "sequence_norm", step)
+    backward = [s for s in replay.steps if s.name == "aten::native_batch_norm_backward"]
+    assert len(backward) == 1
+    saved = dict(backward[0].fills)
+    assert saved.get(5) is not None and saved[5] not in replay.permanent and saved[6] not in replay.permanent
+    assert any("replayed through their parts" in n and "batch_norm" in n for n in replay.report.notes), replay.report.notes
+    replay.run()
+
+
 def test_lengths_cut_by_fbgemms_complete_cumsum_sum_to_the_ids(tmp_path):
     """FBGEMM's complete cumsum (a 0, then the running totals) makes a jagged batch's offsets in
     one op: the lengths it reads sum to the ids of the bags (see the test before)."""
