@@ -69,7 +69,9 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: the original's recorded range, and ``one_hot`` refusing classes computed from the data reads seeded ones;
 #: 19 = a jagged batch's lengths sum, row by row, to the ids of the bags their running totals cut (the
 #: offsets' layout passes back through a row view, a 0 column's concatenation and a cumsum), and views of
-#: one tensor of ids each hold their own consumer's range.
+#: one tensor of ids each hold their own consumer's range (each drawn with its recorded spread), a table of
+#: features is drawn column by column, an input that aliases an earlier one takes no sidecar record, and an
+#: operator whose part made a tensor before a view of its memory is opened (batch_norm over a sequence).
 REPLAY_VERSION = 19
 
 
