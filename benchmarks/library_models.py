@@ -1700,48 +1700,32 @@ def _recbole_sasrec():
     return Sequence(), {"history": history, "lengths": lengths, "target": torch.randint(1, 3000, (128,))}, _identity
 
 
-def _torchfm_deepfm():
+def _torchfm(kind: str):
     from torchfm.model.dfm import DeepFactorizationMachineModel
-
-    fields = (1000, 50, 3000, 20, 400, 8, 12000, 100)
-
-    class Ctr(nn.Module):
-        """pytorch-fm's DeepFM: one embedding table for all fields (each field's ids moved past the
-        fields before it by an added offset), a factorization machine's pairwise term beside an
-        MLP, trained by binary cross-entropy on clicks."""
-
-        def __init__(self):
-            super().__init__()
-            self.model = DeepFactorizationMachineModel(fields, embed_dim=16, mlp_dims=(64, 32), dropout=0.0)
-
-        def forward(self, ids, clicks):
-            return F.binary_cross_entropy(self.model(ids), clicks)
-
-    torch.manual_seed(0)
-    ids = torch.stack([(torch.rand(512) ** 2 * n).long() for n in fields], 1)
-    return Ctr(), {"ids": ids, "clicks": torch.randint(0, 2, (512,)).float()}, _identity
-
-
-def _torchfm_xdeepfm():
     from torchfm.model.xdfm import ExtremeDeepFactorizationMachineModel
 
-    fields = (1000, 50, 3000, 20, 400, 8)
+    fields, batch = ((1000, 50, 3000, 20, 400, 8, 12000, 100), 512) if kind == "deepfm" else ((1000, 50, 3000, 20, 400, 8), 256)
 
     class Ctr(nn.Module):
-        """pytorch-fm's xDeepFM: a compressed interaction network (outer products of the field
-        embeddings, convolved field-wise, layer by layer) beside an MLP."""
+        """pytorch-fm's click models over one embedding table for all fields (each field's ids
+        moved past the fields before it by an added offset), trained by binary cross-entropy on
+        clicks: DeepFM (a factorization machine's pairwise term beside an MLP) or xDeepFM (a
+        compressed interaction network, outer products of the field embeddings convolved
+        field-wise layer by layer, beside an MLP)."""
 
         def __init__(self):
             super().__init__()
-            self.model = ExtremeDeepFactorizationMachineModel(fields, embed_dim=16, cross_layer_sizes=(32, 32),
-                                                              split_half=True, mlp_dims=(64, 32), dropout=0.0)  # fmt: skip
+            self.model = (DeepFactorizationMachineModel(fields, embed_dim=16, mlp_dims=(64, 32), dropout=0.0)
+                          if kind == "deepfm" else
+                          ExtremeDeepFactorizationMachineModel(fields, embed_dim=16, cross_layer_sizes=(32, 32),
+                                                               split_half=True, mlp_dims=(64, 32), dropout=0.0))  # fmt: skip
 
         def forward(self, ids, clicks):
             return F.binary_cross_entropy(self.model(ids), clicks)
 
     torch.manual_seed(0)
-    ids = torch.stack([(torch.rand(256) ** 2 * n).long() for n in fields], 1)
-    return Ctr(), {"ids": ids, "clicks": torch.randint(0, 2, (256,)).float()}, _identity
+    ids = torch.stack([(torch.rand(batch) ** 2 * n).long() for n in fields], 1)
+    return Ctr(), {"ids": ids, "clicks": torch.randint(0, 2, (batch,)).float()}, _identity
 
 
 def _deepctr_din():
@@ -1969,8 +1953,8 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "mlp_mixer": _mlp_mixer,
     "recbole_sasrec": _recbole_sasrec,
     # session 79's batch
-    "torchfm_deepfm": _torchfm_deepfm,
-    "torchfm_xdeepfm": _torchfm_xdeepfm,
+    "torchfm_deepfm": lambda: _torchfm("deepfm"),
+    "torchfm_xdeepfm": lambda: _torchfm("xdeepfm"),
     "deepctr_din": _deepctr_din,
     "product_key_memory": _product_key_memory,
     "conformer": _conformer,
