@@ -974,7 +974,8 @@ class Planner:
         0.17), which its fill then wrote over the weight."""
         if not self.sidecar().get(records):  # (no records to match: any order will do)
             return list(first_reader)
-        inputs = [ref for ref in first_reader if ref not in _aliases(first_reader)]
+        aliases = _aliases(first_reader)
+        inputs = [ref for ref in first_reader if ref not in aliases]
         by_reader: dict[int, list[TensorRef]] = {}
         for ref, i in first_reader.items():
             by_reader.setdefault(i, []).append(ref)

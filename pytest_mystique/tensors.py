@@ -300,7 +300,10 @@ class TensorFactory:
         moves with it; past the first column of a concatenation ("tail") a row of offsets becomes
         running totals ending at the same count ("cuts"), and through a running sum ("running")
         such totals become counts that sum to it ("parts"). Drawn as 0s and 1s instead, the bags
-        of a recommender's lookups held a few ids each and read a tenth of the original's."""
+        of a recommender's lookups held a few ids each and read a tenth of the original's. An
+        index range on a view at an offset (one key's ids, split from several tables' ids) holds
+        for that run of its base alone; the whole base takes it too (in :meth:`_passed`), and
+        where runs overlap each takes a range within both."""
         if not (integral(ref) and integral(src) and _dense(ref) and _dense(src)):
             return False
         runs = dict(self.pieces.get(ref, {}))
