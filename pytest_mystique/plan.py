@@ -39,7 +39,17 @@ from .graph import (
 )
 from .ops import ArgSpec, Unsupported, arg_specs, enum_from_code, parse_op_name, qualified_name, resolve, schema_facts
 from .packed import EMBEDDING_PACKED, is_packed, packed_kind, packed_weights, takes_packed
-from .ranges import RANGED_OPS, IntRange, definite_inputs, float_ranges, floating, index_ranges, integral, value_sources
+from .ranges import (
+    RANGED_OPS,
+    RUNNING_SUMS,
+    IntRange,
+    definite_inputs,
+    float_ranges,
+    floating,
+    index_ranges,
+    integral,
+    value_sources,
+)
 from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, grouped_heads_here, substitute_for, without_added_argument
@@ -1073,11 +1083,11 @@ class Planner:
                 continue
             rng = self.factory.ranges.get(ref)
             runs = [r.kind for r in self.factory.pieces.get(ref, {}).values()]
-            if rng is not None and rng.kind == "uniform" and "uniform" in runs:
+            spans = [r for r in self.factory.pieces.get(ref, {}).values() if r.kind == "uniform"]
+            if rng is not None and rng.kind == "uniform" and spans:
                 # (runs of it with index ranges of their own, several tables' ids one table's after
                 # another: the original's values lie within the widest of them, and each run is drawn
                 # with the spread in its own range)
-                spans = [r for r in self.factory.pieces[ref].values() if r.kind == "uniform"]
                 rng = IntRange(min(r.low for r in spans), max(r.high for r in spans), derived=rng.derived)
             number = (rng is None and not runs and ref.storage_id not in summed and isinstance(record.get("low"), int)
                       and isinstance(record.get("high"), int))  # fmt: skip
@@ -1241,9 +1251,7 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
 
 
 #: Operators that sum a tensor of counts (into a total, or into offsets that cut a jagged batch).
-_SUMS = frozenset({"aten::sum", "aten::cumsum", "aten::cumsum_", "aten::_cumsum",
-                   "fbgemm::asynchronous_complete_cumsum", "fbgemm::asynchronous_exclusive_cumsum",
-                   "fbgemm::asynchronous_inclusive_cumsum"})
+_SUMS = RUNNING_SUMS | {"aten::sum", "aten::cumsum_", "aten::_cumsum"}
 
 #: Operators through which a tensor that the program made from a number (``torch.tensor(3)``:
 #: no op records its making) reaches the ops; the capture helper records what it holds (the

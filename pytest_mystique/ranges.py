@@ -557,7 +557,7 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
     ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
     "copy" (``_COPIES``), "pick" (``_PICKS``), "tail" (the rows of a concatenation after a first
     column: ``cat([zeros, lengths.cumsum(-1)], -1)``), "running" (a cumulative sum along the rows,
-    ``_RUNNING``), "shift" (an addition of a number: ``var + eps``,
+    ``RUNNING_SUMS``), "shift" (an addition of a number: ``var + eps``,
     whose sum is positive where the tensor is), "scale" (a product by a number, ``x * 0.5``, or a
     quotient of the tensor, ``v / n``, ``wh / anchors``: a divisor is drawn positive, see
     :func:`float_ranges`, and so is a number without a record) or "keep" (``_KEEPS_SIGN``).
@@ -581,7 +581,7 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
                 found[out.key] = [(self_ref, "copy")]
             elif op in ("aten::cat", "aten::concat") and (pieces := _after_one(named.get("tensors", ()), out, numbers)):
                 found[out.key] = [(pieces[0], "pick"), (pieces[1], "tail")]
-            elif op in _RUNNING and self_ref is not None and i == 0 and _running_rows(op, self_ref, out, numbers):
+            elif op in RUNNING_SUMS and self_ref is not None and i == 0 and _running_rows(op, self_ref, out, numbers):
                 found[out.key] = [(self_ref, "running")]
             elif i < len(picks) and named.get(picks[i]):
                 found[out.key] = [(src, "pick") for src in named[picks[i]]]
@@ -601,7 +601,7 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
 
 
 #: Cumulative sums: running totals of a tensor's rows (FBGEMM's complete one with a 0 before them)
-_RUNNING = frozenset({"aten::cumsum", "fbgemm::asynchronous_complete_cumsum", "fbgemm::asynchronous_inclusive_cumsum",
+RUNNING_SUMS = frozenset({"aten::cumsum", "fbgemm::asynchronous_complete_cumsum", "fbgemm::asynchronous_inclusive_cumsum",
                       "fbgemm::asynchronous_exclusive_cumsum"})  # fmt: skip
 
 
@@ -620,7 +620,7 @@ def _after_one(pieces: tuple | list, out: TensorRef, numbers: dict[str, Any]) ->
 
 
 def _running_rows(op: str, src: TensorRef, out: TensorRef, numbers: dict[str, Any]) -> bool:
-    """``op`` (one of :data:`_RUNNING`) sums ``src`` along its rows (its last dimension) into ``out``."""
+    """``op`` (one of :data:`RUNNING_SUMS`) sums ``src`` along its rows (its last dimension) into ``out``."""
     if op == "fbgemm::asynchronous_complete_cumsum":
         return len(src.shape) == 1 and out.shape == (src.shape[0] + 1,)
     dim = numbers.get("dim", 0)
