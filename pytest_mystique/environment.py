@@ -72,7 +72,7 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: one tensor of ids each hold their own consumer's range (each drawn with its recorded spread), a table of
 #: features is drawn column by column, an input that aliases an earlier one takes no sidecar record, and an
 #: operator whose part made a tensor before a view of its memory is opened (batch_norm over a sequence).
-REPLAY_VERSION = 19
+REPLAY_VERSION = 20
 
 
 @lru_cache(maxsize=1)

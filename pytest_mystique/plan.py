@@ -313,6 +313,8 @@ class Planner:
         def sources_of(ref: TensorRef) -> tuple[list, int] | None:
             key = ref.key
             i = read_from.get(key)
+            if key in self.seeded and i is not None and planned[i].node.name in UNINITIALISED:
+                return None  # (the program filled it outside the ops: the factory makes it, as an input)
             if i is not None and integral(ref) and ref not in tensors_of(planned[i].node.outputs):
                 # integers under ids a writer reused (each row of a jagged batch's offsets, read by its
                 # own lookup, a view at its own place): the op that made this very tensor, where one did
@@ -328,19 +330,23 @@ class Planner:
                 derived[key] = (_value_sources(planned[i], key) + earlier, i)
             return derived.get(key)
 
+        self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
+        # (the program's own numbers before the pass: an index range passes back through ``x - 1``
+        # and ``ids + offsets`` by the number and offsets the capture recorded)
+        self._fresh_values(fresh_reads)
+        self._exact_scalars(planned, scalar_reads, written)
+        int_order = self._as_the_capture_read(int_inputs, planned, "index_inputs")
+        self._small_ints(int_order)
         self.factory.pass_back(sources_of)
         by_runs = sum(1 for ref in int_inputs if self.factory.own_runs(ref))
         if by_runs:
             self.report.notes[f"{by_runs} integer input(s) drawn run by run, each run as the op that reads it needs (a "
                               f"jagged batch's lengths: each key's row sums to the ids of its lookup's bags; one tensor "
                               f"of several tables' ids: each table's in its own range)"] += 1  # fmt: skip
-        self._overwritten(first_write)  # (before the records are matched: see _scale_floats)
         summed = {ref.storage_id for p in planned if p.node.name in _SUMS for ref in tensors_of(p.node.inputs[:1])}
-        self._skew_indices(self._as_the_capture_read(int_inputs, planned, "index_inputs"), summed)
+        self._skew_indices(int_order, summed)
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
-        self._fresh_values(fresh_reads)
-        self._exact_scalars(planned, scalar_reads, written)
         # inputs the optimizer's step writes in place, themselves or through a view (Adam's complex
         # moments, through view_as_real)
         stepped = {ref for ref in step_read if ref.storage_id in step_wrote}
@@ -1060,6 +1066,20 @@ class Planner:
             self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
                               f"as the capture recorded (in the original's places where it recorded them)"] += 1  # fmt: skip
 
+    def _small_ints(self, int_inputs: list[TensorRef]) -> None:
+        """The values the capture recorded of small integer inputs of the step (an index record's
+        ``values``, see :data:`.recorder.EXACT_INTS`), matched as :meth:`_skew_indices` matches
+        them, for a requirement to pass through (:attr:`.tensors.TensorFactory.int_values`: a row
+        of offsets that moves each field's ids into its own rows of one table, ``ids + offsets``):
+        drawn from their spread, a factorization machine's four offsets came out unsorted, and
+        its fields' ids summed past the table."""
+        records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
+        for ref in int_inputs if records else ():
+            record = take_record(records, ref.shape, ref.dtype)
+            values = None if record is None else record.get("values")
+            if values is not None and not self._unfilled(ref):
+                self.factory.int_values[ref] = tuple(values)
+
     def _skew_indices(self, int_inputs: list[TensorRef], summed: set[int]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
@@ -1076,12 +1096,19 @@ class Planner:
         Runs of an input with ranges of their own (several tables' ids) are drawn each with the
         spread the capture recorded for it (``runs``)."""
         records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
-        skewed = bagged = by_rows = parted = numbers = 0
+        skewed = bagged = by_rows = parted = numbers = exact = 0
         for ref in int_inputs:
             record = take_record(records, ref.shape, ref.dtype)
             if record is None or self._unfilled(ref):
                 continue
             rng = self.factory.ranges.get(ref)
+            if record.get("values") is not None and self.factory.values.get(ref) == tuple(record["values"]):
+                # (taken from _small_ints' by a requirement that passed through them: kept where
+                # they meet the ops' range, as the original's did)
+                if rng is None or rng.kind != "uniform" or rng.low <= record["low"] and record["high"] < rng.high:
+                    exact += 1
+                    continue
+                del self.factory.values[ref]
             runs = [r.kind for r in self.factory.pieces.get(ref, {}).values()]
             spans = [r for r in self.factory.pieces.get(ref, {}).values() if r.kind == "uniform"]
             if rng is not None and rng.kind == "uniform" and spans:
@@ -1127,8 +1154,16 @@ class Planner:
                               and piece.low <= own[run]["low"] and own[run]["high"] < piece.high}  # fmt: skip
                 if runs_drawn:  # (one table's ids among several tables': each spread as its own were)
                     self.factory.run_skews[ref] = runs_drawn
+                columns = self.factory.columns.get(ref, ())
+                if record.get("columns") and len(record["columns"]) == len(columns):
+                    # (fields, each in its own range: each column spread as the original's was)
+                    self.factory.column_skews[ref] = tuple(
+                        _skew_of(c, ref.shape[0], col.low) if col.low <= c["low"] and c["high"] < col.high else None
+                        for c, col in zip(record["columns"], columns))  # fmt: skip
                 skewed += not number  # (numbers are counted as such)
                 by_rows += bool(rows)
+        if exact:
+            self.report.notes[f"{exact} small integer input(s) hold the original's values, as the capture recorded"] += 1
         if numbers:
             self.report.notes[f"{numbers} integer input(s) that no op reads as indices or sizes hold values between the "
                               f"original's lowest and highest, spread as its were, as the capture recorded"] += 1  # fmt: skip

@@ -585,6 +585,8 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
                 found[out.key] = [(self_ref, "running")]
             elif i < len(picks) and named.get(picks[i]):
                 found[out.key] = [(src, "pick") for src in named[picks[i]]]
+            elif op in ("aten::add", "aten::sub") and integral(out) and (moved := _int_shift(op, named, out, numbers)):
+                found[out.key] = [moved]
             elif op == "aten::add" and out.shape:
                 # (a tensor plus a number, either way round: the number a 0-dim tensor or a Scalar)
                 terms = [r for name in ("self", "other") for r in named.get(name, ())]
@@ -598,6 +600,53 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
             elif op in _KEEPS_SIGN and self_ref is not None and i == 0:
                 found[out.key] = [(self_ref, "keep")]
     return found
+
+
+@dataclass(frozen=True)
+class Shifted:
+    """How an integer output comes from the input it adds something to (``lengths - 1`` into a
+    gather, ``ids + offsets`` into one table of several fields' rows): ``by`` (a number: a
+    subtraction's negated, an ``alpha`` multiplied in), or ``by`` times the values of the tensor
+    ``addend``: a 0-dim one (the number Python wraps, ``x - 1``), or a row of offsets broadcast
+    over the input's last dimension. An index range on the output holds for the input shifted
+    back (see :meth:`.tensors.TensorFactory.pass_back`)."""
+
+    by: int = 1
+    addend: TensorRef | None = None
+
+
+def _int_shift(op: str, named: dict[str, list[TensorRef]], out: TensorRef,
+               numbers: dict[str, Any] | None) -> tuple[TensorRef, Shifted] | None:  # fmt: skip
+    """The integer tensor that ``op`` (an addition or subtraction, ``self`` and ``other``) adds a
+    number or a row of numbers to, into ``out``, and how (:class:`Shifted`); None for another sum."""
+    numbers = numbers or {}
+    alpha = numbers.get("alpha", 1)
+    if not isinstance(alpha, int) or isinstance(alpha, bool):
+        return None
+    sign = -alpha if op == "aten::sub" else alpha
+    this, that = named.get("self", ()), named.get("other", ())
+    if op == "aten::add" and alpha == 1 and len(this) == len(that) == 1 and that[0].shape == out.shape != this[0].shape:
+        this, that = that, this  # (the offsets first: ``offsets + ids``)
+    if len(this) != 1 or len(that) > 1 or not integral(this[0]) or this[0].shape != out.shape:
+        return None
+    if not that:
+        number = numbers.get("other")
+        ok = isinstance(number, int) and not isinstance(number, bool)
+        return (this[0], Shifted(sign * number)) if ok else None
+    other = that[0]
+    if not integral(other):
+        return None
+    if not other.shape:
+        return this[0], Shifted(sign, other)
+    # a row of offsets, one a column of the input (the fields of a factorization machine)
+    width = out.shape[-1] if out.shape else 0
+    if width > 1 and other.numel == width and other.shape[-1] == width and _dense_row(other):
+        return this[0], Shifted(sign, other)
+    return None
+
+
+def _dense_row(ref: TensorRef) -> bool:
+    return ref.layout_strides() == contiguous_strides(ref.shape)
 
 
 #: Cumulative sums: running totals of a tensor's rows (FBGEMM's complete one with a 0 before them)

@@ -469,6 +469,12 @@ def _described(t: torch.Tensor) -> dict | None:
     if t.dtype.is_floating_point:
         return record | _float_scale(t)
     record.update(_spread(t.detach()))
+    if t.numel() <= EXACT_INTS:
+        record["values"] = t.detach().reshape(-1).tolist()
+    if t.dim() == 2 and 2 <= t.shape[1] <= INT_COLUMNS <= t.shape[0] and t.numel() <= COLUMN_ELEMENTS:
+        # a batch of fields side by side (a recommender's categorical features): each column's
+        # spread, which a replay draws a column with where the fields lie in ranges of their own
+        record["columns"] = [_spread(col) for col in t.detach().t()]
     if t.dim() == 2 and 2 <= t.shape[0] <= COO_ROWS < t.shape[1]:
         # coordinates, a row each (a graph's edges: sources, then destinations; a sparse tensor's
         # indices): each row has a spread of its own, which one over the whole tensor mixes
@@ -480,6 +486,17 @@ def _described(t: torch.Tensor) -> dict | None:
     return record
 
 
+#: An integer input of at most this many elements is recorded with its values too (``values``),
+#: which a replay gives it where a requirement passes through it: a row of offsets that moves each
+#: field's ids into its own rows of one table (drawn from its spread alone, the fields' offsets
+#: fell out of order and their sums past the table).
+EXACT_INTS = 64
+#: An integer input of two dimensions with at most this many columns, and at least as many rows,
+#: is recorded column by column too (``columns``: each column's spread): a batch of a
+#: recommender's fields, each field's ids in its own rows of one table (see
+#: :meth:`.tensors.TensorFactory._pass_shift`). Drawn with the whole tensor's spread, a field of
+#: 2000 ids held half the distinct rows of the original's.
+INT_COLUMNS = 64
 #: An integer input of this many rows at most, each longer than that, is a tensor of coordinates
 #: (``edge_index``, COO indices), whose rows are recorded one by one too.
 COO_ROWS = 4

@@ -50,8 +50,10 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
                          f"a dtype, a count of distinct values at most the elements, the top value's share and, "
                          f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
                          f"(ranks rising within the distinct values, shares in (0, 1] not falling), the lowest and highest "
-                         f"values (numbers, the lowest first), for a 2-dimensional one, each row's spread (rows) and "
-                         f"the spreads of runs of its elements (runs: a start and a length within them)")  # fmt: skip
+                         f"values (numbers, the lowest first), for a 2-dimensional one, each row's spread (rows), "
+                         f"the spreads of runs of its elements (runs: a start and a length within them), for a "
+                         f"small one, its values (integers between the lowest and highest, one an element) and "
+                         f"for a table of fields, each column's spread (columns)")  # fmt: skip
     masks = data.get("mask_inputs")
     if masks is not None and not (isinstance(masks, list) and all(_mask_record_ok(r) for r in masks)):
         raise ValueError(f"{path}: malformed timing sidecar: mask_inputs must be a list of records with a shape, "
@@ -210,7 +212,28 @@ def _index_record_ok(r) -> bool:
             and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps) and steps[0] <= steps[1]
             and isinstance(rows, list) and (not rows or len(r["shape"]) == 2 and len(rows) == r["shape"][0])
             and all(isinstance(row, dict) and _spread_ok(row, r["shape"][1]) for row in rows)
-            and _runs_ok(r.get("runs", []), math.prod(r["shape"])))  # fmt: skip
+            and _runs_ok(r.get("runs", []), math.prod(r["shape"])) and _values_ok(r) and _columns_ok(r))  # fmt: skip
+
+
+def _values_ok(r: dict) -> bool:
+    """An index record's ``values`` (a small input's, see :data:`.recorder.EXACT_INTS`), where it has
+    them: as many integers as its elements, between its lowest and highest."""
+    values = r.get("values")
+    if values is None:
+        return True
+    return (isinstance(values, list) and len(values) == math.prod(r["shape"])
+            and all(type(v) is int and r.get("low", v) <= v <= r.get("high", v) for v in values))  # fmt: skip
+
+
+def _columns_ok(r: dict) -> bool:
+    """An index record's ``columns`` (see :data:`.recorder.INT_COLUMNS`), where it has them: one
+    spread a column of its two dimensions."""
+    columns = r.get("columns")
+    if columns is None:
+        return True
+    shape = r["shape"]
+    return (len(shape) == 2 and isinstance(columns, list) and len(columns) == shape[1]
+            and all(isinstance(c, dict) and _spread_ok(c, shape[0]) for c in columns))  # fmt: skip
 
 
 def _runs_ok(runs, n: int) -> bool:

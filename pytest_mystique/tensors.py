@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .distributions import Bags, Skew, bag_offsets, bounded_parts, distinct_draws, mask_of, skewed_rows
-from .ranges import IntRange, floating, integral, same_elements, same_selection
+from .ranges import IntRange, Shifted, floating, integral, same_elements, same_selection
 from .sidecar import QUANTILE_LEVELS
 from .trace import UNKNOWN_DTYPE, TensorRef, contiguous_strides
 
@@ -191,6 +191,14 @@ class TensorFactory:
     pieces: dict[TensorRef, dict[tuple[int, int], IntRange]] = field(default_factory=dict)
     # and the spreads the capture recorded for some of those runs (one table's ids among several tables')
     run_skews: dict[TensorRef, dict[tuple[int, int], Skew]] = field(default_factory=dict)
+    # integer tensors whose columns (along the last dimension) hold ranges of their own: the ids of
+    # several fields that a row of offsets moves into one table, each field in its own rows
+    columns: dict[TensorRef, tuple[IntRange, ...]] = field(default_factory=dict)
+    # the values the capture recorded of small integer inputs: a tensor holds them where a
+    # requirement passes through them (a row of offsets added to ids, see _pass_shift)
+    int_values: dict[TensorRef, tuple[int, ...]] = field(default_factory=dict)
+    # and the spreads it recorded of such columns (None: a column drawn with the whole tensor's)
+    column_skews: dict[TensorRef, tuple[Skew | None, ...]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see :func:`.distributions.mask_of`)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
@@ -237,12 +245,16 @@ class TensorFactory:
                 continue
             done.add(_done_as(ref))
             for src, how in sources_of(ref)[0]:
-                moved = self._pass_pieces(ref, src, how)  # (either, or both: no short circuit)
-                if not (self._passed(ref, src, how) if self._has_requirement(ref) else False) and not moved:
-                    continue
-                found = sources_of(src)
-                if found is not None and _done_as(src) not in done:
-                    heapq.heappush(heap, (-found[1], src.key, next(order), src))
+                if isinstance(how, Shifted):
+                    given = self._pass_shift(ref, src, how, sources_of)
+                else:
+                    moved = self._pass_pieces(ref, src, how)  # (either, or both: no short circuit)
+                    passed = self._passed(ref, src, how) if self._has_requirement(ref) else False
+                    given = [src] if passed or moved else []
+                for took in given:
+                    found = sources_of(took)
+                    if found is not None and _done_as(took) not in done:
+                        heapq.heappush(heap, (-found[1], took.key, next(order), took))
 
     def _passed(self, ref: TensorRef, src: TensorRef, how: str) -> bool:
         """Give ``src``, a tensor the values of ``ref`` come from, ``ref``'s requirement; whether
@@ -289,6 +301,65 @@ class TensorFactory:
             low, high = low / 2, high * 1.5
         self.suggest_floats({src: (low, high)})
         return True
+
+    def _pass_shift(self, ref: TensorRef, src: TensorRef, how: Shifted, sources_of) -> list[TensorRef]:
+        """Give ``src`` the index range of ``ref``, which is ``src`` plus a number or a row of them
+        (:class:`.ranges.Shifted`), moved back by what was added; the tensors that took a
+        requirement (``src``, and the offsets where they were fixed). A sequence
+        model gathers its last positions at ``lengths - 1``, and a factorization machine looks its
+        fields' ids up in one table at ``ids + offsets`` (each field's first row). Left on the
+        sum, the range never reached the data: the lengths and ids were drawn as 0s and 1s, the
+        gather read index -1 and fell back to seeded indices, and the lookup read three rows. A
+        number the trace holds as a 0-dim input without a recorded value is fixed at 1 (a
+        subtraction of 1 the commonest), a row of offsets without recorded values at equal
+        steps through the range, each field's ids within one step; with recorded offsets each
+        field's ids lie in the rows from its offset to the next (:attr:`columns`). A number that
+        an op computed (not an input the factory makes) leaves the range where it is; fixed
+        offsets pass back to the input they are a view of (``offsets.unsqueeze(0)``)."""
+        rng = self.ranges.get(ref)
+        if rng is None or rng.kind != "uniform" or not integral(src):
+            return []
+        addend = how.addend if how.addend is None else _made_of(how.addend, sources_of)
+        if addend is None or not addend.shape:
+            if how.addend is not None and addend is None:
+                return []  # (computed by the replay's own ops: its value is not known here)
+            by = how.by if addend is None else self._fixed_number(addend)
+            if by is None:
+                return []
+            by *= 1 if addend is None else how.by
+            self.constrain(src, replace(rng, low=rng.low - by, high=rng.high - by))
+            return [src]
+        width = src.shape[-1] if src.shape else 0
+        known = None if addend is None else self.values.get(addend, self.int_values.get(addend))
+        if known is not None and len(known) == width and all(isinstance(v, int) for v in known):
+            self.values[addend] = known
+            starts = [how.by * v for v in known]
+            if starts == sorted(starts) and starts[0] >= rng.low:  # (fields, one after another)
+                ends = [*starts[1:], rng.high]
+                cols = tuple(IntRange(0, max(b - a, 1)) for a, b in zip(starts, ends))
+            else:
+                cols = tuple(IntRange(rng.low - a, rng.high - a) for a in starts)
+            self.columns[src] = cols
+            self.constrain(src, IntRange(min(c.low for c in cols), max(c.high for c in cols)))
+            return [src]
+        if addend is None or known is not None or addend in self.ranges or how.by != 1 or width > rng.high - rng.low:
+            return []
+        step = (rng.high - rng.low) // width
+        self.ranges[addend] = IntRange(kind="values", values=tuple(rng.low + f * step for f in range(width)))
+        self.constrain(src, IntRange(0, step))
+        return [src]
+
+    def _fixed_number(self, ref: TensorRef) -> int | None:
+        """The value an integer 0-dim input holds: the capture's record, a range of one value, or
+        1, which it is then fixed at; None for a number the replay cannot know (a range of several)."""
+        value = self.exact.get(ref)
+        if value is not None:
+            return int(value) if float(value).is_integer() else None
+        rng = self.ranges.get(ref)
+        if rng is None:
+            self.ranges[ref] = IntRange(1, 2)
+            return 1
+        return rng.low if rng.kind == "uniform" and rng.high == rng.low + 1 else None
 
     def _pass_pieces(self, ref: TensorRef, src: TensorRef, how: str) -> bool:
         """Give ``src`` the layouts of runs of ``ref``'s elements (:attr:`pieces`, or ``ref``'s
@@ -439,6 +510,15 @@ class TensorFactory:
             self._constrained[key] = True
         if self.own_runs(ref) and device.type != "meta" and t.is_contiguous():
             self._fill_pieces(t, ref)
+            self._constrained[key] = True
+        if ref in self.columns and device.type != "meta" and t.is_contiguous():
+            self._seeded_generator()
+            rows = t.view(-1, t.shape[-1])
+            with torch.no_grad():
+                skews = self.column_skews.get(ref, ())
+                for col, rng in enumerate(self.columns[ref]):
+                    skew = skews[col] if col < len(skews) else None
+                    rows[:, col].copy_(self._sample(t.dtype, ref, rng, rows.shape[0], skew=skew))
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)
@@ -733,6 +813,21 @@ _LAYOUTS = frozenset({"offsets", "cuts", "parts"})
 
 def _done_as(ref: TensorRef) -> tuple:
     return (ref, True) if integral(ref) else (ref.key, False)
+
+
+def _made_of(ref: TensorRef, sources_of) -> TensorRef | None:
+    """The input (a tensor the factory makes) that ``ref`` holds the elements of, in order,
+    through views and copies (``offsets.unsqueeze(0)``); ``ref`` itself where it is one; None
+    where an op computed its values."""
+    for _ in range(64):  # (a writer's reused ids could chain back; no program views a number deeper)
+        found = sources_of(ref)
+        if found is None:
+            return ref
+        pairs = found[0]
+        if len(pairs) != 1 or pairs[0][1] not in ("view", "copy") or not same_elements(ref, pairs[0][0], pairs[0][1]):
+            return None
+        ref = pairs[0][0]
+    return None
 
 
 def _dense(ref: TensorRef) -> bool:

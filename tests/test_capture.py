@@ -317,7 +317,13 @@ def test_inputs_a_record_cannot_describe_are_left_out():
                                                           "low": 1, "high": 7,
                                                           "hot": [[1, 0.5], [2, 0.75], [3, 1.0]],
                                                           "hot_values": [3],  # (the values that repeat)
-                                                          "hot_runs": [[[0, 2]]]}  # (standing together)  # fmt: skip
+                                                          "hot_runs": [[[0, 2]]],  # (standing together)
+                                                          "values": [3, 3, 7, 1]}  # (a small one's, all of them)  # fmt: skip
+    assert "values" not in _input_record(torch.arange(65))
+    # a table of fields, each column's spread too (here a field of 4 ids, one of 1000)
+    fields = torch.stack([torch.arange(128) % 4, torch.arange(128) * 7], 1)
+    assert [(c["distinct"], c["low"], c["high"]) for c in _input_record(fields)["columns"]] == [(4, 0, 3), (128, 0, 889)]
+    assert "columns" not in _input_record(fields[:32]) and "columns" not in _input_record(fields.t())
     # a hot value's runs where it stands together (a pad id at each row's end), none where it is
     # scattered (here 3, as often but in three runs of one) or stands in too many runs
     padded = torch.tensor([[5, 3, 8, 3, 9, 3, 0, 0], [4, 6, 0, 0, 0, 0, 0, 0]])

@@ -1236,6 +1236,76 @@ def test_jagged_lengths_sum_to_the_ids_of_their_bags(tmp_path, records):
             Replay(load_trace(path), "cpu").prepare()
 
 
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "captured-elsewhere"])
+def test_an_index_range_passes_back_through_the_subtraction_of_a_number(tmp_path, records):
+    """A sequence model gathers each sequence's last position at ``lengths - 1`` (SASRec, GRU4Rec).
+    The gather's index range stayed on the difference: a trace captured elsewhere had its lengths
+    drawn as 0s and 1s, and the gather read -1 and fell back to seeded indices in every
+    iteration. The range now passes back through the subtraction (Python's 1, a 0-dim input in
+    the trace, is fixed at 1 where no record gives its value), and the lengths lie from 1 to the
+    sequence's length."""
+    torch.manual_seed(0)
+    seq, lengths = torch.randn(96, 50, 32), torch.randint(5, 51, (96,))
+
+    def step():
+        with torch.no_grad():
+            return seq.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, 32)).squeeze(1)
+
+    path = tmp_path / "last.json.gz"
+    replay = _captured(tmp_path, "last", step) if records else _replayed_without_records(step, path)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
+    assert not any("seeded indices" in n for n in replay.report.notes), replay.report.notes
+    (made,) = _int_inputs(replay, (96,))
+    assert 1 <= int(made.min()) and int(made.max()) <= 50 and made.unique().numel() > 20, made
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "captured-elsewhere"])
+@pytest.mark.parametrize("made", ["in-step", "buffer"])
+def test_field_offsets_move_each_fields_ids_into_its_own_rows(tmp_path, records, made):
+    """A factorization machine (pytorch-fm's FeaturesEmbedding) looks the ids of all its fields up
+    in one table, each field's moved into its own rows by a row of offsets: ``x + offsets``. The
+    lookup's range stayed on the sum: without the capture's records the ids and offsets were
+    drawn as 0s and 1s and the lookup read three rows; with them, each was drawn from its own
+    spread, the offsets out of order, the sums past the table, and the lookup fell back to seeded
+    indices. The range now passes back through the sum: with recorded offsets (made in the step
+    from a list, or a small input whose values the capture now records) each field's ids lie in
+    its own field, spread as the capture recorded each column, and without them the offsets are
+    fixed at equal steps through the table and each field's ids lie within one."""
+    torch.manual_seed(0)
+    fields = (100, 2000, 30, 500)
+    starts = [0, 100, 2100, 2130]
+    buffer = torch.tensor(starts)
+    ids = torch.stack([torch.randint(0, n, (512,)) for n in fields], 1)
+    table = torch.nn.Embedding(sum(fields), 16)
+
+    def step():
+        with torch.no_grad():
+            if made == "in-step":
+                return table(ids + ids.new_tensor(starts).unsqueeze(0)).sum(1)
+            return table(buffer.unsqueeze(0) + ids).sum(1)  # (the offsets first)
+
+    path = tmp_path / "fm.json.gz"
+    replay = _captured(tmp_path, "fm", step) if records else _replayed_without_records(step, path)
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
+    assert not any("seeded indices" in n for n in replay.report.notes), replay.report.notes
+    (drawn,) = _int_inputs(replay, (512, 4))
+    (offsets,) = _int_inputs(replay, (4,))
+    rows = drawn + offsets
+    assert 0 <= int(rows.min()) and int(rows.max()) < sum(fields)
+    if records:
+        assert offsets.tolist() == starts
+        for column, n in zip(drawn.t(), fields):
+            assert 0 <= int(column.min()) and n / 2 < int(column.max()) < n, (n, int(column.max()))
+        # (the original read as many distinct rows: each field's ids spread through the field)
+        assert rows.unique().numel() > 0.8 * (ids + buffer).unique().numel()
+    else:
+        step_rows = sum(fields) // len(fields)
+        assert offsets.tolist() == [f * step_rows for f in range(len(fields))]
+        assert int(drawn.max()) < step_rows and rows.unique().numel() > 1000
+
+
 def test_a_table_of_features_is_drawn_column_by_column(tmp_path):
     """A tabular model's features in one float tensor (DeepCTR's DIN: ids, a price and a count side
     by side, each column cut out and the ids converted): the capture records each column's spread
