@@ -95,7 +95,13 @@ no other part of the project traces.
 * soft-moe-pytorch: a soft mixture of experts;
 * mlp-mixer-pytorch: an MLP-Mixer;
 * RecBole: SASRec, a sequential recommender over padded item histories whose lengths it is
-  given (LightGCN is left out: it builds its graph through a SciPy internal that SciPy 1.15 dropped).
+  given (LightGCN is left out: it builds its graph through a SciPy internal that SciPy 1.15 dropped);
+* pomegranate (1.x): a hidden Markov model's forward-backward pass (inference only);
+* CTGAN: a tabular GAN's generator loss through its packed critic (Gumbel softmaxes column by column);
+* xlstm: mLSTM blocks (the parallel form's causal, stabilised decay matrix);
+* kymatio: a 1-D wavelet scattering transform (Morlet filters applied in the Fourier domain)
+  (torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
+  with a Python function that its TorchScript code cannot call).
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -112,7 +118,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         pykeen stable-baselines3 s5-pytorch local-attention siren-pytorch torchcfm brevitas deepxde \
         memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole \
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
-        routing-transformer came-pytorch
+        routing-transformer came-pytorch pomegranate ctgan xlstm kymatio
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -1870,6 +1876,103 @@ def _came(params):
     return CAME(params, lr=2e-4, weight_decay=1e-2, betas=(0.9, 0.999, 0.9999), eps=(1e-30, 1e-16))
 
 
+def _pomegranate_hmm():
+    from pomegranate.distributions import Normal
+    from pomegranate.hmm import DenseHMM
+
+    class Decoded(nn.Module):
+        """A dense hidden Markov model of pomegranate (1.x, written in torch) over 6 states with
+        diagonal normal emissions: the forward-backward pass's state posteriors of a batch of
+        sequences (log-space recursions, a step at a time), scored by the log-likelihood
+        (inference only: its parameters are frozen tensors, fitted by EM, not by gradients)."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            states = [Normal((torch.randn(4) * 2).tolist(), [1.0] * 4, covariance_type="diag") for _ in range(6)]
+            edges = torch.softmax(torch.randn(6, 6) * 2, -1)
+            self.hmm = DenseHMM(states, edges=edges.tolist(), starts=[1 / 6] * 6, ends=[0.01] * 6)
+
+        def forward(self, sequences):
+            _, _, posteriors, _, log_likelihood = self.hmm.forward_backward(sequences)
+            return posteriors.exp().mean() - log_likelihood.mean()
+
+    torch.manual_seed(0)
+    return Decoded(), {"sequences": torch.randn(16, 100, 4) * 2}, _identity
+
+
+def _ctgan():
+    from ctgan.synthesizers.ctgan import Discriminator, Generator
+
+    class Synthesizer(nn.Module):
+        """CTGAN's generator and its packed discriminator (ten rows judged together): the
+        generator's output activated column by column, a tanh for each continuous column's value
+        and a Gumbel softmax over its modes and over each categorical column's categories, and
+        the generator's loss (the critic's score of the fakes) with the conditional vector's
+        cross-entropy."""
+
+        spans = (("tanh", 1), ("softmax", 10)) * 4 + (("softmax", 30), ("softmax", 8), ("softmax", 50))
+
+        def __init__(self):
+            super().__init__()
+            width = sum(n for _, n in self.spans)
+            self.cond = 30 + 8 + 50
+            self.generator = Generator(128 + self.cond, (256, 256), width)
+            self.critic = Discriminator(width + self.cond, (256, 256), pac=10)
+
+        def forward(self, noise, cond):
+            fake, pieces, at = self.generator(torch.cat([noise, cond], 1)), [], 0
+            for kind, n in self.spans:
+                part = fake[:, at:at + n]
+                pieces.append(torch.tanh(part) if kind == "tanh" else F.gumbel_softmax(part, tau=0.2))
+                at += n
+            made = torch.cat(pieces, 1)
+            chosen = fake[:, at - 88:at].reshape(-1, 88)
+            return -self.critic(torch.cat([made, cond], 1)).mean() + F.cross_entropy(chosen, cond.argmax(1))
+
+    torch.manual_seed(0)
+    cond = F.one_hot(torch.randint(0, 88, (500,)), 88).float()
+    return Synthesizer(), {"noise": torch.randn(500, 128), "cond": cond}, _identity
+
+
+def _xlstm():
+    from xlstm import mLSTMBlockConfig, mLSTMLayerConfig, xLSTMBlockStack, xLSTMBlockStackConfig
+
+    torch.manual_seed(0)
+    config = xLSTMBlockStackConfig(
+        mlstm_block=mLSTMBlockConfig(mlstm=mLSTMLayerConfig(conv1d_kernel_size=4, qkv_proj_blocksize=4, num_heads=4)),
+        context_length=256, num_blocks=2, embedding_dim=128, slstm_at=[])  # fmt: skip
+    body = xLSTMBlockStack(config)  # (mLSTM blocks: the parallel form's gated, stabilised decay matrix)
+    return _Pooled(body, 128), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
+def _kymatio():
+    import scipy.special
+
+    if not hasattr(scipy.special, "sph_harm"):  # (SciPy 1.15 renamed it; kymatio's 3-D transform imports the old name)
+        scipy.special.sph_harm = lambda m, n, theta, phi: scipy.special.sph_harm_y(n, m, phi, theta)
+    from kymatio.torch import Scattering1D
+
+    class Scattered(nn.Module):
+        """Audio classified from its wavelet scattering coefficients (kymatio's 1-D scattering:
+        Morlet filter banks applied in the Fourier domain, moduli, low-pass averaging and
+        subsampling at two orders), log-compressed, by a linear head."""
+
+        def __init__(self):
+            super().__init__()
+            self.scattering = Scattering1D(J=6, shape=4096, Q=8)
+            self.head = nn.LazyLinear(10)
+
+        def forward(self, audio, labels):
+            coefficients = torch.log1p(self.scattering(audio).abs()).mean(-1)
+            return F.cross_entropy(self.head(coefficients), labels)
+
+    torch.manual_seed(0)
+    model = Scattered()
+    model(torch.randn(2, 4096), torch.zeros(2, dtype=torch.long))  # (the head's width: the count of coefficients)
+    return model, {"audio": torch.randn(16, 4096), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -1955,6 +2058,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     # session 79's batch
     "torchfm_deepfm": lambda: _torchfm("deepfm"),
     "torchfm_xdeepfm": lambda: _torchfm("xdeepfm"),
+    "pomegranate_hmm": _pomegranate_hmm,
+    "ctgan": _ctgan,
+    "xlstm": _xlstm,
+    "kymatio_scattering": _kymatio,
     "deepctr_din": _deepctr_din,
     "product_key_memory": _product_key_memory,
     "conformer": _conformer,

@@ -54,7 +54,7 @@ from .sidecar import NON_FINITE, sidecar_path, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg, UnstridedArg, arg_refs
 from .substitute import Substitute, grouped_heads_here, substitute_for, without_added_argument
 from .tensors import PRECONDITIONER_START, TensorFactory, torch_dtype
-from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, storages_of, tensors_of
+from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, contiguous_strides, storages_of, tensors_of
 from .units import fmt_bytes
 
 #: A recorded floating input with values beyond this is no data with a scale (see Planner._scale_floats).
@@ -1058,13 +1058,31 @@ class Planner:
         it recorded their runs (:func:`.distributions.mask_of`). Without a record a mask is drawn half
         true: a padding mask then hid half of each row's keys, and some rows' all of them."""
         records = list(self.sidecar().get("mask_inputs", [])) if mask_inputs else []
+        causal = 0
         for ref in mask_inputs:
             record = take_record(records, ref.shape, ref.dtype)
-            if record is not None and not self._unfilled(ref):
-                self.factory.masks[ref] = (record["trues"], tuple((s, m) for s, m in record.get("runs", ())))
-        if self.factory.masks:
-            self.report.notes[f"{len(self.factory.masks)} boolean input(s) hold as many true elements as the original's, "
-                              f"as the capture recorded (in the original's places where it recorded them)"] += 1  # fmt: skip
+            if self._unfilled(ref):
+                continue
+            runs = () if ref in self.factory.ranges else _causal_runs(ref)
+            if record is not None:
+                given = tuple((s, m) for s, m in record.get("runs", ()))
+                if not given and runs:
+                    # (a count of a triangle's, without its runs: a capture that recorded no more, a
+                    # mask past MASK_LONG_RUNS' runs; the triangle the count is, upper where it is its)
+                    upper = _causal_runs(ref, upper=True)
+                    given = next((r for r in (runs, upper) if sum(m for _, m in r) == record["trues"]), ())
+                self.factory.masks[ref] = (record["trues"], given)
+            elif runs:
+                self.factory.masks[ref] = (sum(m for _, m in runs), runs)
+                causal += 1
+        if len(self.factory.masks) > causal:
+            self.report.notes[f"{len(self.factory.masks) - causal} boolean input(s) hold as many true elements as the "
+                              f"original's, as the capture recorded (in the original's places where it recorded "
+                              f"them)"] += 1  # fmt: skip
+        if causal:
+            self.report.notes[f"{causal} square boolean input(s) without a record of their values are drawn lower "
+                              f"triangular (a causal mask, the commonest square one: drawn half true at random "
+                              f"places, the branches of the ops that select by them mispredict)"] += 1  # fmt: skip
 
     def _small_ints(self, int_inputs: list[TensorRef]) -> None:
         """The values the capture recorded of small integer inputs of the step (an index record's
@@ -1193,6 +1211,26 @@ def _overload_or_none(op_schema: str):
         return resolve(op_schema)
     except (Unsupported, ValueError, TypeError, RuntimeError, AttributeError):
         return None
+
+
+#: A square mask without a record is drawn lower triangular up to this many rows in all (a run a row)
+CAUSAL_ROWS = 1 << 16
+
+
+def _causal_runs(ref: TensorRef, upper: bool = False) -> tuple[tuple[int, int], ...]:
+    """The [start, length] runs of a lower-triangular mask of ``ref``'s shape (dense, its last
+    two dimensions equal: each matrix's row ``i`` true up to its diagonal), or with ``upper`` of
+    the strict upper triangle (true past it: the positions a causal model masks out); none for
+    another shape (see :meth:`Planner._place_masks`)."""
+    if len(ref.shape) < 2 or ref.shape[-1] != ref.shape[-2] or ref.shape[-1] < 2 or ref.layout_strides() != contiguous_strides(ref.shape):
+        return ()
+    side = ref.shape[-1]
+    if math.prod(ref.shape[:-1]) > CAUSAL_ROWS:
+        return ()
+    if upper:
+        return tuple((m * side * side + i * side + i + 1, side - i - 1) for m in range(math.prod(ref.shape[:-2]))
+                     for i in range(side - 1))  # fmt: skip
+    return tuple((m * side * side + i * side, i + 1) for m in range(math.prod(ref.shape[:-2])) for i in range(side))
 
 
 def _rows_differ(record: dict, n: int, span: int) -> bool:

@@ -636,19 +636,24 @@ def _runs(at: torch.Tensor, most: int, together: int = 2) -> list[list[int]]:
 
 def _mask(t: torch.Tensor) -> dict:
     """A boolean input's record: how many of its elements are true (``trues``) and, where they
-    stand in :data:`MASK_RUNS` runs or fewer of the flattened tensor, those [start, length] runs
-    (``runs``): a key padding mask's pads at each row's end, an image's valid pixels. Drawn half
-    true at random, a padding mask hid half of each row's keys, some rows' all of them."""
+    stand in :data:`MASK_RUNS` runs or fewer of the flattened tensor (or long runs, see
+    :data:`MASK_LONG_RUNS`), those [start, length] runs (``runs``): a key padding mask's pads at
+    each row's end, an image's valid pixels, a causal mask's rows. Drawn half true at random, a
+    padding mask hid half of each row's keys, some rows' all of them."""
     flat = t.reshape(-1)
     record = {"trues": int(flat.sum())}
-    runs = _runs(flat, MASK_RUNS, 1)
+    runs = _runs(flat, MASK_RUNS, 1) or _runs(flat, MASK_LONG_RUNS, MASK_LONG_RUN)
     if runs:
         record["runs"] = runs
     return record
 
 
-#: How many runs a boolean input's true elements may stand in for the capture to record them (:func:`_mask`).
+#: How many runs a boolean input's true elements may stand in for the capture to record them (:func:`_mask`),
 MASK_RUNS = 64
+#: or this many where they stand this many a run or more on average: a causal mask, a run a row
+#: (drawn half true at random places, its ``where`` took four times the original's time, the
+#: branches of its select and of the ``exp`` after it mispredicted, in xLSTM's decay matrix).
+MASK_LONG_RUNS, MASK_LONG_RUN = 4096, 16
 
 
 def _time_inside_operators(step, path: Path) -> None:

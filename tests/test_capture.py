@@ -335,6 +335,9 @@ def test_inputs_a_record_cannot_describe_are_left_out():
     pads[:, 4:] = True
     assert _input_record(pads) == {"shape": [3, 6], "dtype": "bool", "trues": 6, "runs": [[4, 2], [10, 2], [16, 2]]}
     assert _input_record(torch.arange(200) % 2 == 0) == {"shape": [200], "dtype": "bool", "trues": 100}  # (100 runs)
+    # past 64 runs where they are long: a causal mask's, a run a row
+    causal = _input_record(torch.tril(torch.ones(100, 100, dtype=torch.bool)))
+    assert causal["runs"][:3] == [[0, 1], [100, 2], [200, 3]] and len(causal["runs"]) == 100
 
 
 @pytest.mark.skipif(not hops_run_under_a_mode(), reason="this torch's flex_attention runs under no dispatch mode "

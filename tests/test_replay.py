@@ -963,6 +963,46 @@ def test_a_padding_mask_given_with_the_step_holds_the_originals_pads(tmp_path):
         Replay(load_trace(tmp_path / "kpm.json.gz"), "cpu").prepare()
 
 
+@pytest.mark.parametrize("record", ["runs", "count-only", "captured-elsewhere"])
+def test_a_causal_mask_given_with_the_step_stays_triangular(tmp_path, record):
+    """xLSTM's mLSTM builds its decay matrix with ``where(causal_mask, log_gates, -inf)``, the
+    lower-triangular mask a buffer of the layer. The capture recorded its count of true elements
+    alone (a run a row, past the 64 runs it recorded), and the replay drew them at random places:
+    the select's branches and those of the ``exp`` and row maximum after it mispredicted, and the
+    replay took 1.45 times the original's time inside operators. The capture now records the
+    runs of a mask whose runs are long (16 true elements a run on average, up to 4096 runs); a
+    record with the count alone that is a triangle's count takes that triangle, and a square mask
+    without any record is drawn lower triangular, with a note."""
+    side = 256
+    causal = torch.tril(torch.ones(side, side, dtype=torch.bool))
+    gates = torch.randn(4, side + 1, side + 1).cumsum(-1) * 0.01
+
+    def step():
+        with torch.no_grad():
+            logits = torch.where(causal, gates[:, 1:, 1:], -float("inf"))
+            return torch.exp(logits - logits.max(-1, keepdim=True).values).sum()
+
+    path = tmp_path / "causal.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = load_sidecar(path)
+    [mask_record] = data["mask_inputs"]
+    assert len(mask_record["runs"]) == side and mask_record["trues"] == side * (side + 1) // 2
+    if record == "count-only":
+        sidecar_path(path).write_text(json.dumps({**data, "mask_inputs": [{"shape": [side, side], "dtype": "bool",
+                                                                            "trues": side * (side - 1) // 2}]}))  # fmt: skip
+    elif record == "captured-elsewhere":
+        sidecar_path(path).unlink()
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
+    [mask] = [t for _, t in replay.inputs() if t.dtype == torch.bool]
+    # (the count given without runs is the strict upper triangle's: the mask a model fills with -inf)
+    want = torch.triu(torch.ones_like(causal), 1) if record == "count-only" else causal
+    assert torch.equal(mask, want), mask.float().mean()
+    drawn = any(n.startswith("1 square boolean input(s) without a record") for n in replay.report.notes)
+    assert drawn == (record == "captured-elsewhere"), replay.report.notes
+
+
 def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
     """Segment lengths must sum to the data's length (``segment_reduce``), and repeats to the
     ``output_size`` given (``repeat_interleave``): given with the step they were drawn 0 or 1,
