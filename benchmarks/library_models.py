@@ -1973,6 +1973,86 @@ def _kymatio():
     return model, {"audio": torch.randn(16, 4096), "labels": torch.randint(0, 10, (16,))}, _identity
 
 
+def _esm2():
+    import esm
+    from esm.model.esm2 import ESM2
+
+    class MaskedProtein(nn.Module):
+        """fair-esm's ESM-2 protein language model (4 layers, rotary attention, token dropout of
+        its masked positions), trained by masked-token cross-entropy on padded sequences."""
+
+        def __init__(self):
+            super().__init__()
+            self.alphabet = esm.data.Alphabet.from_architecture("ESM-1b")
+            self.model = ESM2(num_layers=4, embed_dim=320, attention_heads=20, alphabet=self.alphabet)
+
+        def forward(self, tokens, targets):
+            logits = self.model(tokens)["logits"]
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+    torch.manual_seed(0)
+    model = MaskedProtein()
+    abc = model.alphabet
+    lengths = torch.randint(60, 201, (8,))
+    residues = torch.randint(4, 24, (8, 202))
+    tokens = torch.full((8, 202), abc.padding_idx)
+    for row, n in enumerate(lengths.tolist()):
+        tokens[row, 0], tokens[row, 1:n + 1], tokens[row, n + 1] = abc.cls_idx, residues[row, :n], abc.eos_idx
+    masked = (torch.rand(8, 202) < 0.15) & (tokens >= 4) & (tokens < 24)
+    targets = torch.where(masked, tokens, torch.full_like(tokens, -100))
+    tokens = tokens.masked_fill(masked, abc.mask_idx)
+    return model, {"tokens": tokens, "targets": targets}, _identity
+
+
+def _mixture_of_experts():
+    from mixture_of_experts import MoE
+
+    class Routed(nn.Module):
+        """lucidrains' mixture-of-experts: top-2 gating with capacities (positions in each
+        expert's buffer by cumulative sums of one-hot choices), dispatch and combine tensors,
+        the auxiliary balancing loss added to a regression loss."""
+
+        def __init__(self):
+            super().__init__()
+            self.moe = MoE(dim=128, num_experts=8, hidden_dim=256)
+
+        def forward(self, tokens, target):
+            out, aux = self.moe(tokens)
+            return F.mse_loss(out, target) + aux
+
+    torch.manual_seed(0)
+    return Routed(), {"tokens": torch.randn(4, 256, 128), "target": torch.randn(4, 256, 128)}, _identity
+
+
+def _linear_attention():
+    from linear_attention_transformer import LinearAttentionTransformerLM
+
+    class Lm(nn.Module):
+        """linear-attention-transformer's causal language model (linear attention by
+        cumulative sums of key-value products, local attention heads in windows, axial
+        position embeddings), trained by next-token cross-entropy."""
+
+        def __init__(self):
+            super().__init__()
+            self.lm = LinearAttentionTransformerLM(num_tokens=5000, dim=256, depth=2, max_seq_len=512, heads=4,
+                                                   causal=True, n_local_attn_heads=2, local_attn_window_size=64)  # fmt: skip
+
+        def forward(self, ids):
+            logits = self.lm(ids[:, :-1])
+            return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
+
+    torch.manual_seed(0)
+    return Lm(), {"ids": torch.randint(0, 5000, (2, 513))}, _identity
+
+
+def _g_mlp():
+    from g_mlp_pytorch import gMLP
+
+    torch.manual_seed(0)
+    body = gMLP(dim=128, depth=4, seq_len=256, attn_dim=32)  # (spatial gating units, a tiny attention beside them)
+    return _Pooled(body, 128), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2062,6 +2142,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "ctgan": _ctgan,
     "xlstm": _xlstm,
     "kymatio_scattering": _kymatio,
+    "esm2": _esm2,
+    "mixture_of_experts": _mixture_of_experts,
+    "linear_attention": _linear_attention,
+    "g_mlp": _g_mlp,
     "deepctr_din": _deepctr_din,
     "product_key_memory": _product_key_memory,
     "conformer": _conformer,
