@@ -557,7 +557,8 @@ def value_sources(op: str, inputs: list[tuple[str, list[TensorRef]]], outputs: l
     ``how`` being "view" (the output lies in the input's storage: a reshape, a slice, a select),
     "copy" (``_COPIES``), "pick" (``_PICKS``), "tail" (the rows of a concatenation after a first
     column: ``cat([zeros, lengths.cumsum(-1)], -1)``), "running" (a cumulative sum along the rows,
-    ``RUNNING_SUMS``), "shift" (an addition of a number: ``var + eps``,
+    ``RUNNING_SUMS``), a :class:`Shifted` (an integer plus a number or a row of offsets:
+    ``lengths - 1``, ``ids + offsets``), "shift" (a floating addition of a number: ``var + eps``,
     whose sum is positive where the tensor is), "scale" (a product by a number, ``x * 0.5``, or a
     quotient of the tensor, ``v / n``, ``wh / anchors``: a divisor is drawn positive, see
     :func:`float_ranges`, and so is a number without a record) or "keep" (``_KEEPS_SIGN``).
@@ -640,13 +641,9 @@ def _int_shift(op: str, named: dict[str, list[TensorRef]], out: TensorRef,
         return this[0], Shifted(sign, other)
     # a row of offsets, one a column of the input (the fields of a factorization machine)
     width = out.shape[-1] if out.shape else 0
-    if width > 1 and other.numel == width and other.shape[-1] == width and _dense_row(other):
+    if width > 1 and other.numel == width and other.shape[-1] == width and other.layout_strides() == contiguous_strides(other.shape):
         return this[0], Shifted(sign, other)
     return None
-
-
-def _dense_row(ref: TensorRef) -> bool:
-    return ref.layout_strides() == contiguous_strides(ref.shape)
 
 
 #: Cumulative sums: running totals of a tensor's rows (FBGEMM's complete one with a 0 before them)

@@ -194,11 +194,11 @@ class TensorFactory:
     # integer tensors whose columns (along the last dimension) hold ranges of their own: the ids of
     # several fields that a row of offsets moves into one table, each field in its own rows
     columns: dict[TensorRef, tuple[IntRange, ...]] = field(default_factory=dict)
+    # and the spreads the capture recorded of such columns (None: a column drawn with the whole tensor's)
+    column_skews: dict[TensorRef, tuple[Skew | None, ...]] = field(default_factory=dict)
     # the values the capture recorded of small integer inputs: a tensor holds them where a
     # requirement passes through them (a row of offsets added to ids, see _pass_shift)
     int_values: dict[TensorRef, tuple[int, ...]] = field(default_factory=dict)
-    # and the spreads it recorded of such columns (None: a column drawn with the whole tensor's)
-    column_skews: dict[TensorRef, tuple[Skew | None, ...]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see :func:`.distributions.mask_of`)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
