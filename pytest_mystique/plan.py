@@ -882,7 +882,15 @@ class Planner:
         scaled = kept = positive = 0
         for ref in float_inputs:
             record = take_record(records, ref.shape, ref.dtype)
-            if record is None or "std" not in record or self._unfilled(ref):
+            if record is None or self._unfilled(ref):
+                continue
+            fill = record.get("fill")
+            if fill is not None:  # (an additive mask: its fill where the original's stood, checked by the loader)
+                value = float(NON_FINITE.get(fill["value"], fill["value"]))
+                if math.isfinite(value) and _real_floating(ref):  # (float32's lowest, read back, overflows it)
+                    value = max(value, -torch.finfo(torch_dtype(ref.dtype)).max)
+                self.factory.fills[ref] = (value, fill["trues"], tuple((s, m) for s, m in fill.get("runs", ())))
+            if "std" not in record:
                 continue
             low, high, mean = record["low"], record["high"], record["mean"]
             if max(abs(low), abs(high)) > _SCALE_LIMIT:
@@ -915,6 +923,10 @@ class Planner:
                               f"holds{by_columns})"] += 1  # fmt: skip
         if exact:
             self.report.notes[f"{exact} small floating input(s) hold the original's values, as the capture recorded"] += 1
+        if self.factory.fills:
+            self.report.notes[f"{len(self.factory.fills)} floating input(s) hold a mask's fill (-inf, or a stand-in for "
+                              f"it) where the original's did, as the capture recorded (an additive attention "
+                              f"mask)"] += 1  # fmt: skip
         if kept:
             self.report.notes[f"{kept} floating input(s) whose recorded values reach beyond +-{_SCALE_LIMIT:g} (a mask's "
                               f"stand-in for infinity) drawn in the ranges the replay's rules give"

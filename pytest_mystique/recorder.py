@@ -536,6 +536,15 @@ def _float_scale(t: torch.Tensor) -> dict:
     x = x.float() if x.itemsize < 4 else x
     flat = x.reshape(-1)
     low, high = (float(v) for v in torch.aminmax(flat))
+    fill = _mask_fill(flat, low) if x.dim() >= 2 else None
+    if fill is not None:
+        # an additive mask (-inf, or a stand-in such as float32's lowest, where a position is
+        # masked): where it holds that value, and the scale of the rest
+        rest = flat[flat != low]
+        record = {"fill": fill}
+        if rest.numel() >= 2:
+            record |= {k: v for k, v in _float_scale(rest.reshape(-1, 1)).items() if k != "columns"}
+        return record
     if not (math.isfinite(low) and math.isfinite(high)):
         return {}
     std, mean = torch.std_mean(x)
@@ -552,6 +561,25 @@ def _float_scale(t: torch.Tensor) -> dict:
             # a table of features whose columns spread unlike each other (ids, a price, a count)
             record["columns"] = [_quantiles(col, float(lo), float(hi)) for col, lo, hi in zip(x.t(), lows, highs)]
     return record
+
+
+def _mask_fill(flat: torch.Tensor, low: float) -> dict | None:
+    """Where ``flat`` (a floating input, ``low`` its lowest value) holds a mask's fill: -inf, or
+    a value at or below -:data:`MASK_FILL` (float32's lowest, -1e9), in runs as a boolean mask's
+    are recorded (:func:`_mask`); None for another input. ``nn.Transformer``'s square subsequent
+    mask is -inf above its diagonal: recorded with no scale (it holds infinities), it was drawn
+    from -1 to 1, and the replay's attention masked nothing and turned NaN."""
+    if not (low == -math.inf or -math.inf < low <= -MASK_FILL) or bool(torch.isnan(flat).any()):
+        return None
+    at = flat == low
+    if bool(torch.isinf(flat[~at]).any()):
+        return None
+    record = _mask(at)
+    return record | {"value": "-inf" if low == -math.inf else _json_floats(torch.tensor([low], dtype=flat.dtype))[0]}
+
+
+#: A floating input's lowest value at or below minus this is a mask's fill (see :func:`_mask_fill`)
+MASK_FILL = 1e4
 
 
 def _quantiles(flat: torch.Tensor, low: float, high: float) -> list:

@@ -150,6 +150,9 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 def _float_record_ok(r) -> bool:
     if not _input_record_ok(r):
         return False
+    fill = r.get("fill")
+    if fill is not None and not (isinstance(fill, dict) and _fill_ok(fill, math.prod(r["shape"]))):
+        return False
     stats = [r.get(k) for k in ("mean", "std", "low", "high")]
     values, quantiles = r.get("values"), r.get("quantiles")
     if all(v is None for v in stats):
@@ -160,6 +163,15 @@ def _float_record_ok(r) -> bool:
             and (quantiles is None or _quantiles_ok(quantiles))
             and isinstance(columns, list) and (not columns or len(r["shape"]) == 2 and len(columns) == r["shape"][1])
             and all(_quantiles_ok(c) for c in columns))  # fmt: skip
+
+
+def _fill_ok(fill: dict, n: int) -> bool:
+    """A floating input's mask fill (see :func:`.recorder._mask_fill`): its value (-inf, or a
+    number at or below -1e4), how many of the ``n`` elements hold it, and where, as a mask's runs."""
+    value = fill.get("value")
+    value = NON_FINITE.get(value) if isinstance(value, str) else value
+    return (_number(value) and (value == -math.inf or -math.inf < value <= -1e4)
+            and _mask_record_ok({"shape": [n], "dtype": "bool", "trues": fill.get("trues"), **fill}))
 
 
 def _quantiles_ok(quantiles) -> bool:

@@ -199,6 +199,9 @@ class TensorFactory:
     # the values the capture recorded of small integer inputs: a tensor holds them where a
     # requirement passes through them (a row of offsets added to ids, see _pass_shift)
     int_values: dict[TensorRef, tuple[int, ...]] = field(default_factory=dict)
+    # floating inputs that hold a mask's fill (an additive attention mask's -inf) -> the value, how
+    # many elements hold it and the runs they stood in (see :func:`.distributions.mask_of`)
+    fills: dict[TensorRef, tuple[float, int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # boolean inputs -> the original's count of true elements and the runs they stood in (see :func:`.distributions.mask_of`)
     masks: dict[TensorRef, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
@@ -519,6 +522,12 @@ class TensorFactory:
                 for col, rng in enumerate(self.columns[ref]):
                     skew = skews[col] if col < len(skews) else None
                     rows[:, col].copy_(self._sample(t.dtype, ref, rng, rows.shape[0], skew=skew))
+            self._constrained[key] = True
+        if ref in self.fills and device.type != "meta" and t.is_contiguous() and t.is_floating_point():
+            value, count, runs = self.fills[ref]
+            self._seeded_generator()
+            with torch.no_grad():
+                t.view(-1).masked_fill_(mask_of(t.numel(), count, runs, self._generator, t.device), value)
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)

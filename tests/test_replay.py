@@ -1003,6 +1003,43 @@ def test_a_causal_mask_given_with_the_step_stays_triangular(tmp_path, record):
     assert drawn == (record == "captured-elsewhere"), replay.report.notes
 
 
+@pytest.mark.parametrize("fill", ["-inf", "lowest"])
+def test_an_additive_mask_holds_its_fill_where_the_originals_did(tmp_path, fill):
+    """``nn.Transformer``'s square subsequent mask is -inf above its diagonal and 0 elsewhere,
+    given to the encoder with the batch (HF models fill theirs with float32's lowest instead).
+    The capture recorded no scale of an input that holds an infinity, and one past +-1e4 kept the
+    replay's rules: the mask was drawn from -1 to 1, the attention masked nothing, and the
+    replay's data turned NaN in the encoder's output (a note said so). The capture now records
+    where such a mask holds its fill, as a boolean mask's runs, and the scale of the rest; the
+    replay's mask is the original's. A fill record of a value that is no mask's fill is an error
+    naming the sidecar."""
+    side = 64
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(side)
+    if fill == "lowest":
+        mask = mask.clamp(min=torch.finfo(torch.float32).min)
+    x = torch.randn(4, side, 32)
+
+    def step():
+        with torch.no_grad():
+            return layer(x, src_mask=mask)
+
+    path = tmp_path / "subsequent.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in replay.report.notes), replay.report.notes
+    assert any(n.startswith("1 floating input(s) hold a mask's fill") for n in replay.report.notes), replay.report.notes
+    [made] = [t for _, t in replay.inputs() if t.shape == (side, side)]
+    assert torch.equal(made, mask)
+    data = load_sidecar(path)
+    [record] = [r for r in data["float_inputs"] if r["shape"] == [side, side]]
+    sidecar_path(path).write_text(json.dumps({**data, "float_inputs": [{**record, "fill": {**record["fill"], "value": -5.0}}]}))
+    with pytest.raises(ReplayError, match=r"subsequent\.meta\.json: malformed timing sidecar: float_inputs"):
+        Replay(load_trace(path), "cpu").prepare()
+
+
 def test_counts_that_must_add_up_to_a_size_add_up_to_the_originals(tmp_path):
     """Segment lengths must sum to the data's length (``segment_reduce``), and repeats to the
     ``output_size`` given (``repeat_interleave``): given with the step they were drawn 0 or 1,
