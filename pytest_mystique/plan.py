@@ -889,7 +889,8 @@ class Planner:
                 value = float(NON_FINITE.get(fill["value"], fill["value"]))
                 if math.isfinite(value) and _real_floating(ref):  # (float32's lowest, read back, overflows it)
                     value = max(value, -torch.finfo(torch_dtype(ref.dtype)).max)
-                self.factory.fills[ref] = (value, fill["trues"], tuple((s, m) for s, m in fill.get("runs", ())))
+                runs = tuple((s, m) for s, m in fill.get("runs", ())) or _triangle(ref, fill["trues"])
+                self.factory.fills[ref] = (value, fill["trues"], runs)
             if "std" not in record:
                 continue
             low, high, mean = record["low"], record["high"], record["mean"]
@@ -1081,8 +1082,7 @@ class Planner:
                 if not given and runs:
                     # (a count of a triangle's, without its runs: a capture that recorded no more, a
                     # mask past MASK_LONG_RUNS' runs; the triangle the count is, upper where it is its)
-                    upper = _causal_runs(ref, upper=True)
-                    given = next((r for r in (runs, upper) if sum(m for _, m in r) == record["trues"]), ())
+                    given = _triangle(ref, record["trues"])
                 self.factory.masks[ref] = (record["trues"], given)
             elif runs:
                 self.factory.masks[ref] = (sum(m for _, m in runs), runs)
@@ -1243,6 +1243,13 @@ def _causal_runs(ref: TensorRef, upper: bool = False) -> tuple[tuple[int, int], 
         return tuple((m * side * side + i * side + i + 1, side - i - 1) for m in range(math.prod(ref.shape[:-2]))
                      for i in range(side - 1))  # fmt: skip
     return tuple((m * side * side + i * side, i + 1) for m in range(math.prod(ref.shape[:-2])) for i in range(side))
+
+
+def _triangle(ref: TensorRef, count: int) -> tuple[tuple[int, int], ...]:
+    """The runs of the triangle of ``ref``'s shape (see :func:`_causal_runs`) that holds ``count``
+    elements: the lower one with its diagonal (a causal mask's kept positions), or the strict
+    upper one (its masked positions, an additive mask's -inf); none where neither does."""
+    return next((r for r in (_causal_runs(ref), _causal_runs(ref, upper=True)) if r and sum(m for _, m in r) == count), ())
 
 
 def _rows_differ(record: dict, n: int, span: int) -> bool:

@@ -1003,7 +1003,7 @@ def test_a_causal_mask_given_with_the_step_stays_triangular(tmp_path, record):
     assert drawn == (record == "captured-elsewhere"), replay.report.notes
 
 
-@pytest.mark.parametrize("fill", ["-inf", "lowest"])
+@pytest.mark.parametrize("fill", ["-inf", "lowest", "count-only"])
 def test_an_additive_mask_holds_its_fill_where_the_originals_did(tmp_path, fill):
     """``nn.Transformer``'s square subsequent mask is -inf above its diagonal and 0 elsewhere,
     given to the encoder with the batch (HF models fill theirs with float32's lowest instead).
@@ -1011,8 +1011,9 @@ def test_an_additive_mask_holds_its_fill_where_the_originals_did(tmp_path, fill)
     replay's rules: the mask was drawn from -1 to 1, the attention masked nothing, and the
     replay's data turned NaN in the encoder's output (a note said so). The capture now records
     where such a mask holds its fill, as a boolean mask's runs, and the scale of the rest; the
-    replay's mask is the original's. A fill record of a value that is no mask's fill is an error
-    naming the sidecar."""
+    replay's mask is the original's; a record of the count alone (a mask past the runs the
+    capture keeps) that is a triangle's count takes that triangle. A fill record of a value that
+    is no mask's fill is an error naming the sidecar."""
     side = 64
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
     mask = torch.nn.Transformer.generate_square_subsequent_mask(side)
@@ -1026,6 +1027,13 @@ def test_an_additive_mask_holds_its_fill_where_the_originals_did(tmp_path, fill)
 
     path = tmp_path / "subsequent.json.gz"
     capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = load_sidecar(path)
+    [record] = [r for r in data["float_inputs"] if r["shape"] == [side, side]]
+    assert len(record["fill"]["runs"]) == side - 1 and record["fill"]["trues"] == side * (side - 1) // 2
+    if fill == "count-only":
+        without = {**record, "fill": {k: v for k, v in record["fill"].items() if k != "runs"}}
+        sidecar_path(path).write_text(json.dumps({**data, "float_inputs": [without if r is record else r
+                                                                            for r in data["float_inputs"]]}))  # fmt: skip
     replay = Replay(load_trace(path), "cpu").prepare()
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     replay.run()
@@ -1033,8 +1041,6 @@ def test_an_additive_mask_holds_its_fill_where_the_originals_did(tmp_path, fill)
     assert any(n.startswith("1 floating input(s) hold a mask's fill") for n in replay.report.notes), replay.report.notes
     [made] = [t for _, t in replay.inputs() if t.shape == (side, side)]
     assert torch.equal(made, mask)
-    data = load_sidecar(path)
-    [record] = [r for r in data["float_inputs"] if r["shape"] == [side, side]]
     sidecar_path(path).write_text(json.dumps({**data, "float_inputs": [{**record, "fill": {**record["fill"], "value": -5.0}}]}))
     with pytest.raises(ReplayError, match=r"subsequent\.meta\.json: malformed timing sidecar: float_inputs"):
         Replay(load_trace(path), "cpu").prepare()
