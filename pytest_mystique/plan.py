@@ -335,8 +335,8 @@ class Planner:
         # and ``ids + offsets`` by the number and offsets the capture recorded)
         self._fresh_values(fresh_reads)
         self._exact_scalars(planned, scalar_reads, written)
-        int_order = self._as_the_capture_read(int_inputs, planned, "index_inputs")
-        self._small_ints(int_order)
+        int_records = self._matched(self._as_the_capture_read(int_inputs, planned, "index_inputs"), "index_inputs")
+        self._small_ints(int_records)
         self.factory.pass_back(sources_of)
         by_runs = sum(1 for ref in int_inputs if self.factory.own_runs(ref))
         if by_runs:
@@ -344,7 +344,7 @@ class Planner:
                               f"jagged batch's lengths: each key's row sums to the ids of its lookup's bags; one tensor "
                               f"of several tables' ids: each table's in its own range)"] += 1  # fmt: skip
         summed = {ref.storage_id for p in planned if p.node.name in _SUMS for ref in tensors_of(p.node.inputs[:1])}
-        self._skew_indices(int_order, summed)
+        self._skew_indices(int_records, summed)
         self._scale_floats(self._as_the_capture_read(float_inputs, planned, "float_inputs"))
         self._place_masks(self._as_the_capture_read(mask_inputs, planned, "mask_inputs"))
         # inputs the optimizer's step writes in place, themselves or through a view (Adam's complex
@@ -1076,15 +1076,15 @@ class Planner:
             record = take_record(records, ref.shape, ref.dtype)
             if self._unfilled(ref):
                 continue
-            runs = () if ref in self.factory.ranges else _causal_runs(ref)
+            counted = ref in self.factory.ranges  # (an op's count of true elements: no triangle)
             if record is not None:
                 given = tuple((s, m) for s, m in record.get("runs", ()))
-                if not given and runs:
+                if not given and not counted:
                     # (a count of a triangle's, without its runs: a capture that recorded no more, a
                     # mask past MASK_LONG_RUNS' runs; the triangle the count is, upper where it is its)
                     given = _triangle(ref, record["trues"])
                 self.factory.masks[ref] = (record["trues"], given)
-            elif runs:
+            elif not counted and (runs := _causal_runs(ref)):
                 self.factory.masks[ref] = (sum(m for _, m in runs), runs)
                 causal += 1
         if len(self.factory.masks) > causal:
@@ -1096,21 +1096,30 @@ class Planner:
                               f"triangular (a causal mask, the commonest square one: drawn half true at random "
                               f"places, the branches of the ops that select by them mispredict)"] += 1  # fmt: skip
 
-    def _small_ints(self, int_inputs: list[TensorRef]) -> None:
+    def _matched(self, inputs: list[TensorRef], records: str) -> list[tuple[TensorRef, dict]]:
+        """Each of ``inputs`` (in the order the capture read them, see :meth:`_as_the_capture_read`)
+        that the sidecar's list ``records`` holds a record of, with that record: the first left of
+        its shape and type, taken in turn. Inputs left unfilled are passed over (see :meth:`_overwritten`)."""
+        left = list(self.sidecar().get(records, [])) if inputs else []
+        found = []
+        for ref in inputs if left else ():
+            record = take_record(left, ref.shape, ref.dtype)
+            if record is not None and not self._unfilled(ref):
+                found.append((ref, record))
+        return found
+
+    def _small_ints(self, int_records: list[tuple[TensorRef, dict]]) -> None:
         """The values the capture recorded of small integer inputs of the step (an index record's
-        ``values``, see :data:`.recorder.EXACT_INTS`), matched as :meth:`_skew_indices` matches
-        them, for a requirement to pass through (:attr:`.tensors.TensorFactory.int_values`: a row
+        ``values``, see :data:`.recorder.EXACT_INTS`; ``int_records`` as :meth:`_matched` gives
+        them), for a requirement to pass through (:attr:`.tensors.TensorFactory.int_values`: a row
         of offsets that moves each field's ids into its own rows of one table, ``ids + offsets``):
         drawn from their spread, a factorization machine's four offsets came out unsorted, and
         its fields' ids summed past the table."""
-        records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
-        for ref in int_inputs if records else ():
-            record = take_record(records, ref.shape, ref.dtype)
-            values = None if record is None else record.get("values")
-            if values is not None and not self._unfilled(ref):
-                self.factory.int_values[ref] = tuple(values)
+        for ref, record in int_records:
+            if record.get("values") is not None:
+                self.factory.int_values[ref] = tuple(record["values"])
 
-    def _skew_indices(self, int_inputs: list[TensorRef], summed: set[int]) -> None:
+    def _skew_indices(self, int_records: list[tuple[TensorRef, dict]], summed: set[int]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
         them (the sidecar's ``index_inputs``, matched in the order the step first read them among
@@ -1125,12 +1134,8 @@ class Planner:
         counts lie between the original's lowest and highest, as other counts that sum to a size).
         Runs of an input with ranges of their own (several tables' ids) are drawn each with the
         spread the capture recorded for it (``runs``)."""
-        records = list(self.sidecar().get("index_inputs", [])) if int_inputs else []
         skewed = bagged = by_rows = parted = numbers = exact = 0
-        for ref in int_inputs:
-            record = take_record(records, ref.shape, ref.dtype)
-            if record is None or self._unfilled(ref):
-                continue
+        for ref, record in int_records:
             rng = self.factory.ranges.get(ref)
             if record.get("values") is not None and self.factory.values.get(ref) == tuple(record["values"]):
                 # (taken from _small_ints' by a requirement that passed through them: kept where
@@ -1249,7 +1254,7 @@ def _triangle(ref: TensorRef, count: int) -> tuple[tuple[int, int], ...]:
     """The runs of the triangle of ``ref``'s shape (see :func:`_causal_runs`) that holds ``count``
     elements: the lower one with its diagonal (a causal mask's kept positions), or the strict
     upper one (its masked positions, an additive mask's -inf); none where neither does."""
-    return next((r for r in (_causal_runs(ref), _causal_runs(ref, upper=True)) if r and sum(m for _, m in r) == count), ())
+    return next((r for upper in (False, True) if (r := _causal_runs(ref, upper)) and sum(m for _, m in r) == count), ())
 
 
 def _rows_differ(record: dict, n: int, span: int) -> bool:
