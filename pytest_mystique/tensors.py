@@ -307,36 +307,48 @@ class TensorFactory:
 
     def _pass_shift(self, ref: TensorRef, src: TensorRef, how: Shifted, sources_of) -> list[TensorRef]:
         """Give ``src`` the index range of ``ref``, which is ``src`` plus a number or a row of them
-        (:class:`.ranges.Shifted`), moved back by what was added; the tensors that took a
-        requirement (``src``, and the offsets where they were fixed). A sequence
-        model gathers its last positions at ``lengths - 1``, and a factorization machine looks its
-        fields' ids up in one table at ``ids + offsets`` (each field's first row). Left on the
-        sum, the range never reached the data: the lengths and ids were drawn as 0s and 1s, the
-        gather read index -1 and fell back to seeded indices, and the lookup read three rows. A
-        number the trace holds as a 0-dim input without a recorded value is fixed at 1 (a
-        subtraction of 1 the commonest), a row of offsets without recorded values at equal
-        steps through the range, each field's ids within one step; with recorded offsets each
-        field's ids lie in the rows from its offset to the next (:attr:`columns`). A number that
-        an op computed (not an input the factory makes) leaves the range where it is; fixed
-        offsets pass back to the input they are a view of (``offsets.unsqueeze(0)``)."""
+        (:class:`.ranges.Shifted`), moved back by what was added; ``[src]`` where it took it, else
+        nothing. A sequence model gathers its last positions at ``lengths - 1``, and a
+        factorization machine looks its fields' ids up in one table at ``ids + offsets`` (each
+        field's first row). Left on the sum, the range never reached the data: the lengths and ids
+        were drawn as 0s and 1s, the gather read index -1 and fell back to seeded indices, and the
+        lookup read three rows. A number the trace holds as a 0-dim input without a recorded value
+        is fixed at 1 (a subtraction of 1 the commonest); a row of offsets, see
+        :meth:`_pass_offsets`. A number or offsets that an op computed (not an input the factory
+        makes) leave the range where it is; an input is found through its views
+        (``offsets.unsqueeze(0)``)."""
         rng = self.ranges.get(ref)
         if rng is None or rng.kind != "uniform" or not integral(src):
             return []
-        addend = how.addend if how.addend is None else _made_of(how.addend, sources_of)
-        if addend is None or not addend.shape:
-            if how.addend is not None and addend is None:
+        if how.addend is None:  # (a number the op was given)
+            by = how.by
+        else:
+            addend = _made_of(how.addend, sources_of)
+            if addend is None:
                 return []  # (computed by the replay's own ops: its value is not known here)
-            by = how.by if addend is None else self._fixed_number(addend)
-            if by is None:
+            if addend.shape:
+                return self._pass_offsets(rng, src, addend, how.by)
+            number = self._fixed_number(addend)
+            if number is None:
                 return []
-            by *= 1 if addend is None else how.by
-            self.constrain(src, replace(rng, low=rng.low - by, high=rng.high - by))
-            return [src]
+            by = number * how.by
+        self.constrain(src, replace(rng, low=rng.low - by, high=rng.high - by))
+        return [src]
+
+    def _pass_offsets(self, rng: IntRange, src: TensorRef, offsets: TensorRef, sign: int) -> list[TensorRef]:
+        """Give ``src``, ids that ``offsets`` (an input: a row along their last dimension, times
+        ``sign``) are added to, the index range ``rng`` of the sum; ``[src]`` where it took it. With
+        the offsets' values recorded (:attr:`values`, :attr:`int_values`) and in order, each
+        field's ids lie in the rows from its offset to the next (:attr:`columns`); out of order,
+        each within ``rng`` moved back by its own offset. Without them, the offsets are fixed at
+        equal steps through the range, and each field's ids lie within one step."""
         width = src.shape[-1] if src.shape else 0
-        known = None if addend is None else self.values.get(addend, self.int_values.get(addend))
+        if not width:
+            return []
+        known = self.values.get(offsets, self.int_values.get(offsets))
         if known is not None and len(known) == width and all(isinstance(v, int) for v in known):
-            self.values[addend] = known
-            starts = [how.by * v for v in known]
+            self.values[offsets] = known
+            starts = [sign * v for v in known]
             if starts == sorted(starts) and starts[0] >= rng.low:  # (fields, one after another)
                 ends = [*starts[1:], rng.high]
                 cols = tuple(IntRange(0, max(b - a, 1)) for a, b in zip(starts, ends))
@@ -345,10 +357,10 @@ class TensorFactory:
             self.columns[src] = cols
             self.constrain(src, IntRange(min(c.low for c in cols), max(c.high for c in cols)))
             return [src]
-        if addend is None or known is not None or addend in self.ranges or how.by != 1 or width > rng.high - rng.low:
+        if known is not None or offsets in self.ranges or sign != 1 or width > rng.high - rng.low:
             return []
         step = (rng.high - rng.low) // width
-        self.ranges[addend] = IntRange(kind="values", values=tuple(rng.low + f * step for f in range(width)))
+        self.ranges[offsets] = IntRange(kind="values", values=tuple(rng.low + f * step for f in range(width)))
         self.constrain(src, IntRange(0, step))
         return [src]
 
@@ -515,13 +527,9 @@ class TensorFactory:
             self._fill_pieces(t, ref)
             self._constrained[key] = True
         if ref in self.columns and device.type != "meta" and t.is_contiguous():
-            self._seeded_generator()
-            rows = t.view(-1, t.shape[-1])
-            with torch.no_grad():
-                skews = self.column_skews.get(ref, ())
-                for col, rng in enumerate(self.columns[ref]):
-                    skew = skews[col] if col < len(skews) else None
-                    rows[:, col].copy_(self._sample(t.dtype, ref, rng, rows.shape[0], skew=skew))
+            rows, skews = t.view(-1, t.shape[-1]), self.column_skews.get(ref, ())
+            self._draw_parts(ref, [(rows[:, col], rng, skews[col] if col < len(skews) else None)
+                                   for col, rng in enumerate(self.columns[ref])])  # fmt: skip
             self._constrained[key] = True
         if ref in self.fills and device.type != "meta" and t.is_contiguous() and t.is_floating_point():
             value, count, runs = self.fills[ref]
@@ -574,13 +582,21 @@ class TensorFactory:
         skew, recorded = self.skews.get(ref), self.run_skews.get(ref, {})
         room = {run: min(run[1] - run[0], rng.high - rng.low) for run, rng in runs if rng.kind == "uniform"}
         scale = min(1.0, skew.distinct * t.numel() / max(sum(room.values()), 1)) if skew is not None else 1.0
+        parts = []
+        for (a, b), rng in runs:
+            own = recorded.get((a, b))  # (the run's own, where the capture recorded it)
+            if own is None and skew is not None and (a, b) in room:
+                own = replace(skew, distinct=scale * room[a, b] / (b - a), runs=())
+            parts.append((flat[a:b], rng, own))
+        self._draw_parts(ref, parts)
+
+    def _draw_parts(self, ref: TensorRef, parts: list[tuple[torch.Tensor, IntRange, Skew | None]]) -> None:
+        """Draw each part (a view of the tensor made for ``ref``: a run of its elements, a column)
+        with its own range and spread, one after another from the seeded generator."""
         self._seeded_generator()
         with torch.no_grad():
-            for (a, b), rng in runs:
-                own = recorded.get((a, b))  # (the run's own, where the capture recorded it)
-                if own is None and skew is not None and (a, b) in room:
-                    own = replace(skew, distinct=scale * room[a, b] / (b - a), runs=())
-                flat[a:b].copy_(self._sample(t.dtype, ref, rng, b - a, skew=own))
+            for view, rng, skew in parts:
+                view.copy_(self._sample(view.dtype, ref, rng, view.numel(), skew=skew))
 
     def own_runs(self, ref: TensorRef) -> list[tuple[tuple[int, int], IntRange]]:
         """The runs of ``ref``'s elements that are drawn apart from the rest (:attr:`pieces`): each
