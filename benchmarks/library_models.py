@@ -216,7 +216,7 @@ class _Equivariant(nn.Module):
 
     def __init__(self):
         super().__init__()
-        from e3nn import o3
+        o3 = _e3nn_o3()
         from e3nn.nn import FullyConnectedNet
 
         self.irreps_in, self.irreps_sh = o3.Irreps("8x0e + 4x1o"), o3.Irreps.spherical_harmonics(2)
@@ -2053,6 +2053,204 @@ def _g_mlp():
     return _Pooled(body, 128), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
 
 
+
+def _hummingbird(implementation: str):
+    """hummingbird-ml's compilation of a scikit-learn gradient-boosted forest (50 trees of depth 5)
+    into tensor operations (inference only: its trees are fitted, not trained by gradients):
+    ``gemm`` as three matrix products (features against every node's threshold, nodes against
+    each leaf's path, leaves against the trees' values), ``perf_tree_trav`` as a walk down all
+    trees at once, level by level, each level gathering the next node's index from the one before."""
+    import hummingbird.ml
+    import numpy as np
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    rng = np.random.RandomState(0)
+    features = rng.randn(4000, 20).astype(np.float32)
+    labels = (features[:, 0] + features[:, 1] * features[:, 2] - 0.5 * features[:, 3] ** 2 > 0).astype(int)
+    forest = GradientBoostingClassifier(n_estimators=50, max_depth=5, random_state=0).fit(features, labels)
+    executor = hummingbird.ml.convert(forest, "torch", extra_config={"tree_implementation": implementation}).model
+
+    class Forest(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.executor = executor
+
+        def forward(self, rows):
+            return self.executor(rows)[1]  # (the labels and the classes' probabilities)
+
+    torch.manual_seed(0)
+    return Forest(), {"rows": torch.from_numpy(rng.randn(1024, 20).astype(np.float32))}, _identity
+
+
+def _e3nn_o3():
+    """e3nn's ``o3`` module; e3nn 0.4 (which MACE pins) loads its constants with ``torch.load``,
+    which refuses their slices from torch 2.6 on unless allowed."""
+    with torch.serialization.safe_globals([slice]):
+        from e3nn import o3
+    return o3
+
+
+def _mace():
+    """MACE, an equivariant interatomic potential, trained on energies and forces (the forces as
+    the negative gradient of the energy with respect to the positions, taken with create_graph in
+    the step; inference, without autograd, gives the energy alone): four structures of 24 atoms of three elements, their edges within a 3 A cutoff."""
+    import ase
+    import numpy as np
+
+    o3 = _e3nn_o3()
+    from mace import data, modules, tools
+    from mace.tools import torch_geometric
+
+    torch.manual_seed(0)
+    rng = np.random.RandomState(0)
+    elements = tools.AtomicNumberTable([1, 6, 8])
+    graphs = []
+    for _ in range(4):
+        atoms = ase.Atoms(numbers=rng.choice([1, 6, 8], 24), positions=rng.rand(24, 3) * 6.0)
+        graphs.append(data.AtomicData.from_config(data.config_from_atoms(atoms), z_table=elements, cutoff=3.0))
+    batch = next(iter(torch_geometric.dataloader.DataLoader(graphs, batch_size=4, shuffle=False))).to_dict()
+    block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+    mace = modules.MACE(r_max=3.0, num_bessel=8, num_polynomial_cutoff=5, max_ell=2, interaction_cls=block,
+                        interaction_cls_first=block, num_interactions=2, num_elements=3,
+                        hidden_irreps=o3.Irreps("32x0e + 32x1o"), MLP_irreps=o3.Irreps("16x0e"), gate=F.silu,
+                        atomic_energies=np.zeros(3), avg_num_neighbors=8.0, atomic_numbers=[1, 6, 8],
+                        correlation=3)  # fmt: skip
+    names = ("positions", "node_attrs", "edge_index", "shifts", "unit_shifts", "cell", "batch", "ptr")
+
+    class Potential(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mace = mace
+
+        def forward(self, energy, forces, **graph):
+            if not torch.is_grad_enabled():  # (inference: the energy alone, as the forces need autograd)
+                return F.mse_loss(self.mace(graph, training=False, compute_force=False)["energy"], energy)
+            out = self.mace(graph, training=self.training, compute_force=True)
+            return F.mse_loss(out["energy"], energy) + 10.0 * F.mse_loss(out["forces"], forces)
+
+    x = {name: batch[name] for name in names}
+    x["energy"], x["forces"] = torch.randn(4), torch.randn_like(batch["positions"])
+    return Potential(), x, _identity
+
+
+def _gluonts_deepar():
+    """GluonTS's DeepAR (PyTorch): an LSTM over lagged, mean-scaled targets and time features whose
+    outputs parametrise a Student's t; trained by the negative log-likelihood of the context and
+    the forecast window, 32 series of 96 + 24 steps."""
+    from gluonts.torch.model.deepar.module import DeepARModel
+
+    torch.manual_seed(0)
+    context, horizon, lags = 96, 24, [1, 2, 3, 4, 5, 6, 7, 12, 24, 48]
+    model = DeepARModel(freq="H", context_length=context, prediction_length=horizon, num_feat_dynamic_real=2,
+                        num_feat_static_real=1, num_feat_static_cat=1, cardinality=[32], lags_seq=lags,
+                        num_layers=2, hidden_size=40, dropout_rate=0.0)  # fmt: skip
+    past = context + max(lags)
+    series, t = 32, torch.arange(past + horizon, dtype=torch.float32)
+    target = (10 + 5 * torch.sin(2 * torch.pi * t / 24) + torch.randn(series, past + horizon)).abs()
+    time_feat = torch.stack([torch.sin(2 * torch.pi * t / 24), t / (past + horizon)], -1).expand(series, -1, -1)
+
+    class Forecaster(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, **batch):
+            return self.model.loss(**batch).mean()
+
+    x = {"feat_static_cat": torch.arange(series).unsqueeze(1), "feat_static_real": torch.rand(series, 1),
+         "past_time_feat": time_feat[:, :past].contiguous(), "past_target": target[:, :past],
+         "past_observed_values": torch.ones(series, past), "future_time_feat": time_feat[:, past:].contiguous(),
+         "future_target": target[:, past:], "future_observed_values": torch.ones(series, horizon)}  # fmt: skip
+    return Forecaster(), x, _identity
+
+
+def _titans():
+    """titans-pytorch's neural memory: a small MLP whose weights are updated at test time, chunk by
+    chunk, by per-sample gradients of a key-value loss (torch.func's vmap of grad) with momentum
+    and weight decay, then read by the queries."""
+    from titans_pytorch import NeuralMemory
+
+    torch.manual_seed(0)
+
+    class Memory(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.memory = NeuralMemory(dim=128, chunk_size=32)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, tokens, labels):
+            retrieved, _ = self.memory(tokens)
+            return F.cross_entropy(self.head(retrieved.mean(1)), labels)
+
+    return Memory(), {"tokens": torch.randn(2, 256, 128), "labels": torch.randint(0, 10, (2,))}, _identity
+
+
+def _mega():
+    """mega-pytorch's Mega layers: a multi-headed damped exponential moving average (its kernel
+    applied by FFT convolution) gating single-head attention with a Laplace attention function."""
+    from mega_pytorch import MegaLayer
+
+    torch.manual_seed(0)
+    body = nn.Sequential(*(MegaLayer(dim=128, ema_heads=16, attn_dim_qk=64, attn_dim_value=256, laplacian_attn_fn=True)
+                           for _ in range(2)))  # fmt: skip
+    return _Pooled(body, 128), {"tokens": torch.randn(4, 256, 128), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
+def _block_recurrent():
+    """block-recurrent-transformer-pytorch: a language model over 64-token blocks whose recurrent
+    layer carries 64 state vectors from block to block through cross-attention and gates."""
+    from block_recurrent_transformer_pytorch import BlockRecurrentTransformer
+
+    torch.manual_seed(0)
+    net = BlockRecurrentTransformer(num_tokens=2000, dim=128, depth=2, dim_head=32, heads=4, max_seq_len=256,
+                                    block_width=64, num_state_vectors=64, recurrent_layers=(2,),
+                                    use_compressed_mem=False)  # fmt: skip
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, ids):
+            logits = self.net(ids[:, :-1])[0]
+            return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
+
+    return Recurrent(), {"ids": (torch.rand(2, 257) ** 2 * 2000).long()}, _identity
+
+
+def _torchlibrosa():
+    """torchlibrosa's spectrogram (an STFT as strided convolutions) and log-mel filter bank in
+    front of a PANNs-style audio tagger: convolution blocks with batch norm and average
+    pooling, then max-plus-mean pooling over time and a multi-label loss (SpecAugment left
+    out: its random stripes change the step's shapes from call to call)."""
+    from torchlibrosa.stft import LogmelFilterBank, Spectrogram
+
+    torch.manual_seed(0)
+
+    def block(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.AvgPool2d(2))  # fmt: skip
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.spectrogram = Spectrogram(n_fft=512, hop_length=160, win_length=512, freeze_parameters=True)
+            self.mel = LogmelFilterBank(sr=16000, n_fft=512, n_mels=64, fmin=50, fmax=8000, freeze_parameters=True)
+            self.bn0 = nn.BatchNorm2d(64)
+            self.blocks = nn.Sequential(block(1, 32), block(32, 64), block(64, 128))
+            self.head = nn.Linear(128, 50)
+
+        def forward(self, audio, tags):
+            x = self.mel(self.spectrogram(audio))  # (batch, 1, frames, mels)
+            x = self.bn0(x.transpose(1, 3)).transpose(1, 3)
+            x = self.blocks(x).mean(3)
+            x = x.max(2).values + x.mean(2)
+            return F.binary_cross_entropy_with_logits(self.head(x), tags)
+
+    return Tagger(), {"audio": torch.randn(8, 32000) * 0.1, "tags": (torch.rand(8, 50) < 0.1).float()}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2153,4 +2351,13 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "egnn": _egnn,
     "routing_transformer": _routing_transformer,
     "came": _with_optimizer(_came),
+    # session 81's batch
+    "hummingbird_gemm": lambda: _hummingbird("gemm"),
+    "hummingbird_tree_walk": lambda: _hummingbird("perf_tree_trav"),
+    "mace": _mace,
+    "gluonts_deepar": _gluonts_deepar,
+    "titans_memory": _titans,
+    "mega": _mega,
+    "block_recurrent": _block_recurrent,
+    "torchlibrosa_tagger": _torchlibrosa,
 }
