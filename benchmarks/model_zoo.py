@@ -431,22 +431,24 @@ PRECISIONS = {"fp32": (torch.float32, None), "autocast-bf16": (torch.float32, to
               "autocast-fp16": (torch.float32, torch.float16), "bf16": (torch.bfloat16, None)}  # fmt: skip
 
 
-def make(name: str, train: bool, precision: str = "fp32"):
+def make(name: str, train: bool, precision: str = "fp32", infer_grad: bool = False):
     """The model's training step (loss, backward, AdamW) or inference step (no grad), with its
     weights and floating inputs in the type ``precision`` names, its forward pass under
     ``torch.autocast`` where it names one. A diffusers model (:data:`diffusion_models.DIFFUSION`)
     trains as a denoiser does: the squared error of its output against noise drawn each step; a
-    graph network (:data:`graph_models.GRAPHS`) classifies nodes."""
+    graph network (:data:`graph_models.GRAPHS`) classifies nodes. ``infer_grad``: the inference
+    step runs with grad mode on (see :func:`hf_step`)."""
     if name in DIFFUSION:
         model, x = DIFFUSION[name]()
-        return hf_step(model, x, train, precision=precision, loss=denoising_loss)
+        return hf_step(model, x, train, precision=precision, loss=denoising_loss, infer_grad=infer_grad)
     if name in GRAPHS or name in LIBRARIES:
         model, x, loss, *optimizer = (GRAPHS.get(name) or LIBRARIES[name])()  # (a library's model may name its optimizer)
-        return hf_step(model, x, train, precision=precision, loss=loss, optimizer=optimizer[0] if optimizer else None)
+        return hf_step(model, x, train, precision=precision, loss=loss, optimizer=optimizer[0] if optimizer else None,
+                       infer_grad=infer_grad)  # fmt: skip
     if name in MULTIMODAL:
         model, x = MULTIMODAL[name]()
         return hf_step(model, x if train else {k: v for k, v in x.items() if k not in TRAINING_ONLY}, train,
-                       precision=precision)  # fmt: skip
+                       precision=precision, infer_grad=infer_grad)  # fmt: skip
     cls, kw, kind = MODELS[name]
     torch.manual_seed(0)
     config, klass = tf.AutoConfig.for_model(name, **kw), getattr(tf, cls)
@@ -454,7 +456,7 @@ def make(name: str, train: bool, precision: str = "fp32"):
     x = inputs(kind)
     if not train:
         x = {k: v for k, v in x.items() if k not in ("labels", "future_values") or kind in ("s2s", "fbank", "mel", "speech_s2s")}  # a decoder needs its input
-    return hf_step(model, x, train, precision=precision)
+    return hf_step(model, x, train, precision=precision, infer_grad=infer_grad)
 
 
 def denoising_loss(out) -> torch.Tensor:
@@ -465,14 +467,16 @@ def denoising_loss(out) -> torch.Tensor:
 
 
 def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp32", loss=lambda out: out.loss,
-            optimizer=None):  # fmt: skip
+            optimizer=None, infer_grad: bool = False):  # fmt: skip
     """A transformers (or diffusers) model's step on inputs ``x``: its inference in eval mode under
     ``no_grad``, or its training (``loss`` of its output, backward, an AdamW step), in the
     ``precision`` of :data:`PRECISIONS`:
     the model and the floating tensors of ``x`` converted to its weights' type, the forward pass
     under ``torch.autocast`` where it names a type (the backward pass outside it, as the autocast
     recipes have it). ``optimizer(parameters)``, where given, makes the training step's optimizer
-    in AdamW's place."""
+    in AdamW's place. ``infer_grad``: the inference step runs in eval mode with grad mode on, as a
+    model called without ``torch.no_grad`` does (its parameters require grad, so its ops record
+    autograd graphs that nothing uses)."""
     weights, autocast = PRECISIONS[precision]
     if weights != torch.float32:
         model.to(weights)
@@ -482,7 +486,7 @@ def hf_step(model, x: dict, train: bool, lr: float = 1e-4, precision: str = "fp3
         model.eval()
 
         def infer():
-            with torch.no_grad(), cast():
+            with torch.set_grad_enabled(infer_grad), cast():
                 model(**x)
 
         return infer
@@ -537,6 +541,8 @@ def main() -> int:
                          "(benchmarks/library_models.py; each needs its library), or all")  # fmt: skip
     ap.add_argument("--steps", choices=("both", "train", "infer"), default="both",
                     help="the training steps, the inference steps, or both (the default)")
+    ap.add_argument("--infer-with-grad", action="store_true",
+                    help="run the inference steps with grad mode on (no torch.no_grad), as a model called as it is")
     ap.add_argument("--without-records", action="store_true",
                     help="replay each trace as one captured elsewhere: its sidecar keeps the original's timings "
                          "and loses the capture's records of the step's inputs (recorder.INPUT_RECORDS)")  # fmt: skip
@@ -573,7 +579,7 @@ def main() -> int:
             label = f"{name}_{'train' if train else 'infer'}"
             total += 1
             try:
-                step = make(name, train, args.precision)
+                step = make(name, train, args.precision, args.infer_with_grad)
                 step()  # (an original that fails in this precision is not the replay's failure)
             except Exception as e:  # noqa: BLE001 - reported in the table
                 print(f"{label:<28} original fails: {type(e).__name__}: {str(e)[:110]}")

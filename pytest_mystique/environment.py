@@ -71,8 +71,11 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: offsets' layout passes back through a row view, a 0 column's concatenation and a cumsum), and views of
 #: one tensor of ids each hold their own consumer's range (each drawn with its recorded spread), a table of
 #: features is drawn column by column, an input that aliases an earlier one takes no sidecar record, and an
-#: operator whose part made a tensor before a view of its memory is opened (batch_norm over a sequence).
-REPLAY_VERSION = 20
+#: operator whose part made a tensor before a view of its memory is opened (batch_norm over a sequence);
+#: 20 = an index range passes back through an integer sum (``lengths - 1``, ``ids + offsets``), and a
+#: causal mask and an additive mask's fill lie where the original's did; 21 = an inference step that ran
+#: with grad mode on and made autograd graphs (its sequence numbers advance) records them.
+REPLAY_VERSION = 21
 
 
 @lru_cache(maxsize=1)
