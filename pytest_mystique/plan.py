@@ -28,6 +28,7 @@ from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
 from .grad_flags import kept_casts, ran_with_grad_mode, required_grad
 from .graph import (
+    CASTS,
     UNINITIALISED,
     backward_ops,
     compiled_regions,
@@ -480,8 +481,8 @@ class Planner:
         frees what they saved. Without an optimizer's step, in a step with a backward pass whose
         trace shows the mode, the parameters are the allocations that ops with grad mode on read
         (:meth:`_read_with_grad_mode`). So they are in a step without a backward pass whose ops
-        made a graph (:func:`_graph_made`: an inference run with grad mode on, whose ops recorded
-        their graphs for parameters that require grad; replayed without, a small BERT's took
+        made a graph (:func:`_nodes_made`: an inference run with grad mode on, whose ops recorded
+        their graphs for parameters that require grad, the parameters read by the ops that made a node; replayed without, a small BERT's took
         0.91 of the original's time inside operators); otherwise nothing records there.
         ``backward``: the backward pass's ops (:func:`.graph.backward_ops`)."""
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
@@ -497,11 +498,14 @@ class Planner:
         modes = {p.node.id: ran_with_grad_mode(p.node) for p in forward}
         # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
         shown = any(modes.values())
-        if last is None and not _graph_made([p.node for p in forward if modes[p.node.id]]):
-            return
+        made = _nodes_made([p.node for p in forward if modes[p.node.id]]) if last is None else None
+        if last is None and not {p.node.id for p in forward if p.node.name not in CASTS} & made:
+            return  # (no graph, or autocast's kept copies alone, made with autograd on under no_grad: kept_casts)
         found = ""
         if not params and shown:
-            params = self._read_with_grad_mode([p for p in forward if modes[p.node.id]])
+            # (without a backward pass, the ops that made a node alone show the parameters: a
+            # frozen backbone's ops ran with grad mode on and made none)
+            params = self._read_with_grad_mode([p for p in forward if modes[p.node.id] and (made is None or p.node.id in made)])
             found = (f"{len(params)} input allocation(s) that ops with grad mode on read require grad: the step has a "
                      f"backward pass and no optimizer's step to show its parameters (a manual update, MAML's inner "
                      f"steps, gradients of the inputs)") if last is not None else (
@@ -1220,22 +1224,24 @@ class Planner:
                               f"original's smallest and largest, as the capture recorded"] += 1  # fmt: skip
 
 
-def _graph_made(nodes: list[Node]) -> bool:
-    """Whether autograd made a node for any of ``nodes`` (ops that ran with grad mode on, in the
-    order they ran): the sequence number each records is the one the next node made will take, so
-    it advances past an op that made one and stays where none did (grad mode on, and no input
-    that requires grad: a model whose parameters were frozen)."""
-    seen = set()
+def _nodes_made(nodes: list[Node]) -> set[int]:
+    """The ids of those of ``nodes`` (ops that ran with grad mode on, in the order they ran) for
+    which autograd made a node: the sequence number each records is the one the next node made
+    will take, so it advances past an op that made one and stands still past one that made none
+    (no input that requires grad: a frozen model's). The last op made one where any before it did
+    (a step's closing sum of what the others recorded); empty where none did."""
+    seqs = []
     for node in nodes:
         try:
             seq = node.attr("seq_id")
         except (TraceError, RecursionError):
             continue
-        if isinstance(seq, int):
-            seen.add(seq)
-        if len(seen) > 1:
-            return True
-    return False
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            seqs.append((node.id, seq))
+    made = {a for (a, seq), (_, after) in zip(seqs, seqs[1:]) if after > seq}
+    if made and seqs:
+        made.add(seqs[-1][0])
+    return made
 
 
 @functools.lru_cache(maxsize=4096)
