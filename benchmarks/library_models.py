@@ -99,9 +99,19 @@ no other part of the project traces.
 * pomegranate (1.x): a hidden Markov model's forward-backward pass (inference only);
 * CTGAN: a tabular GAN's generator loss through its packed critic (Gumbel softmaxes column by column);
 * xlstm: mLSTM blocks (the parallel form's causal, stabilised decay matrix);
-* kymatio: a 1-D wavelet scattering transform (Morlet filters applied in the Fourier domain)
-  (torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
-  with a Python function that its TorchScript code cannot call).
+* kymatio: a 1-D wavelet scattering transform (Morlet filters applied in the Fourier domain);
+* hummingbird-ml: a scikit-learn gradient-boosted forest compiled into matrix products, and into
+  a tree walk that gathers each level's next nodes (inference only);
+* mace-torch: MACE, an equivariant interatomic potential trained on energies and forces (e3nn 0.4,
+  its pin, loads its constants with their slices allowed);
+* GluonTS (PyTorch): DeepAR's Student's t likelihood over lagged, scaled series;
+* titans-pytorch: a neural memory updated by per-sample gradients (``torch.func``) chunk by chunk;
+* mega-pytorch: Mega's EMA-gated attention (the EMA by FFT convolution);
+* block-recurrent-transformer-pytorch: a block-recurrent language model;
+* torchlibrosa: an audio tagger over its STFT and log-mel filter bank.
+
+torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
+with a Python function that its TorchScript code cannot call.
 
 ``LIBRARIES[name]()`` gives ``(model, x, loss)``, or ``(model, x, loss, optimizer)``:
 ``model(**x)`` is one forward pass, ``loss(out)`` the training loss, and ``optimizer(parameters)``
@@ -118,7 +128,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         pykeen stable-baselines3 s5-pytorch local-attention siren-pytorch torchcfm brevitas deepxde \
         memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole \
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
-        routing-transformer came-pytorch pomegranate ctgan xlstm kymatio
+        routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
+        'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU

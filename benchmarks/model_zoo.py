@@ -68,7 +68,8 @@ torchode batch, an nnAudio CQT tagger, a torch-struct CRF, tensorly's CP decompo
 by pytorch-minimize, a pytorch-tcn forecaster; a Fourier neural operator, pykeen's RotatE, an SB3 PPO
 loss, S5, local attention, a SIREN, torchcfm's OT flow matching, brevitas' quantization-aware
 training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP-Mixer; RecBole's
-SASRec), each built
+SASRec; hummingbird's compiled forests, MACE, GluonTS's DeepAR, titans' neural memory, Mega, a
+block-recurrent transformer, a torchlibrosa audio tagger), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
@@ -83,7 +84,8 @@ instead of the profiler, ``both`` with each, each in a column (``host`` is the p
 two instruments disturb the steps differently, and where their ratios differ the difference is
 theirs (a step's ratio moved by up to 14 points with the instrument: benchmarks/RESULTS.md).
 
-    python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F] [MODEL ...]
+    python benchmarks/model_zoo.py [--ops N] [--op-timer T] [--steps both|train|infer] [--family F]
+        [--precision P] [--infer-with-grad] [--without-records] [MODEL ...]
 """
 
 from __future__ import annotations
