@@ -1695,7 +1695,13 @@ _RECBOLE = {"USER_ID_FIELD": "user_id", "ITEM_ID_FIELD": "item_id", "NEG_PREFIX"
 
 
 def _recbole_sasrec():
+    anomaly = torch.is_anomaly_enabled()
     from recbole.model.sequential_recommender import SASRec
+
+    # (importing RecBole's sequential models turns on autograd's anomaly detection for the whole
+    # process, in sine.py: every node autograd made then saved a Python traceback, 17-150 us a
+    # view, in the original's steps and the replay's alike, and in every model built after it)
+    torch.autograd.set_detect_anomaly(anomaly)
 
     class Sequence(nn.Module):
         """RecBole's SASRec: self-attention over each user's item history (padded, its length
