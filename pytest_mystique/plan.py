@@ -481,9 +481,9 @@ class Planner:
         frees what they saved. Without an optimizer's step, in a step with a backward pass whose
         trace shows the mode, the parameters are the allocations that ops with grad mode on read
         (:meth:`_read_with_grad_mode`). So they are in a step without a backward pass whose ops
-        made a graph (:func:`_nodes_made`: an inference run with grad mode on, whose ops recorded
-        their graphs for parameters that require grad, the parameters read by the ops that made a node; replayed without, a small BERT's took
-        0.91 of the original's time inside operators); otherwise nothing records there.
+        made a graph (an inference run with grad mode on, for parameters that require grad), read
+        by the ops that made a node (:func:`_nodes_made`); replayed without, a small BERT's took
+        0.91 of the original's time inside operators. Otherwise nothing records there.
         ``backward``: the backward pass's ops (:func:`.graph.backward_ops`)."""
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
         params = set()
@@ -506,12 +506,11 @@ class Planner:
             # (without a backward pass, the ops that made a node alone show the parameters: a
             # frozen backbone's ops ran with grad mode on and made none)
             params = self._read_with_grad_mode([p for p in forward if modes[p.node.id] and (made is None or p.node.id in made)])
-            found = (f"{len(params)} input allocation(s) that ops with grad mode on read require grad: the step has a "
-                     f"backward pass and no optimizer's step to show its parameters (a manual update, MAML's inner "
-                     f"steps, gradients of the inputs)") if last is not None else (
-                     f"{len(params)} input allocation(s) that ops with grad mode on read require grad: the step has no "
-                     f"backward pass, and its ops' autograd sequence numbers advance, as where autograd makes a node "
-                     f"(an inference run with grad mode on, its parameters requiring grad)")  # fmt: skip
+            why = ("the step has a backward pass and no optimizer's step to show its parameters (a manual update, "
+                   "MAML's inner steps, gradients of the inputs)" if last is not None else
+                   "the step has no backward pass, and its ops' autograd sequence numbers advance, as where autograd "
+                   "makes a node (an inference run with grad mode on, its parameters requiring grad)")  # fmt: skip
+            found = f"{len(params)} input allocation(s) that ops with grad mode on read require grad: {why}"
         if not params:
             return
         self.parameters, self.backward = params, backward
@@ -1239,7 +1238,7 @@ def _nodes_made(nodes: list[Node]) -> set[int]:
         if isinstance(seq, int) and not isinstance(seq, bool):
             seqs.append((node.id, seq))
     made = {a for (a, seq), (_, after) in zip(seqs, seqs[1:]) if after > seq}
-    if made and seqs:
+    if made:
         made.add(seqs[-1][0])
     return made
 
