@@ -109,11 +109,30 @@ def ran_with_grad_mode(node: Node) -> bool | None:
     autograd key with grad mode on, and -1 otherwise (under ``torch.no_grad`` or
     ``inference_mode``, inside an ``autograd.Function``'s forward, in the backward pass). None
     where the trace records no number."""
+    seq = sequence_number(node)
+    return None if seq is None else seq >= 0
+
+
+def sequence_number(node: Node) -> int | None:
+    """``node``'s autograd sequence number (the ``seq_id`` attribute); None where the trace records none."""
     try:
         seq = node.attr("seq_id")
     except (TraceError, RecursionError):
         return None
-    return seq >= 0 if isinstance(seq, int) and not isinstance(seq, bool) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def nodes_made(nodes: list[Node]) -> set[int]:
+    """The ids of those of ``nodes`` (ops that ran with grad mode on, in the order they ran) for
+    which autograd made a node: the sequence number each records is the one the next node made
+    will take, so it advances past an op that made one and stands still past one that made none
+    (no input that requires grad: a frozen model's). The last op made one where any before it did
+    (a step's closing sum of what the others recorded); empty where none did."""
+    seqs = [(node.id, seq) for node in nodes if (seq := sequence_number(node)) is not None]
+    made = {a for (a, seq), (_, after) in zip(seqs, seqs[1:]) if after > seq}
+    if made:
+        made.add(seqs[-1][0])
+    return made
 
 
 def _folded_for_flag(node: Node, kids: set[str]) -> TensorRef | None:

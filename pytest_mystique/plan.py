@@ -26,7 +26,7 @@ from .collectives import Comms, tensor_refs
 from .distributions import Bags, Skew
 from .errors import ReplayError, TraceError, reason
 from .fbgemm import drop_data_sizes, sparse_tables, tbe_ranges
-from .grad_flags import kept_casts, ran_with_grad_mode, required_grad
+from .grad_flags import kept_casts, nodes_made, ran_with_grad_mode, required_grad
 from .graph import (
     CASTS,
     UNINITIALISED,
@@ -482,8 +482,8 @@ class Planner:
         trace shows the mode, the parameters are the allocations that ops with grad mode on read
         (:meth:`_read_with_grad_mode`). So they are in a step without a backward pass whose ops
         made a graph (an inference run with grad mode on, for parameters that require grad), read
-        by the ops that made a node (:func:`_nodes_made`); replayed without, a small BERT's took
-        0.91 of the original's time inside operators. Otherwise nothing records there.
+        by the ops that made a node (:func:`.grad_flags.nodes_made`); replayed without, a small
+        BERT's took 0.91 of the original's time inside operators. Otherwise nothing records there.
         ``backward``: the backward pass's ops (:func:`.graph.backward_ops`)."""
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
         params = set()
@@ -498,7 +498,7 @@ class Planner:
         modes = {p.node.id: ran_with_grad_mode(p.node) for p in forward}
         # (where no op shows grad mode on, the trace does not show it: a writer that leaves every number -1)
         shown = any(modes.values())
-        made = _nodes_made([p.node for p in forward if modes[p.node.id]]) if last is None else None
+        made = nodes_made([p.node for p in forward if modes[p.node.id]]) if last is None else None
         if last is None and not {p.node.id for p in forward if p.node.name not in CASTS} & made:
             return  # (no graph, or autocast's kept copies alone, made with autograd on under no_grad: kept_casts)
         found = ""
@@ -1221,26 +1221,6 @@ class Planner:
         if parted:
             self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats) each between the "
                               f"original's smallest and largest, as the capture recorded"] += 1  # fmt: skip
-
-
-def _nodes_made(nodes: list[Node]) -> set[int]:
-    """The ids of those of ``nodes`` (ops that ran with grad mode on, in the order they ran) for
-    which autograd made a node: the sequence number each records is the one the next node made
-    will take, so it advances past an op that made one and stands still past one that made none
-    (no input that requires grad: a frozen model's). The last op made one where any before it did
-    (a step's closing sum of what the others recorded); empty where none did."""
-    seqs = []
-    for node in nodes:
-        try:
-            seq = node.attr("seq_id")
-        except (TraceError, RecursionError):
-            continue
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            seqs.append((node.id, seq))
-    made = {a for (a, seq), (_, after) in zip(seqs, seqs[1:]) if after > seq}
-    if made:
-        made.add(seqs[-1][0])
-    return made
 
 
 @functools.lru_cache(maxsize=4096)
