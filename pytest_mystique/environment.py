@@ -74,8 +74,9 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: operator whose part made a tensor before a view of its memory is opened (batch_norm over a sequence);
 #: 20 = an index range passes back through an integer sum (``lengths - 1``, ``ids + offsets``), and a
 #: causal mask and an additive mask's fill lie where the original's did; 21 = an inference step that ran
-#: with grad mode on and made autograd graphs (its sequence numbers advance) records them.
-REPLAY_VERSION = 21
+#: with grad mode on and made autograd graphs (its sequence numbers advance) records them; 22 = there, a
+#: floating input that the capture recorded without ``requires_grad`` (the data) stays without it.
+REPLAY_VERSION = 22
 
 
 @lru_cache(maxsize=1)

@@ -92,6 +92,8 @@ class Planner:
         # allocations whose tensors required grad in the original, as the paths its ops took show
         self.flagged: set[tuple[int, str]] = set()
         self.flag_paths: Counter = Counter()
+        # allocations of floating inputs that the capture recorded without requires_grad (data)
+        self._without_grad: set[tuple[int, str]] = set()
         self._parts: dict[int, list[Node]] | None = None  # see _ranges_inside
         self._packed: dict[int, dict] | None = None  # see _packed_record
         self._generators: dict[torch.device, torch.Generator] = {}  # see _generator
@@ -483,7 +485,9 @@ class Planner:
         (:meth:`_read_with_grad_mode`). So they are in a step without a backward pass whose ops
         made a graph (an inference run with grad mode on, for parameters that require grad), read
         by the ops that made a node (:func:`.grad_flags.nodes_made`); replayed without, a small
-        BERT's took 0.91 of the original's time inside operators. Otherwise nothing records there.
+        BERT's took 0.91 of the original's time inside operators. Those ops read the data with the
+        weights: a floating input that the capture recorded without ``requires_grad`` (the sidecar's
+        ``float_inputs``) stays without it. Otherwise nothing records there.
         ``backward``: the backward pass's ops (:func:`.graph.backward_ops`)."""
         read = {(ref.storage_id, ref.dtype) for ref in elsewhere}
         params = set()
@@ -506,11 +510,15 @@ class Planner:
             # (without a backward pass, the ops that made a node alone show the parameters: a
             # frozen backbone's ops ran with grad mode on and made none)
             params = self._read_with_grad_mode([p for p in forward if modes[p.node.id] and (made is None or p.node.id in made)])
+            data = params & self._without_grad
+            params -= data
             why = ("the step has a backward pass and no optimizer's step to show its parameters (a manual update, "
                    "MAML's inner steps, gradients of the inputs)" if last is not None else
                    "the step has no backward pass, and its ops' autograd sequence numbers advance, as where autograd "
                    "makes a node (an inference run with grad mode on, its parameters requiring grad)")  # fmt: skip
             found = f"{len(params)} input allocation(s) that ops with grad mode on read require grad: {why}"
+            if data:
+                found += f"; {len(data)} more that the capture recorded without the flag (data) stay without"
         if not params:
             return
         self.parameters, self.backward = params, backward
@@ -541,8 +549,9 @@ class Planner:
         for those such an op writes in place (autograd refuses that write to a leaf that requires
         grad: a module's buffers, a cache), a batch norm's running statistics (which it updates
         inside, where autograd refuses them a flag) and 0-dim ones (most often a number the
-        program passed). The inputs of the step among them are given the flag (a data input that
-        did not have it in the original adds the graph of the ops that read it alone)."""
+        program passed). The inputs of the step among them are given the flag, but for those the
+        capture recorded without it (:meth:`_record_forward`; elsewhere a data input that did not
+        have it in the original adds the graph of the ops that read it alone)."""
         read, written = set(), set()
         for p in recording:
             writes, specs = schema_facts(p.overload).writes, arg_specs(p.overload)
@@ -891,6 +900,8 @@ class Planner:
         scaled = kept = positive = 0
         for ref in float_inputs:
             record = take_record(records, ref.shape, ref.dtype)
+            if record is not None and record.get("requires_grad") is False:
+                self._without_grad.add((ref.storage_id, ref.dtype))
             if record is None or self._unfilled(ref):
                 continue
             fill = record.get("fill")

@@ -210,7 +210,10 @@ def _record_inputs(step, result: Captured) -> None:
       than one over uniform rows; a GPU's embedding bag waits on its longest bag; a graph's
       destinations crowd on a few nodes where its sources do not;
     - each floating input's scale and spread (``float_inputs``: shape, type, mean, standard
-      deviation, lowest and highest, and its values or its quantiles, :func:`_float_scale`);
+      deviation, lowest and highest, and its values or its quantiles, :func:`_float_scale`), and
+      whether it requires grad: in a step without an optimizer, a trace shows which inputs its
+      autograd graph started from only by the ops that read them, which read the data with the
+      weights (:meth:`.plan.Planner._record_forward`);
     - each boolean input's count of true elements, and where they stand if in few runs
       (``mask_inputs``, :func:`_mask`): a key padding mask given with the batch;
     - each input of another layout than strided (``sparse_inputs``: a graph network's adjacency
@@ -283,6 +286,8 @@ def _record_inputs(step, result: Captured) -> None:
                         kind = ("sparse_inputs" if "layout" in record else
                                 "float_inputs" if t.dtype.is_floating_point else
                                 "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
+                        if kind == "float_inputs":  # (a weight of an inference run with grad mode on, or data)
+                            record["requires_grad"] = t.requires_grad
                         found[kind].append(record)
                         if kind == "index_inputs" and t.is_contiguous() and t.layout == torch.strided:
                             viewed[(t.untyped_storage().data_ptr(), t.dtype)] = (record, t.storage_offset(), t.numel())

@@ -65,7 +65,7 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
                          f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, a lowest "
                          f"value no higher than the highest, its values (finite numbers, one an element) or its "
                          f"quantiles (finite numbers, one a level of QUANTILE_LEVELS, none lower than the one before) and, "
-                         f"for a 2-dimensional one, each column's quantiles (columns)")  # fmt: skip
+                         f"for a 2-dimensional one, each column's quantiles (columns), and whether it requires grad (true or false)")  # fmt: skip
     scalars = data.get("scalar_inputs")
     if scalars is not None and not (isinstance(scalars, list) and all(_scalar_record_ok(r) for r in scalars)):
         raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
@@ -152,6 +152,8 @@ def _float_record_ok(r) -> bool:
         return False
     fill = r.get("fill")
     if fill is not None and not (isinstance(fill, dict) and _fill_ok(fill, math.prod(r["shape"]))):
+        return False
+    if not isinstance(r.get("requires_grad", False), bool):
         return False
     stats = [r.get(k) for k in ("mean", "std", "low", "high")]
     values, quantiles = r.get("values"), r.get("quantiles")

@@ -4351,17 +4351,20 @@ def test_an_inference_run_with_grad_mode_on_records_its_graph_where_the_original
     Where no parameter requires grad (a frozen model) grad mode is on, the numbers stand still,
     and nothing records; a frozen backbone's ops make no node, and only the head's weights
     require grad. Before, nothing recorded in a step without a backward pass: six transformers
-    models' replays took 0.73-0.83 of their originals' time inside operators."""
+    models' replays took 0.73-0.83 of their originals' time inside operators. The data that the
+    first layer reads stays without the flag, as the capture recorded it; of a trace captured
+    elsewhere, it gets the flag with the weights (the trace does not tell them apart)."""
     torch.manual_seed(0)
     backbone = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU())
     head = torch.nn.Linear(32, 4)
     x = torch.randn(8, 16)
-    cases = {"trainable": ([True, True], [(32, 16), (32,), (32,), (32,), (4, 32), (4,), (8, 16)]),
-             "frozen": ([False, False], []), "backbone_frozen": ([False, True], [(4, 32), (4,)])}  # fmt: skip
-    for name, (graphs_made, flags) in cases.items():
-        backbone.requires_grad_(name == "trainable")
+    weights = [(32, 16), (32,), (32,), (32,), (4, 32), (4,)]
+    cases = {"trainable": ([True, True], weights, True), "unrecorded": ([True, True], [*weights, (8, 16)], False),
+             "frozen": ([False, False], [], True), "backbone_frozen": ([False, True], [(4, 32), (4,)], True)}  # fmt: skip
+    for name, (graphs_made, flags, records) in cases.items():
+        backbone.requires_grad_(name in ("trainable", "unrecorded"))
         head.requires_grad_(name != "frozen")
-        replay = _captured(tmp_path, f"infer_{name}", lambda: head(backbone(x)).sum())
+        replay = _captured(tmp_path, f"infer_{name}", lambda: head(backbone(x)).sum(), scales=records)
         rep = replay.report
         assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
         graphs = []
@@ -4369,9 +4372,15 @@ def test_an_inference_run_with_grad_mode_on_records_its_graph_where_the_original
         assert graphs == graphs_made, (name, graphs)
         noted = [n for n in rep.notes if "its ops' autograd sequence numbers advance" in n]
         assert len(noted) == (name != "frozen"), rep.notes
-        # (the data too where the first layer made a node: the trace does not tell it from a weight)
+        assert any("1 more that the capture recorded without the flag (data)" in n for n in noted) == (name == "trainable"), noted
         flagged = [tuple(t.shape) for _, t in replay.inputs() if t.requires_grad]
         assert sorted(flagged) == sorted(flags), (name, flagged)
+    side = load_sidecar(tmp_path / "infer_trainable.json.gz")
+    assert [r["requires_grad"] for r in side["float_inputs"] if r["shape"] == [8, 16]] == [False]
+    side["float_inputs"][0]["requires_grad"] = "yes"
+    sidecar_path(tmp_path / "infer_trainable.json.gz").write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"infer_trainable\.meta\.json: malformed timing sidecar: float_inputs"):
+        Replay(load_trace(tmp_path / "infer_trainable.json.gz"), "cpu").prepare()
 
 
 def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
