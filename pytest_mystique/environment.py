@@ -75,7 +75,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: 20 = an index range passes back through an integer sum (``lengths - 1``, ``ids + offsets``), and a
 #: causal mask and an additive mask's fill lie where the original's did; 21 = an inference step that ran
 #: with grad mode on and made autograd graphs (its sequence numbers advance) records them; 22 = there, a
-#: floating input that the capture recorded without ``requires_grad`` (the data) stays without it.
+#: floating input that the capture recorded without ``requires_grad`` (the data) stays without it, and
+#: the iterations run with autograd's anomaly detection as the capture recorded it (off without a record).
 REPLAY_VERSION = 22
 
 

@@ -72,6 +72,10 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
     fd, raw_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".json", dir=path.parent)
     os.close(fd)
     result = Captured(path, sidecar_path(path))
+    # (autograd's anomaly detection, which a library may turn on for the whole process: RecBole's
+    # import does; every node the step's autograd makes then saves a traceback, and the trace does
+    # not show it)
+    anomaly = torch.is_anomaly_enabled()
     observer = torch.profiler.ExecutionTraceObserver()
     observer.register_callback(raw_tmp)
     try:
@@ -95,7 +99,7 @@ def capture(path: str | os.PathLike, *, what: str = "", samples_s: list[float] |
         os.replace(final_tmp, path)
         result.samples_s = list(samples_s) if samples_s else [elapsed]
         ops = _selected_ops(path)
-        write_sidecar(path, result.samples_s, what=what, device=_recorded_device(ops))
+        write_sidecar(path, result.samples_s, what=what, device=_recorded_device(ops), extra={"anomaly_mode": anomaly})
         result.ops = ops if _keep_ops else None
     finally:
         for leftover in (raw_tmp, raw_tmp + ".gz"):

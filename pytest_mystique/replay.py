@@ -183,6 +183,7 @@ class Replay:
         # pass starts, with the forward's outputs
         self._grad_inputs: list[int] = []
         self._straight: StraightLine | None = None  # the steps as straight-line code (the timed iteration)
+        self._anomaly = False  # whether the iterations run with autograd's anomaly detection (see _modes)
         self._copy_host: set[int] = set()  # ops that refused a host-kept tensor: they read a device copy
         self._limit: Limit | None = None  # the address space the build may use (memory.allocation_limit), while it runs
 
@@ -926,6 +927,11 @@ class Replay:
         for s in self._grad_inputs:  # (the build's own graph)
             self.env[s] = self.env[s].detach()
         self._liveness()
+        self._anomaly = self._sidecar().get("anomaly_mode") is True
+        if self._anomaly and self._recording:
+            self.report.notes["the original step ran with autograd's anomaly detection on, as the capture recorded (a "
+                              "library may turn it on for the whole process: RecBole's import does); the iterations "
+                              "run with it too, each autograd node its recording ops make saving a traceback"] += 1  # fmt: skip
         t0 = time.perf_counter()
         for i in range(len(self.env)):
             if i not in self.permanent:
@@ -939,7 +945,7 @@ class Replay:
         loop below serves); without it, the steps run as straight-line code
         (:mod:`.straightline`), made at the end of :meth:`prepare` (or here, at its first use).
         Whoever changes ``steps`` after that calls :meth:`invalidate`."""
-        with self._quiet():
+        with self._quiet(), self._modes():
             if after_step is None and self.steps:
                 self._run_straight()
             else:
@@ -953,6 +959,17 @@ class Replay:
         through. The build recorded each such warning as a note (:meth:`_prepare`). Elsewhere the
         iteration runs as it is: no op warns, and entering the context would cost each iteration."""
         return _warnings_ignored() if self._warned else nullcontext()
+
+    def _modes(self):
+        """Autograd's anomaly detection as the original step had it (the sidecar's
+        ``anomaly_mode``; off where it does not say: a trace captured elsewhere), whatever the
+        process running the replay has (a library it imported may have turned it on). With it on,
+        each autograd node saves a Python traceback where it is made: in RecBole's SASRec, whose
+        import turns it on, a view of a tensor that requires grad took 17 us against 1.1. Where the
+        process has it as the original had, the iteration runs as it is."""
+        if torch.is_anomaly_enabled() is self._anomaly:
+            return nullcontext()
+        return _anomaly_mode(self._anomaly)
 
     def _run_steps(self, after_step) -> None:
         env = self.env
@@ -1024,6 +1041,16 @@ class Replay:
         """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
         where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
         return ReplayError(self.trace.path, f"{where} failed during replay: {reason(e)}")
+
+
+@contextmanager
+def _anomaly_mode(on: bool):
+    check_nan = torch.is_anomaly_check_nan_enabled()
+    torch.set_anomaly_enabled(on, check_nan)
+    try:
+        yield
+    finally:
+        torch.set_anomaly_enabled(not on, check_nan)
 
 
 @contextmanager

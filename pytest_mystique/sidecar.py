@@ -32,6 +32,8 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     med = data.get("original_median_s")
     if med is not None and not (isinstance(med, (int, float)) and math.isfinite(med) and med > 0):
         raise ValueError(f"{path}: malformed timing sidecar: original_median_s must be a positive number")
+    if not isinstance(data.get("anomaly_mode", False), bool):
+        raise ValueError(f"{path}: malformed timing sidecar: anomaly_mode must be true or false")
     counts = data.get("recorded_ops")
     if counts is not None and not (isinstance(counts, list) and len(counts) == 2
                                    and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)):  # fmt: skip

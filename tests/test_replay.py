@@ -4383,6 +4383,33 @@ def test_an_inference_run_with_grad_mode_on_records_its_graph_where_the_original
         Replay(load_trace(tmp_path / "infer_trainable.json.gz"), "cpu").prepare()
 
 
+def test_iterations_run_with_anomaly_detection_as_the_original_did(tmp_path):
+    """A library may turn autograd's anomaly detection on for the whole process (RecBole's import
+    does), and every node the step's autograd makes then saves a traceback: time the trace does
+    not show. The capture records the mode, and the replay's iterations run with it as the
+    original had it, whatever the replaying process has, which gets its own back after."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    for anomaly in (True, False):
+        with torch.autograd.set_detect_anomaly(anomaly):
+            replay = _captured(tmp_path, f"anomaly_{anomaly}", lambda: model(x).sum())
+        assert load_sidecar(tmp_path / f"anomaly_{anomaly}.json.gz")["anomaly_mode"] is anomaly
+        noted = [n for n in replay.report.notes if "anomaly detection on" in n]
+        assert len(noted) == anomaly, replay.report.notes
+        for process in (True, False):
+            tracebacks = []
+            with torch.autograd.set_detect_anomaly(process):
+                replay.run(lambda s, r, tracebacks=tracebacks: tracebacks.append("traceback_" in r.grad_fn.metadata) if s.name == "aten::linear" else None)
+                assert torch.is_anomaly_enabled() is process
+            assert tracebacks == [anomaly, anomaly], (anomaly, process, tracebacks)
+    side = load_sidecar(tmp_path / "anomaly_True.json.gz")
+    side["anomaly_mode"] = "on"
+    sidecar_path(tmp_path / "anomaly_True.json.gz").write_text(json.dumps(side))
+    with pytest.raises(ReplayError, match=r"anomaly_True\.meta\.json: malformed timing sidecar: anomaly_mode"):
+        Replay(load_trace(tmp_path / "anomaly_True.json.gz"), "cpu").prepare()
+
+
 def test_no_autograd_graph_outlives_the_forward_that_made_it(tmp_path):
     """What follows the last backward pass ran under no_grad in the original (an average of the
     weights, updated after the optimizer's step): it records nothing, or the average would chain
