@@ -42,48 +42,10 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         v = data.get(key)
         if v is not None and not (_number(v) and 0 <= v <= top):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
-    sparse = data.get("sparse_inputs")
-    if sparse is not None and not (isinstance(sparse, list) and all(_sparse_record_ok(r) for r in sparse)):
-        raise ValueError(f"{path}: malformed timing sidecar: sparse_inputs must be a list of records with a shape, "
-                         f"a dtype, a layout and, for sparse_coo, nnz, sparse_dim and coalesced")  # fmt: skip
-    index = data.get("index_inputs")
-    if index is not None and not (isinstance(index, list) and all(_index_record_ok(r) for r in index)):
-        raise ValueError(f"{path}: malformed timing sidecar: index_inputs must be a list of records with a shape, "
-                         f"a dtype, a count of distinct values at most the elements, the top value's share and, "
-                         f"if any, the smallest and largest of two steps, a curve of [rank, share] pairs "
-                         f"(ranks rising within the distinct values, shares in (0, 1] not falling), the lowest and highest "
-                         f"values (numbers, the lowest first), for a 2-dimensional one, each row's spread (rows), "
-                         f"the spreads of runs of its elements (runs: a start and a length within them), for a "
-                         f"small one, its values (integers between the lowest and highest, one an element) and "
-                         f"for a table of fields, each column's spread (columns)")  # fmt: skip
-    masks = data.get("mask_inputs")
-    if masks is not None and not (isinstance(masks, list) and all(_mask_record_ok(r) for r in masks)):
-        raise ValueError(f"{path}: malformed timing sidecar: mask_inputs must be a list of records with a shape, "
-                         f"the dtype bool, a count of true elements at most the elements and, if any, the "
-                         f"[start, length] runs they stand in (in order, within the tensor, as many as that count)")  # fmt: skip
-    floats = data.get("float_inputs")
-    if floats is not None and not (isinstance(floats, list) and all(_float_record_ok(r) for r in floats)):
-        raise ValueError(f"{path}: malformed timing sidecar: float_inputs must be a list of records with a shape, "
-                         f"a dtype and, if any, a finite mean, a standard deviation of 0 or more, a lowest "
-                         f"value no higher than the highest, its values (finite numbers, one an element) or its "
-                         f"quantiles (finite numbers, one a level of QUANTILE_LEVELS, none lower than the one before) and, "
-                         f"for a 2-dimensional one, each column's quantiles (columns), and whether it requires grad (true or false)")  # fmt: skip
-    scalars = data.get("scalar_inputs")
-    if scalars is not None and not (isinstance(scalars, list) and all(_scalar_record_ok(r) for r in scalars)):
-        raise ValueError(f"{path}: malformed timing sidecar: scalar_inputs must be a list of records with an "
-                         f"operator, an argument's name, a place in a list or null, the operator's tensor shapes, "
-                         f"a dtype and a finite value or null")  # fmt: skip
-    fresh = data.get("fresh_inputs")
-    if fresh is not None and not (isinstance(fresh, list) and all(_fresh_record_ok(r) for r in fresh)):
-        raise ValueError(f"{path}: malformed timing sidecar: fresh_inputs must be a list of records with a shape, "
-                         f"a dtype and, if any, its values (one an element: booleans for bool, integers for an "
-                         f"integer type, numbers or \"inf\", \"-inf\", \"nan\" for a floating one)")  # fmt: skip
-    packed = data.get("packed_weights")
-    if packed is not None and not (isinstance(packed, list) and all(_packed_record_ok(r) for r in packed)):
-        raise ValueError(f"{path}: malformed timing sidecar: packed_weights must be a list of records with an "
-                         f"operator, a type and, if any, the weights' shape and type, per_channel and bias, and for a "
-                         f"convolution its stride, padding, dilation and output padding (one number per dimension), "
-                         f"groups and transpose")  # fmt: skip
+    for key, (ok, what) in _INPUT_RECORDS.items():
+        records = data.get(key)
+        if records is not None and not (isinstance(records, list) and all(ok(r) for r in records)):
+            raise ValueError(f"{path}: malformed timing sidecar: {key} must be a list of records with {what}")
     return data
 
 
@@ -309,6 +271,38 @@ def _hot_runs_ok(runs, hot: int, n: int) -> bool:
         return False
     ordered = sorted(spans)
     return all(a[0] + a[1] <= b[0] for a, b in zip(ordered, ordered[1:])) and all(rs == sorted(rs) for rs in runs)
+
+
+#: The capture helper's records of a step's inputs (:func:`.recorder._record_inputs`): each list's
+#: check of a record, and what its records hold (for the error that refuses a malformed list).
+_INPUT_RECORDS = {
+    "sparse_inputs": (_sparse_record_ok, "a shape, a dtype, a layout and, for sparse_coo, nnz, sparse_dim and "
+                                         "coalesced"),
+    "index_inputs": (_index_record_ok, "a shape, a dtype, a count of distinct values at most the elements, the top "
+                                       "value's share and, if any, the smallest and largest of two steps, a curve of "
+                                       "[rank, share] pairs (ranks rising within the distinct values, shares in (0, 1] "
+                                       "not falling), the lowest and highest values (numbers, the lowest first), for a "
+                                       "2-dimensional one, each row's spread (rows), the spreads of runs of its elements "
+                                       "(runs: a start and a length within them), for a small one, its values (integers "
+                                       "between the lowest and highest, one an element) and for a table of fields, each "
+                                       "column's spread (columns)"),
+    "mask_inputs": (_mask_record_ok, "a shape, the dtype bool, a count of true elements at most the elements and, if "
+                                     "any, the [start, length] runs they stand in (in order, within the tensor, as many "
+                                     "as that count)"),
+    "float_inputs": (_float_record_ok, "a shape, a dtype and, if any, a finite mean, a standard deviation of 0 or more, "
+                                       "a lowest value no higher than the highest, its values (finite numbers, one an "
+                                       "element) or its quantiles (finite numbers, one a level of QUANTILE_LEVELS, none "
+                                       "lower than the one before), for a 2-dimensional one, each column's quantiles "
+                                       "(columns), and whether it requires grad (true or false)"),
+    "scalar_inputs": (_scalar_record_ok, "an operator, an argument's name, a place in a list or null, the operator's "
+                                         "tensor shapes, a dtype and a finite value or null"),
+    "fresh_inputs": (_fresh_record_ok, "a shape, a dtype and, if any, its values (one an element: booleans for bool, "
+                                       "integers for an integer type, numbers or \"inf\", \"-inf\", \"nan\" for a "
+                                       "floating one)"),
+    "packed_weights": (_packed_record_ok, "an operator, a type and, if any, the weights' shape and type, per_channel and "
+                                          "bias, and for a convolution its stride, padding, dilation and output padding "
+                                          "(one number per dimension), groups and transpose"),
+}  # fmt: skip
 
 
 def write_sidecar(trace_path: str | os.PathLike, samples_s: list[float], *, what: str = "", device: str = "cpu",
