@@ -697,6 +697,12 @@ def floating(ref: TensorRef) -> bool:
     return ref.dtype.startswith(("float", "bfloat", "complex"))
 
 
+def real_floating(ref: TensorRef) -> bool:
+    """A tensor of real floating-point elements, at least one (not :func:`floating`, which takes
+    complex ones too and no count)."""
+    return bool(ref.numel) and isinstance(dt := getattr(torch, ref.dtype, None), torch.dtype) and dt.is_floating_point
+
+
 def same_elements(a: TensorRef, b: TensorRef, how: str) -> bool:
     """``a`` and ``b`` list the same elements in the same order: both dense and row-major, of the
     same count, and for a view from the same place in the storage."""
