@@ -75,8 +75,9 @@ class Planner:
         self.sidecar = sidecar  # () -> the trace's sidecar (empty where it has none)
         self.max_memory = max_memory
         # produced tensors whose readers get seeded inputs: the replay's values there would be garbage
-        # (memory an op allocated uninitialised, read before any op wrote it)
-        self.seeded: set[tuple[int, int]] = set()
+        # (memory an op allocated uninitialised, read before any op wrote it), as (ids, the id of the
+        # op that made it): a writer gives the ids of a freed tensor to a later one, which is not seeded
+        self.seeded: set[tuple[tuple[int, int], int]] = set()
         self.unstrided_made: set[int] = set()  # ids of tensors without storage that planned ops output
         self.host_kept = False  # on a GPU, for a trace recorded on one: its host tensors stay in host memory
         # a training step's forward: the ops that run with autograd recording their graph, the
@@ -194,9 +195,9 @@ class Planner:
                     if ref.key in unwritten:
                         unwritten.discard(ref.key)
                         if ref.numel and not (p.collective or (pos < len(writes) and writes[pos])):
-                            self.seeded.add(ref.key)  # the program filled it outside the ops
+                            self.seeded.add((ref.key, made_at[ref.key]))  # the program filled it outside the ops
                             fresh_reads.append(ref)
-                    if (not _made(ref, made) and ref.key not in self.seeded and ref.storage_id in fresh
+                    if (not _made(ref, made) and (ref.key, made_at.get(ref.key)) not in self.seeded and ref.storage_id in fresh
                             and lying_in.get(ref.storage_id) and real_floating(ref)):  # fmt: skip
                         if inner is None:
                             inner = _InnerPlacements(self.trace)
@@ -311,7 +312,7 @@ class Planner:
         def sources_of(ref: TensorRef) -> tuple[list, int] | None:
             key = ref.key
             i = read_from.get(key)
-            if key in self.seeded and i is not None and planned[i].node.name in UNINITIALISED:
+            if i is not None and (key, planned[i].node.id) in self.seeded and planned[i].node.name in UNINITIALISED:
                 return None  # (the program filled it outside the ops: the factory makes it, as an input)
             if i is not None and integral(ref) and ref not in tensors_of(planned[i].node.outputs):
                 # integers under ids a writer reused (each row of a jagged batch's offsets, read by its

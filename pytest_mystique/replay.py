@@ -69,7 +69,7 @@ from .steps import (
 from .straightline import StraightLine, straight_line
 from .substitute import NO_EFFECT
 from .tensors import TensorFactory
-from .trace import ListValue, Scalar, TensorRef, Trace, Unstrided, tensors_of
+from .trace import ListValue, Node, Scalar, TensorRef, Trace, Unstrided, tensors_of
 from .units import fmt_bytes
 
 #: Ops whose output is drawn at random: it is not the original's data even when their inputs are.
@@ -127,7 +127,8 @@ class Replay:
         self.steps: list[Step] = []
         self.env: list[Any] = []
         self.factory = TensorFactory(self.device, seed)
-        self._produced: dict[tuple[int, int], tuple[int, TensorRef, int]] = {}  # key -> slot, tensor, generation
+        # key -> slot, tensor, generation, the id of the op that made it
+        self._produced: dict[tuple[int, int], tuple[int, TensorRef, int, int]] = {}
         self._generation: dict[int, int] = {}
         # the allocation a produced slot's tensor lies in: (storage id, generation). A trace writer
         # gives memory at an address the storage id of the last tensor there, so an op's output
@@ -144,8 +145,9 @@ class Replay:
         # what the plan found (:class:`.plan.Planner` says what each is). The build adds to _seeded the
         # tensors whose readers get seeded inputs instead of the replay's values (indices the original
         # computed from its own data, a divisor that could be 0), and takes out of _recording the ops
-        # autograd refuses to record
-        self._seeded: set[tuple[int, int]] = set()
+        # autograd refuses to record. _seeded holds (ids, the id of the op that made the tensor):
+        # a writer gives a freed tensor's ids to a later one (see _seeded_now)
+        self._seeded: set[tuple[tuple[int, int], int]] = set()
         # tensors the original computed whose readers get seeded inputs in their place (all the build
         # adds to _seeded, and the outputs of data-dependent shape): each in an allocation of its own
         self._stand_ins: set[tuple[int, int]] = set()
@@ -267,7 +269,7 @@ class Replay:
         if self._fresh and p is not None and (fresh := self._fresh.get((p.node.id, ref.key))) is not None:
             return fresh
         slot = self._produced_slot(ref)
-        if slot is None and p is not None and ref in p.views and ref.key not in self._seeded:
+        if slot is None and p is not None and ref in p.views and not self._seeded_now(ref):
             slot = self._view_of(ref, p)
         return self._external(ref) if slot is None else slot
 
@@ -292,18 +294,36 @@ class Replay:
         self.steps.append(Step(_AS_STRIDED._op, args, [(0, bslot)], [], len(args), (), [(0, slot)], True,
                                name="aten::as_strided", node_id=p.node.id, grad=grad,
                                op="aten::as_strided.default", view=True))  # fmt: skip
-        self._record_produced(slot, ref)
+        self._record_produced(slot, ref, p.node.id)
         for known in (self._original, self._numbered):
             if bslot in known:
                 self._mark((slot,), known)
         return slot
 
-    def _record_produced(self, slot: int, ref: TensorRef) -> None:
-        """``slot`` holds the recorded tensor ``ref``, in its storage's current allocation: later
-        reads of ``ref`` find it there, and _liveness knows the allocation it lies in."""
+    def _record_produced(self, slot: int, ref: TensorRef, maker: int) -> None:
+        """``slot`` holds the recorded tensor ``ref``, which the op of id ``maker`` made, in its
+        storage's current allocation: later reads of ``ref`` find it there, and _liveness knows the
+        allocation it lies in."""
         generation = self._generation.get(ref.storage_id, 0)
-        self._produced[ref.key] = (slot, ref, generation)
+        self._produced[ref.key] = (slot, ref, generation, maker)
         self._allocation[slot] = (ref.storage_id, generation)
+
+    def _seeded_now(self, ref: TensorRef) -> bool:
+        """The tensor that ``ref``'s ids name now (the latest made with them) is one whose readers
+        get seeded inputs. By the op that made it: a writer gives the ids of a freed tensor to a
+        later one, and by ids alone, YOLO's targets, sliced for their classes and boxes, read a
+        seeded slice, as a later tensor with that slice's ids (an ``empty_like`` of the boxes, read
+        by the slices that fill it) was one: a class id drawn at random indexed past the classes."""
+        hit = self._produced.get(ref.key)
+        return hit is not None and (ref.key, hit[3]) in self._seeded
+
+    def _seed(self, refs) -> None:
+        """The tensors ``refs`` name now (produced ones) are read as seeded inputs from here on."""
+        for ref in refs:
+            hit = self._produced.get(ref.key)
+            if hit is not None:
+                self._seeded.add((ref.key, hit[3]))
+            self._stand_ins.add(ref.key)
 
     def _mixes_host(self, fills: list[tuple[int, int]]) -> bool:
         """A CPU trace on a GPU: the op reads a tensor kept in host memory (not 0-dim) beside device
@@ -339,11 +359,11 @@ class Replay:
         """The slot of the replayed op's output that ``ref`` is (same ids and layout, made in the
         storage's current allocation: ids alone are reused once the memory is freed, a tensor's
         too), or None where ``ref`` reads seeded data."""
-        if ref.key in self._seeded:
+        if self._seeded_now(ref):
             return None
         hit = self._produced.get(ref.key)
         if hit is not None:
-            slot, made, generation = hit
+            slot, made, generation, _ = hit
             # (released: its last reader has run, and the op that made what ``ref`` is now was skipped)
             if generation == self._generation.get(ref.storage_id, 0) and made.laid_out_as(ref) \
                     and self.env[slot] is not None:  # fmt: skip
@@ -432,7 +452,7 @@ class Replay:
         """The index inputs of ``p`` (inputs with a range it needs) that an earlier replayed op
         computed from the replay's data."""
         return [ref for v in p.values for ref in arg_refs(v)
-                if ref in self.factory.ranges and ref.key in self._produced and ref.key not in self._seeded]  # fmt: skip
+                if ref in self.factory.ranges and ref.key in self._produced and not self._seeded_now(ref)]  # fmt: skip
 
     def _outside_ranges(self, p: PlannedOp, refs: list[TensorRef]) -> str | None:
         """"range" where some value of the computed index inputs ``refs`` of ``p`` lies outside the
@@ -480,8 +500,7 @@ class Replay:
         other than as many elements as the values ``p`` puts there (``x[mask] = v``), or counts
         (repeats, segment lengths) add up to another size than ``p`` needs: it reads a seeded mask
         or counts that add up as the original's did."""
-        self._seeded.update(ref.key for ref in computed)
-        self._stand_ins.update(ref.key for ref in computed)
+        self._seed(computed)
         what = ("a mask or counts computed from the replay's data selected other than the original's count of "
                 "elements: it reads seeded ones that select as many" if counts else
                 "indices computed from the replay's data were out of its range (data-dependent in the original): "
@@ -497,7 +516,7 @@ class Replay:
         found = []
         for ref in (ref for v in p.values for ref in arg_refs(v)):
             slot = self._externals.get((ref, self._generation.get(ref.storage_id, 0)))
-            if ref in self.factory.ranges and ref.key in self._seeded and slot in self._mutated \
+            if ref in self.factory.ranges and self._seeded_now(ref) and slot in self._mutated \
                     and (p.node.id, ref.key) not in self._fresh:  # fmt: skip
                 found.append(ref)
         return found
@@ -532,8 +551,7 @@ class Replay:
             # computed from the replay's data, an integer divisor may be 0 in some iteration (where
             # the data change: dropout, training; a quotient of seeded numbers): it reads seeded
             # values, never 0
-            self._seeded.add(divisor.key)
-            self._stand_ins.add(divisor.key)
+            self._seed([divisor])
             self.report.notes[f"{p.node.name}: an integer divisor computed from the replay's data reads seeded "
                               f"values (1 or 2), as it could be 0"] += 1  # fmt: skip
         args, fills, list_fills = [], [], []
@@ -678,7 +696,7 @@ class Replay:
                               f"its consumers read seeded inputs of the recorded shape"] += 1  # fmt: skip
         else:
             for i, out in enumerate(p.node.outputs[: len(results)]):
-                bound = self._bind(out, results[i], in_storages, p.node.name)
+                bound = self._bind(out, results[i], in_storages, p.node)
                 if bound is not None:
                     step.outs.append((i, bound))
         for i, slot in step.outs:
@@ -745,7 +763,7 @@ class Replay:
                                    p.refused))
         return True
 
-    def _bind(self, out: Any, value: Any, in_storages: set[int], op: str) -> int | tuple[int, ...] | None:
+    def _bind(self, out: Any, value: Any, in_storages: set[int], node: Node) -> int | tuple[int, ...] | None:
         """Give a slot to each recorded output tensor that the replay returned with the same
         layout; later ops read it from there. An output in a storage none of the op's inputs
         lives in is a new allocation: its storage id starts a new generation."""
@@ -753,19 +771,19 @@ class Replay:
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
             if not as_recorded(out, value):
-                self.report.notes[f"{op}: an output's shape or dtype differs from the trace (data-dependent?); "
+                self.report.notes[f"{node.name}: an output's shape or dtype differs from the trace (data-dependent?); "
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None
             slot = self._new_slot()
             if out.storage_id not in in_storages and out.numel:  # (a tensor of no elements has no memory)
                 self._generation[out.storage_id] = self._generation.get(out.storage_id, 0) + 1
                 in_storages.add(out.storage_id)  # (the op's other outputs there are in this allocation too)
-            self._record_produced(slot, out)
+            self._record_produced(slot, out, node.id)
             return slot
         if isinstance(out, ListValue) and isinstance(value, (list, tuple)) and len(value) == len(out.items):
             slots = []
             for item, v in zip(out.items, value):
-                s = self._bind(item, v, in_storages, op) if isinstance(item, TensorRef) else None
+                s = self._bind(item, v, in_storages, node) if isinstance(item, TensorRef) else None
                 slots.append(-1 if s is None else s)
             return tuple(slots) if any(s >= 0 for s in slots) else None
         if isinstance(out, Unstrided) and isinstance(value, torch.Tensor) and value.layout != torch.strided:

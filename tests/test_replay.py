@@ -5102,6 +5102,50 @@ def test_an_input_in_memory_that_a_later_allocation_took_is_not_the_earlier_tens
     assert not any(slot in linear_slots for s in mm for _, slot in s.fills), "a backward mm reads the old tensor"
 
 
+def test_a_seeded_tensor_does_not_seed_an_earlier_one_of_its_ids(tmp_path):
+    """An uninitialised allocation that its own views read before any op writes it (an
+    ``empty_like`` whose slices take the box corners) is seeded for its readers. A writer gives the
+    ids of a freed tensor to a later one, and YOLO's loss has its ids be those of an earlier slice
+    of the targets, which the targets' scatter into a padded batch reads: seeded by ids alone, the
+    scatter read a seeded slice, and the class ids it put there, drawn at random, indexed past the
+    classes in the replay's first iteration. Here the trace gets the ids such a writer gives (the
+    ``empty_like``'s output takes the slice's): the scatter reads the slice, and the labels it puts
+    in the batch are the original's classes (or the padding's 0)."""
+    image = torch.arange(4).repeat_interleave(3).float().view(-1, 1)
+    cls = torch.tensor([5.0, 3, 4, 0, 7, 2, 1, 6, 3, 0, 5, 2]).view(-1, 1)
+    boxes, place, scores = torch.rand(12, 4) * 0.5 + 0.1, torch.arange(3).repeat(4), torch.randn(4, 64, 8)
+
+    def step():
+        targets = torch.cat((image, cls, boxes), 1)
+        out = torch.zeros(4, 3, 5)
+        out[image.view(-1).long(), place] = targets[:, 1:]
+        del targets
+        xy, wh = out[..., 1:3], out[..., 3:5] / 2
+        corners = torch.empty_like(out[..., 1:5])
+        corners[..., :2] = xy - wh
+        corners[..., 2:] = xy + wh
+        return scores[torch.arange(4).view(-1, 1), :, out[..., 0].long()].sum() + corners.sum()
+
+    path = tmp_path / "targets.json.gz"
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    scatter = next(n for n in data["nodes"] if n["name"] == "aten::index_put_")
+    sliced = scatter["inputs"]["values"][2]
+    empty = next(n for n in data["nodes"] if n["name"] == "aten::empty_like")
+    made = list(empty["outputs"]["values"][0])
+    for n in data["nodes"]:
+        for v in (v for side in ("inputs", "outputs") for v in n[side]["values"]):
+            if n["id"] >= empty["id"] and _is_tensor_value(v) and v[1] == made[1]:
+                v[0], v[1] = (sliced[0] if v[0] == made[0] else v[0]), sliced[1]
+    replay = Replay(load_trace(write_json(path, data)), "cpu").prepare()
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    assert any("read before any op wrote them" in n for n in replay.report.notes), replay.report.notes
+    padded = []
+    for _ in range(2):
+        replay.run(lambda s, r: padded.append(r[..., 0].flatten().tolist()) if s.name == "aten::index_put_" else None)
+    assert len(padded) == 2 and all(set(labels) <= {*cls.view(-1).tolist(), 0.0} for labels in padded), padded
+
+
 @pytest.mark.skipif(not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_scaled_dot_product_efficient_attention",
                                                                         "Meta"),
                     reason="this torch has no meta kernel of the memory-efficient attention (torch 2.4)")  # fmt: skip
