@@ -108,7 +108,12 @@ no other part of the project traces.
 * titans-pytorch: a neural memory updated by per-sample gradients (``torch.func``) chunk by chunk;
 * mega-pytorch: Mega's EMA-gated attention (the EMA by FFT convolution);
 * block-recurrent-transformer-pytorch: a block-recurrent language model;
-* torchlibrosa: an audio tagger over its STFT and log-mel filter bank.
+* torchlibrosa: an audio tagger over its STFT and log-mel filter bank;
+* ultralytics: YOLO11n trained by its task-aligned assigner's losses (a data-dependent count of
+  anchors), and its inference's decoded boxes;
+* segmentation-models-pytorch: a U-Net over a ResNet-18 encoder, by Dice loss and cross-entropy;
+* lightly: DINO (a student against a moving-average teacher over global and local views, its
+  loss's centre updated in place).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -129,17 +134,21 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         memory-efficient-attention-pytorch nystrom-attention soft-moe-pytorch mlp-mixer-pytorch recbole \
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
-        'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa
+        'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
+        ultralytics segmentation-models-pytorch lightly
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
-denoising-diffusion-pytorch, is left out. torchrec pulls in fbgemm-gpu, a CUDA build: install
+denoising-diffusion-pytorch, is left out, but for ultralytics, segmentation-models-pytorch and
+lightly, whose builders import torchvision's Python parts (``_torchvision``; a library imported
+after it that imports torchvision then does too, and one imported before fails as it did). torchrec pulls in fbgemm-gpu, a CUDA build: install
 fbgemm-gpu-cpu of torch's release in its place; neuraloperator pulls in torchvision, to uninstall.)
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
@@ -2268,6 +2277,119 @@ def _torchlibrosa():
     return Tagger(), {"audio": torch.randn(8, 32000) * 0.1, "tags": (torch.rand(8, 50) < 0.1).float()}, _identity
 
 
+def _torchvision():
+    """torchvision, imported. PyPI's torchvision is a CUDA build, whose C operators do not load
+    beside torch's CPU build, and its import then fails where it registers fake kernels for two of
+    them (``nms``, ``qnms``): there their schemas are defined first, so that its Python parts
+    import (its models and transforms; the steps traced here call none of its operators). Where
+    it imports as it is (a build of torch's release for this device), it is left alone."""
+    try:
+        import torchvision
+    except RuntimeError as e:
+        if "torchvision::nms" not in str(e):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        lib = _TORCHVISION_SCHEMAS.setdefault("lib", torch.library.Library("torchvision", "DEF"))
+        for op in ("nms", "qnms"):
+            lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        import torchvision
+    return torchvision
+
+
+_TORCHVISION_SCHEMAS: dict = {}  # (the library object that holds the schemas defined, kept alive)
+
+
+def _ultralytics_yolo():
+    """Ultralytics' YOLO11n detector, built from its YAML (no weights), trained by its own
+    criterion: the task-aligned assigner picks each ground-truth box's anchors (top-k of a
+    score that mixes class probability and IoU), then BCE over the classes, CIoU and distribution
+    focal loss over the boxes of the anchors it picked (a data-dependent count). Its inference
+    decodes the boxes of every anchor (no NMS: that follows the model, on the host)."""
+    import types
+
+    _torchvision()
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.manual_seed(0)
+    detector = DetectionModel("yolo11n.yaml", nc=8, verbose=False)
+    detector.args = types.SimpleNamespace(box=7.5, cls=0.5, dfl=1.5)  # (the trainer's default gains)
+
+    class Yolo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.detector = detector
+
+        def forward(self, img, batch_idx, cls, bboxes):
+            if not self.training:
+                return self.detector(img)
+            loss, _ = self.detector.loss({"img": img, "batch_idx": batch_idx, "cls": cls, "bboxes": bboxes})
+            return loss.sum()
+
+    boxes = 12  # three an image, as normalised centre and size
+    return Yolo(), {"img": torch.rand(4, 3, 128, 128), "batch_idx": torch.arange(4).repeat_interleave(3).float(),
+                    "cls": torch.randint(0, 8, (boxes, 1)).float(),
+                    "bboxes": torch.cat([torch.rand(boxes, 2) * 0.6 + 0.2, torch.rand(boxes, 2) * 0.3 + 0.05], 1)}, _identity  # fmt: skip
+
+
+def _smp_unet():
+    """segmentation_models_pytorch's U-Net over a ResNet-18 encoder (no weights), trained by its
+    multi-class Dice loss plus cross-entropy over five classes."""
+    _torchvision()
+    import segmentation_models_pytorch as smp
+
+    torch.manual_seed(0)
+
+    class Segmenter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = smp.Unet("resnet18", encoder_weights=None, classes=5)
+            self.dice = smp.losses.DiceLoss("multiclass")
+
+        def forward(self, image, mask):
+            logits = self.net(image)
+            return self.dice(logits, mask) + F.cross_entropy(logits, mask)
+
+    return Segmenter(), {"image": torch.randn(4, 3, 96, 96), "mask": torch.randint(0, 5, (4, 96, 96))}, _identity
+
+
+def _lightly_dino():
+    """lightly's DINO: a ResNet-18 student with DINO's projection head (weight-normalised last
+    layer) against a teacher that follows it by a moving average, moved at the start of each
+    training step; the teacher sees two global views, the student those and four local ones, and
+    the loss (sharpened, centred teacher targets, its centre a moving average updated in place)
+    compares each pair of different views."""
+    tv = _torchvision()
+    from lightly.loss import DINOLoss
+    from lightly.models.modules import DINOProjectionHead
+    from lightly.models.utils import deactivate_requires_grad, update_momentum
+
+    torch.manual_seed(0)
+
+    def network():
+        backbone = tv.models.resnet18(weights=None)
+        backbone.fc = nn.Identity()
+        return nn.Sequential(backbone, DINOProjectionHead(512, 256, 64, 512, freeze_last_layer=1))
+
+    class Dino(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.student, self.teacher = network(), network()  # (weight norm refuses deepcopy)
+            self.teacher.load_state_dict(self.student.state_dict())
+            deactivate_requires_grad(self.teacher)
+            self.criterion = DINOLoss(output_dim=512, warmup_teacher_temp_epochs=0)
+
+        def forward(self, global_views, local_views):
+            if self.training:
+                update_momentum(self.student, self.teacher, m=0.996)
+            with torch.no_grad():
+                targets = [self.teacher(v) for v in global_views.unbind(0)]
+            outputs = [self.student(v) for v in (*global_views.unbind(0), *local_views.unbind(0))]
+            return self.criterion(targets, outputs, epoch=0)
+
+    return Dino(), {"global_views": torch.randn(2, 4, 3, 64, 64), "local_views": torch.randn(4, 4, 3, 32, 32)}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2377,4 +2499,8 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "mega": _mega,
     "block_recurrent": _block_recurrent,
     "torchlibrosa_tagger": _torchlibrosa,
+    # session 82's batch (torchvision: see _torchvision)
+    "ultralytics_yolo": _ultralytics_yolo,
+    "smp_unet": _smp_unet,
+    "lightly_dino": _lightly_dino,
 }
