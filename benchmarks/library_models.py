@@ -113,7 +113,10 @@ no other part of the project traces.
   anchors), and its inference's decoded boxes;
 * segmentation-models-pytorch: a U-Net over a ResNet-18 encoder, by Dice loss and cross-entropy;
 * lightly: DINO (a student against a moving-average teacher over global and local views, its
-  loss's centre updated in place).
+  loss's centre updated in place);
+* denoising-diffusion-pytorch: Gaussian diffusion's loss over its U-Net (time steps and noise drawn
+  in the step);
+* efficientnet_pytorch: EfficientNet-B0, its swish an ``autograd.Function``.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -135,13 +138,13 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
-        ultralytics segmentation-models-pytorch lightly
+        ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
-denoising-diffusion-pytorch, is left out, but for ultralytics, segmentation-models-pytorch and
-lightly, whose builders import torchvision's Python parts (``_torchvision``; a library imported
+denoising-diffusion-pytorch, was left out, but for ultralytics, segmentation-models-pytorch,
+lightly and denoising-diffusion-pytorch, whose builders import torchvision's Python parts (``_torchvision``; a library imported
 after it that imports torchvision then does too, and one imported before fails as it did). torchrec pulls in fbgemm-gpu, a CUDA build: install
 fbgemm-gpu-cpu of torch's release in its place; neuraloperator pulls in torchvision, to uninstall.)
 """
@@ -2390,6 +2393,47 @@ def _lightly_dino():
     return Dino(), {"global_views": torch.randn(2, 4, 3, 64, 64), "local_views": torch.randn(4, 4, 3, 32, 32)}, _identity
 
 
+def _ddpm():
+    """denoising-diffusion-pytorch's Gaussian diffusion over its U-Net (ResNet blocks, linear and
+    full attention): each sample's time step and noise drawn inside the step, the schedule's
+    coefficients gathered at those steps, the noised image's noise predicted, and the loss
+    weighted per sample. Its inference is the same loss, evaluated."""
+    _torchvision()
+    from denoising_diffusion_pytorch import GaussianDiffusion, Unet
+
+    torch.manual_seed(0)
+
+    class Diffusion(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.diffusion = GaussianDiffusion(Unet(dim=16, dim_mults=(1, 2, 4), flash_attn=False), image_size=32,
+                                               timesteps=1000)  # fmt: skip
+
+        def forward(self, img):
+            return self.diffusion(img)
+
+    return Diffusion(), {"img": torch.rand(8, 3, 32, 32)}, _identity
+
+
+def _efficientnet():
+    """efficientnet_pytorch's EfficientNet-B0 (no weights), its swish a memory-efficient
+    ``autograd.Function`` (the forward saves the input alone and runs without grad mode), with
+    squeeze-and-excitation and static same padding; a classifier's cross-entropy."""
+    from efficientnet_pytorch import EfficientNet
+
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = EfficientNet.from_name("efficientnet-b0", num_classes=10, image_size=96)
+
+        def forward(self, image, label):
+            return F.cross_entropy(self.net(image), label)
+
+    return Classifier(), {"image": torch.randn(8, 3, 96, 96), "label": torch.randint(0, 10, (8,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2503,4 +2547,6 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "ultralytics_yolo": _ultralytics_yolo,
     "smp_unet": _smp_unet,
     "lightly_dino": _lightly_dino,
+    "ddpm": _ddpm,
+    "efficientnet": _efficientnet,
 }
