@@ -144,9 +144,10 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
 denoising-diffusion-pytorch, was left out, but for ultralytics, segmentation-models-pytorch,
-lightly and denoising-diffusion-pytorch, whose builders import torchvision's Python parts (``_torchvision``; a library imported
-after it that imports torchvision then does too, and one imported before fails as it did). torchrec pulls in fbgemm-gpu, a CUDA build: install
-fbgemm-gpu-cpu of torch's release in its place; neuraloperator pulls in torchvision, to uninstall.)
+lightly and denoising-diffusion-pytorch, which need torchvision: where it is installed, the zoo
+makes its Python parts importable first (``torchvision_module``), and every library that imports
+it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
+release in its place.)
 """
 
 from __future__ import annotations
@@ -2280,7 +2281,7 @@ def _torchlibrosa():
     return Tagger(), {"audio": torch.randn(8, 32000) * 0.1, "tags": (torch.rand(8, 50) < 0.1).float()}, _identity
 
 
-def _torchvision():
+def torchvision_module():
     """torchvision, imported. PyPI's torchvision is a CUDA build, whose C operators do not load
     beside torch's CPU build, and its import then fails where it registers fake kernels for two of
     them (``nms``, ``qnms``): there their schemas are defined first, so that its Python parts
@@ -2311,7 +2312,7 @@ def _ultralytics_yolo():
     decodes the boxes of every anchor (no NMS: that follows the model, on the host)."""
     import types
 
-    _torchvision()
+    torchvision_module()
     from ultralytics.nn.tasks import DetectionModel
 
     torch.manual_seed(0)
@@ -2338,7 +2339,7 @@ def _ultralytics_yolo():
 def _smp_unet():
     """segmentation_models_pytorch's U-Net over a ResNet-18 encoder (no weights), trained by its
     multi-class Dice loss plus cross-entropy over five classes."""
-    _torchvision()
+    torchvision_module()
     import segmentation_models_pytorch as smp
 
     torch.manual_seed(0)
@@ -2362,7 +2363,7 @@ def _lightly_dino():
     training step; the teacher sees two global views, the student those and four local ones, and
     the loss (sharpened, centred teacher targets, its centre a moving average updated in place)
     compares each pair of different views."""
-    tv = _torchvision()
+    tv = torchvision_module()
     from lightly.loss import DINOLoss
     from lightly.models.modules import DINOProjectionHead
     from lightly.models.utils import deactivate_requires_grad, update_momentum
@@ -2398,7 +2399,7 @@ def _ddpm():
     full attention): each sample's time step and noise drawn inside the step, the schedule's
     coefficients gathered at those steps, the noised image's noise predicted, and the loss
     weighted per sample. Its inference is the same loss, evaluated."""
-    _torchvision()
+    torchvision_module()
     from denoising_diffusion_pytorch import GaussianDiffusion, Unet
 
     torch.manual_seed(0)
@@ -2543,7 +2544,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "mega": _mega,
     "block_recurrent": _block_recurrent,
     "torchlibrosa_tagger": _torchlibrosa,
-    # session 82's batch (torchvision: see _torchvision)
+    # session 82's batch (torchvision: see torchvision_module)
     "ultralytics_yolo": _ultralytics_yolo,
     "smp_unet": _smp_unet,
     "lightly_dino": _lightly_dino,

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import math
 import statistics
@@ -113,6 +114,13 @@ from pytest_mystique.recorder import INPUT_RECORDS, capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
 from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
+
+# (PyPI's torchvision, a CUDA build, does not import beside the CPU torch; transformers, diffusers and
+# some libraries import it where it is installed: it is made importable first, library_models.torchvision_module)
+if importlib.util.find_spec("torchvision") is not None:
+    from library_models import torchvision_module  # noqa: E402
+
+    torchvision_module()
 
 # the other families, each where its library is installed (benchmarks/ is on the path of whatever
 # runs or imports this module)
