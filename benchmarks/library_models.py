@@ -116,7 +116,9 @@ no other part of the project traces.
   loss's centre updated in place);
 * denoising-diffusion-pytorch: Gaussian diffusion's loss over its U-Net (time steps and noise drawn
   in the step);
-* efficientnet_pytorch: EfficientNet-B0, its swish an ``autograd.Function``.
+* efficientnet_pytorch: EfficientNet-B0, its swish an ``autograd.Function``;
+* TorchRL: SAC's losses over a TensorDict batch (two Q-networks under ``vmap``, a soft update of
+  their targets).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -138,7 +140,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
-        ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch
+        ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -2435,6 +2437,61 @@ def _efficientnet():
     return Classifier(), {"image": torch.randn(8, 3, 96, 96), "label": torch.randint(0, 10, (8,))}, _identity
 
 
+def _torchrl_sac():
+    """TorchRL's SAC loss over a replay batch held in a TensorDict: a tanh-normal actor (its
+    action sampled by reparametrisation in the step), two Q-networks run as one by ``vmap`` over
+    their stacked parameters (tensordict's functional calls), their target copies moved by a soft
+    update at the start of each training step, and the entropy's temperature learnt."""
+    import warnings
+
+    from tensordict import TensorDict
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import SACLoss, SoftUpdate
+
+    torch.manual_seed(0)
+    obs, act = 17, 6
+
+    def mlp(n_in, n_out):
+        return nn.Sequential(nn.Linear(n_in, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, n_out))
+
+    class Critic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp(obs + act, 1)
+
+        def forward(self, observation, action):
+            return self.net(torch.cat([observation, action], -1))
+
+    policy = TensorDictModule(nn.Sequential(mlp(obs, 2 * act), NormalParamExtractor()), in_keys=["observation"],
+                              out_keys=["loc", "scale"])  # fmt: skip
+    actor = ProbabilisticActor(policy, in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no target updater yet: it is made below)
+        loss = SACLoss(actor, ValueOperator(Critic(), in_keys=["observation", "action"]), num_qvalue_nets=2,
+                       target_entropy=-float(act))  # fmt: skip
+    updater = SoftUpdate(loss, eps=0.995)
+
+    class Sac(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loss = loss
+
+        def forward(self, observation, action, next_observation, reward, done):
+            if self.training:
+                updater.step()
+            batch = TensorDict({"observation": observation, "action": action,
+                                "next": {"observation": next_observation, "reward": reward, "done": done,
+                                         "terminated": done}}, batch_size=[observation.shape[0]])  # fmt: skip
+            out = self.loss(batch)
+            return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
+
+    n = 256
+    return Sac(), {"observation": torch.randn(n, obs), "action": torch.rand(n, act) * 2 - 1,
+                   "next_observation": torch.randn(n, obs), "reward": torch.randn(n, 1),
+                   "done": torch.rand(n, 1) < 0.05}, _identity  # fmt: skip
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2550,4 +2607,5 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,
+    "torchrl_sac": _torchrl_sac,
 }
