@@ -110,9 +110,9 @@ sys.path.insert(0, str(ROOT))
 from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
 
 from pytest_mystique.measure import inside_operators_alternated, profiled_calls, steady_allocator  # noqa: E402
-from pytest_mystique.recorder import INPUT_RECORDS, capture_step  # noqa: E402
+from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
-from pytest_mystique.sidecar import load_sidecar, sidecar_path  # noqa: E402
+from pytest_mystique.sidecar import INPUT_RECORDS, load_sidecar, sidecar_path  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
 # (PyPI's torchvision, a CUDA build, does not import beside the CPU torch; transformers, diffusers and
@@ -555,7 +555,7 @@ def main() -> int:
                     help="run the inference steps with grad mode on (no torch.no_grad), as a model called as it is")
     ap.add_argument("--without-records", action="store_true",
                     help="replay each trace as one captured elsewhere: its sidecar keeps the original's timings "
-                         "and loses the capture's records of the step's inputs (recorder.INPUT_RECORDS)")  # fmt: skip
+                         "and loses the capture's records of the step's inputs (sidecar.INPUT_RECORDS)")  # fmt: skip
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the steps' weights and inputs in float32 (the default) or bfloat16 (bf16), or float32 "
                          "with the forward pass under torch.autocast to bfloat16 or float16")  # fmt: skip

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from .ops import qualified_name
-from .sidecar import QUANTILE_LEVELS, _number, add_to_sidecar, differing, sidecar_path, write_sidecar
+from .sidecar import INPUT_RECORDS, QUANTILE_LEVELS, _number, add_to_sidecar, differing, sidecar_path, write_sidecar
 
 
 @dataclass
@@ -420,12 +420,6 @@ def _scalar_value(t: torch.Tensor) -> float | int | None:
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return None
     return value
-
-
-#: The sidecar's records of the step's inputs (:func:`_record_inputs`): what a trace captured
-#: elsewhere, with its timing alone beside it, does not have.
-INPUT_RECORDS = ("index_inputs", "sparse_inputs", "float_inputs", "mask_inputs", "scalar_inputs", "fresh_inputs",
-                 "packed_weights")  # fmt: skip
 
 
 def _fresh_record(t: torch.Tensor, with_values: bool = True) -> dict:

@@ -42,7 +42,7 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         v = data.get(key)
         if v is not None and not (_number(v) and 0 <= v <= top):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
-    for key, (ok, what) in _INPUT_RECORDS.items():
+    for key, (ok, what) in INPUT_RECORDS.items():
         records = data.get(key)
         if records is not None and not (isinstance(records, list) and all(ok(r) for r in records)):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a list of records with {what}")
@@ -273,9 +273,10 @@ def _hot_runs_ok(runs, hot: int, n: int) -> bool:
     return all(a[0] + a[1] <= b[0] for a, b in zip(ordered, ordered[1:])) and all(rs == sorted(rs) for rs in runs)
 
 
-#: The capture helper's records of a step's inputs (:func:`.recorder._record_inputs`): each list's
-#: check of a record, and what its records hold (for the error that refuses a malformed list).
-_INPUT_RECORDS = {
+#: The capture helper's records of a step's inputs (:func:`.recorder._record_inputs`), which a trace
+#: captured elsewhere, with its timing alone beside it, does not have: each list's check of a
+#: record, and what its records hold (for the error that refuses a malformed list).
+INPUT_RECORDS = {
     "sparse_inputs": (_sparse_record_ok, "a shape, a dtype, a layout and, for sparse_coo, nnz, sparse_dim and "
                                          "coalesced"),
     "index_inputs": (_index_record_ok, "a shape, a dtype, a count of distinct values at most the elements, the top "
