@@ -69,7 +69,9 @@ by pytorch-minimize, a pytorch-tcn forecaster; a Fourier neural operator, pykeen
 loss, S5, local attention, a SIREN, torchcfm's OT flow matching, brevitas' quantization-aware
 training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP-Mixer; RecBole's
 SASRec; hummingbird's compiled forests, MACE, GluonTS's DeepAR, titans' neural memory, Mega, a
-block-recurrent transformer, a torchlibrosa audio tagger), each built
+block-recurrent transformer, a torchlibrosa audio tagger; Ultralytics' YOLO11n,
+segmentation-models-pytorch's U-Net, lightly's DINO, denoising-diffusion-pytorch's Gaussian
+diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
