@@ -118,7 +118,10 @@ no other part of the project traces.
   in the step);
 * efficientnet_pytorch: EfficientNet-B0, its swish an ``autograd.Function``;
 * TorchRL: SAC's losses over a TensorDict batch (two Q-networks under ``vmap``, a soft update of
-  their targets).
+  their targets);
+* BS-RoFormer: a band-split music source separator (STFT, axial rotary transformers, inverse STFT);
+* tensorly-torch: CP-factorized convolution and linear layers;
+* CoLT5-attention: a conditionally routed transformer block (heavy branches over routed tokens).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -140,7 +143,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         torchfm deepctr-torch product-key-memory conformer point-transformer-pytorch egnn-pytorch \
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
-        ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl
+        ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl \
+        BS-RoFormer tensorly-torch CoLT5-attention
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -2492,6 +2496,72 @@ def _torchrl_sac():
                    "done": torch.rand(n, 1) < 0.05}, _identity  # fmt: skip
 
 
+def _bs_roformer():
+    """BS-RoFormer, a music source separator: the mixture's STFT (complex, as real pairs), its
+    frequencies split into bands each projected on its own, axial transformers over time and
+    over bands with rotary positions, a mask estimated per band, the inverse STFT, and a loss
+    over the waveform and multi-resolution spectra."""
+    from bs_roformer import BSRoformer
+
+    torch.manual_seed(0)
+
+    class Separator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = BSRoformer(dim=32, depth=1, time_transformer_depth=1, freq_transformer_depth=1, stereo=False,
+                                  num_stems=1)  # fmt: skip
+
+        def forward(self, audio, target):
+            return self.net(audio, target=target)
+
+    return Separator(), {"audio": torch.randn(2, 11025), "target": torch.randn(2, 11025)}, _identity
+
+
+def _tltorch():
+    """tensorly-torch's factorized layers: a convolution whose kernel is kept as CP factors and
+    applied factor by factor, and a linear layer whose weight is a CP tensor over factored
+    features (an einsum of its factors), in a small image classifier."""
+    import tltorch
+
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = tltorch.FactorizedConv.from_conv(nn.Conv2d(3, 32, 3, padding=1), rank=0.5, factorization="cp",
+                                                         implementation="factorized")  # fmt: skip
+            self.fc = tltorch.FactorizedLinear(in_tensorized_features=(8, 8, 8), out_tensorized_features=(2, 5),
+                                               factorization="cp", rank=0.3)  # fmt: skip
+
+        def forward(self, image, label):
+            h = F.adaptive_avg_pool2d(F.relu(self.conv(image)), 4).flatten(1)
+            return F.cross_entropy(self.fc(h), label)
+
+    return Classifier(), {"image": torch.randn(8, 3, 32, 32), "label": torch.randint(0, 10, (8,))}, _identity
+
+
+def _colt5():
+    """CoLT5's conditionally routed transformer block: light attention and feed-forward over
+    every token, heavy ones over the tokens a router picks (top-k of learned scores, a
+    data-dependent choice), their outputs scattered back."""
+    from colt5_attention import ConditionalRoutedTransformerBlock
+
+    torch.manual_seed(0)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = ConditionalRoutedTransformerBlock(
+                dim=128, light_dim_head=32, light_heads=4, light_window_size=64, heavy_dim_head=32, heavy_heads=4,
+                num_heavy_ff_tokens=64, num_heavy_attn_tokens_q=64, num_heavy_attn_tokens_kv=64)  # fmt: skip
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x, label):
+            return F.cross_entropy(self.head(self.block(x).mean(1)), label)
+
+    return Encoder(), {"x": torch.randn(4, 256, 128), "label": torch.randint(0, 10, (4,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2608,4 +2678,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,
     "torchrl_sac": _torchrl_sac,
+    "bs_roformer": _bs_roformer,
+    "tltorch_factorized": _tltorch,
+    "colt5_routed": _colt5,
 }
