@@ -71,7 +71,8 @@ training, a deepxde PINN, chunked attention, a Nystromformer, a soft MoE, an MLP
 SASRec; hummingbird's compiled forests, MACE, GluonTS's DeepAR, titans' neural memory, Mega, a
 block-recurrent transformer, a torchlibrosa audio tagger; Ultralytics' YOLO11n,
 segmentation-models-pytorch's U-Net, lightly's DINO, denoising-diffusion-pytorch's Gaussian
-diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC), each built
+diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC, BS-RoFormer, tensorly-torch's
+factorized layers, CoLT5's routed block), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
