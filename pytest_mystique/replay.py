@@ -27,7 +27,7 @@ import time
 import warnings
 from collections import Counter
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -127,8 +127,7 @@ class Replay:
         self.steps: list[Step] = []
         self.env: list[Any] = []
         self.factory = TensorFactory(self.device, seed)
-        # key -> slot, tensor, generation, the id of the op that made it
-        self._produced: dict[tuple[int, int], tuple[int, TensorRef, int, int]] = {}
+        self._produced: dict[tuple[int, int], _Produced] = {}  # key -> the latest tensor made with those ids
         self._generation: dict[int, int] = {}
         # the allocation a produced slot's tensor lies in: (storage id, generation). A trace writer
         # gives memory at an address the storage id of the last tensor there, so an op's output
@@ -305,7 +304,7 @@ class Replay:
         storage's current allocation: later reads of ``ref`` find it there, and _liveness knows the
         allocation it lies in."""
         generation = self._generation.get(ref.storage_id, 0)
-        self._produced[ref.key] = (slot, ref, generation, maker)
+        self._produced[ref.key] = _Produced(slot, ref, generation, maker)
         self._allocation[slot] = (ref.storage_id, generation)
 
     def _seeded_now(self, ref: TensorRef) -> bool:
@@ -315,14 +314,14 @@ class Replay:
         seeded slice, as a later tensor with that slice's ids (an ``empty_like`` of the boxes, read
         by the slices that fill it) was one: a class id drawn at random indexed past the classes."""
         hit = self._produced.get(ref.key)
-        return hit is not None and (ref.key, hit[3]) in self._seeded
+        return hit is not None and (ref.key, hit.maker) in self._seeded
 
     def _seed(self, refs) -> None:
         """The tensors ``refs`` name now (produced ones) are read as seeded inputs from here on."""
         for ref in refs:
             hit = self._produced.get(ref.key)
             if hit is not None:
-                self._seeded.add((ref.key, hit[3]))
+                self._seeded.add((ref.key, hit.maker))
             self._stand_ins.add(ref.key)
 
     def _mixes_host(self, fills: list[tuple[int, int]]) -> bool:
@@ -363,11 +362,10 @@ class Replay:
             return None
         hit = self._produced.get(ref.key)
         if hit is not None:
-            slot, made, generation, _ = hit
             # (released: its last reader has run, and the op that made what ``ref`` is now was skipped)
-            if generation == self._generation.get(ref.storage_id, 0) and made.laid_out_as(ref) \
-                    and self.env[slot] is not None:  # fmt: skip
-                return slot
+            if hit.generation == self._generation.get(ref.storage_id, 0) and hit.ref.laid_out_as(ref) \
+                    and self.env[hit.slot] is not None:  # fmt: skip
+                return hit.slot
         return None
 
     def _recorded_value(self, ref: TensorRef) -> bool:
@@ -903,14 +901,14 @@ class Replay:
                 warnings.simplefilter("always")  # (see _quiet)
                 for i, p in enumerate(planned):
                     # (their slots, found before the op's own outputs take their ids)
-                    done = [hit[0] for key in dying[i] if (hit := self._produced.get(key)) is not None]
+                    done = [hit.slot for key in dying[i] if (hit := self._produced.get(key)) is not None]
                     self._build_step(p)
                     if warned:
                         self._warned.update((p.node.name, _warning_text(w)) for w in warned)
                         warned.clear()
                     for ref in tensors_of(p.node.outputs):
                         if (ref.key, i) not in last_read and (hit := self._produced.get(ref.key)) is not None:
-                            self._release(hit[0])  # (read by no op)
+                            self._release(hit.slot)  # (read by no op)
                     for slot in done:
                         self._release(slot)
         except MemoryError:  # (the replay's own work, not an op's, found no memory left)
@@ -1059,6 +1057,15 @@ class Replay:
         """The error of an iteration that ``e`` broke in ``step`` (None: outside any step)."""
         where = f"op {step.name} (node {step.node_id})" if step is not None else "replay"
         return ReplayError(self.trace.path, f"{where} failed during replay: {reason(e)}")
+
+
+class _Produced(NamedTuple):
+    """A replayed op's output, as the build finds it by its ids (:meth:`Replay._record_produced`)."""
+
+    slot: int
+    ref: TensorRef  # (its layout: ids alone are reused)
+    generation: int  # of its storage's allocation
+    maker: int  # the id of the op that made it (see Replay._seeded_now)
 
 
 @contextmanager
