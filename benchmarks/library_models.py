@@ -158,6 +158,7 @@ release in its place.)
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 
@@ -2562,6 +2563,181 @@ def _colt5():
     return Encoder(), {"x": torch.randn(4, 256, 128), "label": torch.randint(0, 10, (4,))}, _identity
 
 
+def _navit():
+    """vit-pytorch's NaViT: images of several resolutions packed into a few sequences (each
+    image's patches attend within the image alone, a mask made from their image ids), factorised
+    2-D position embeddings, token dropout in training (a random top-k of each image's
+    patches) and attention pooling per image."""
+    torchvision_module()  # (vit_pytorch's package imports it)
+    from vit_pytorch.na_vit import NaViT
+
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vit = NaViT(image_size=64, patch_size=8, num_classes=10, dim=128, depth=3, heads=4, mlp_dim=256,
+                             token_dropout_prob=0.25)  # fmt: skip
+
+        def forward(self, images, label):
+            # (four resolutions cut from one batch, packed two to a sequence)
+            packs = [[images[0, :, :64, :64], images[1, :, :32, :48]], [images[2, :, :48, :32], images[3, :, :64, :32]]]
+            return F.cross_entropy(self.vit(packs), label)
+
+    return Classifier(), {"images": torch.randn(4, 3, 64, 64), "label": torch.randint(0, 10, (4,))}, _identity
+
+
+def _max_vit():
+    """vit-pytorch's MaxViT: MBConv blocks (depthwise convolutions, squeeze-and-excitation), then
+    attention within local windows and across a dilated grid, each with a relative position bias
+    looked up from a table by precomputed indices; dropout in training."""
+    torchvision_module()
+    from vit_pytorch.max_vit import MaxViT
+
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vit = MaxViT(num_classes=10, dim_conv_stem=32, dim=32, dim_head=16, depth=(1, 1), window_size=4,
+                              mbconv_expansion_rate=4, mbconv_shrinkage_rate=0.25, dropout=0.1)  # fmt: skip
+
+        def forward(self, image, label):
+            return F.cross_entropy(self.vit(image), label)
+
+    return Classifier(), {"image": torch.randn(8, 3, 64, 64), "label": torch.randint(0, 10, (8,))}, _identity
+
+
+def _schnetpack_painn():
+    """schnetpack's PaiNN potential over a batch of four 10-atom molecules (every pair of a
+    molecule's atoms a neighbour pair), trained on energies and forces: the forces are the
+    negative gradient of the energy with respect to the positions, taken with create_graph in
+    training (the loss's backward goes through it); inference takes them too, as a simulation does.
+    Message passing gathers by the pairs' atom indices and sums back by ``index_add``."""
+    import typing
+
+    import torch.utils.data.dataloader as loader
+
+    if not hasattr(loader, "T_co"):  # (schnetpack 2.0's data loader imports a name torch 2.13 dropped)
+        loader.T_co = typing.TypeVar("T_co", covariant=True)
+    import schnetpack as spk
+    import schnetpack.properties as props
+
+    torch.manual_seed(0)
+    cutoff = 5.0
+
+    class Potential(nn.Module):
+        def __init__(self):
+            super().__init__()
+            painn = spk.representation.PaiNN(n_atom_basis=64, n_interactions=3, radial_basis=spk.nn.GaussianRBF(n_rbf=20, cutoff=cutoff),
+                                             cutoff_fn=spk.nn.CosineCutoff(cutoff))  # fmt: skip
+            self.net = spk.model.NeuralNetworkPotential(
+                representation=painn, input_modules=[spk.atomistic.PairwiseDistances()],
+                output_modules=[spk.atomistic.Atomwise(n_in=64, output_key="energy"),
+                                spk.atomistic.Forces(energy_key="energy", force_key="forces")])  # fmt: skip
+
+        def forward(self, numbers, positions, idx_i, idx_j, idx_m, n_atoms, offsets, energy, forces):
+            with torch.enable_grad():
+                out = self.net({props.Z: numbers, props.R: positions, props.idx_i: idx_i, props.idx_j: idx_j,
+                                props.idx_m: idx_m, props.n_atoms: n_atoms, props.offsets: offsets})  # fmt: skip
+                return F.mse_loss(out["energy"], energy) + F.mse_loss(out["forces"], forces)
+
+    molecules, atoms = 4, 10
+    pairs = [(m * atoms + a, m * atoms + b) for m in range(molecules) for a in range(atoms) for b in range(atoms) if a != b]
+    idx_i, idx_j = torch.tensor(pairs).T.contiguous()
+    numbers = torch.tensor([1, 6, 7, 8])[torch.randint(0, 4, (molecules * atoms,))]
+    return Potential(), {"numbers": numbers, "positions": torch.randn(molecules * atoms, 3) * 1.2, "idx_i": idx_i,
+                         "idx_j": idx_j, "idx_m": torch.arange(molecules).repeat_interleave(atoms),
+                         "n_atoms": torch.full((molecules,), atoms), "offsets": torch.zeros(len(pairs), 3),
+                         "energy": torch.randn(molecules), "forces": torch.randn(molecules * atoms, 3)}, _identity  # fmt: skip
+
+
+def _kbnufft_recon():
+    """An MRI reconstruction by torchkbnufft: the adjoint non-uniform FFT of radial k-space samples
+    (Kaiser-Bessel interpolation onto an oversampled grid, by its table, then an FFT), a residual
+    CNN over the complex image's real and imaginary parts, and a loss of data consistency (the
+    forward NUFFT of the result against the samples) and of the image against its target."""
+    # torchkbnufft's TorchScript functions compile as it is imported, binding the
+    # ``torch.index_select`` they find: where PyTorch Geometric is imported (the zoo imports it),
+    # that is its Python wrapper, which TorchScript refuses. They compile against torch's own.
+    index_select = torch.index_select
+    torch.index_select = torch._C._VariableFunctions.index_select
+    try:
+        import torchkbnufft as tkbn
+    finally:
+        torch.index_select = index_select
+
+    torch.manual_seed(0)
+    size = (48, 48)
+
+    class Recon(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.forward_op, self.adjoint = tkbn.KbNufft(im_size=size), tkbn.KbNufftAdjoint(im_size=size)
+            self.cnn = nn.Sequential(nn.Conv2d(2, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                                     nn.Conv2d(32, 2, 3, padding=1))  # fmt: skip
+
+        def forward(self, kdata, ktraj, target):
+            image = self.adjoint(kdata, ktraj)  # (batch, coil, *size), complex
+            parts = torch.view_as_real(image[:, 0]).permute(0, 3, 1, 2)
+            fixed = torch.view_as_complex((parts + self.cnn(parts)).permute(0, 2, 3, 1).contiguous()).unsqueeze(1)
+            consistency = torch.view_as_real(self.forward_op(fixed, ktraj) - kdata).square().mean()
+            return consistency + torch.view_as_real(fixed - target).square().mean()
+
+    model = Recon()
+    spokes, samples = 24, 96  # (a radial trajectory: spokes through the centre of k-space)
+    angles = torch.arange(spokes) * (math.pi / spokes)
+    radius = torch.linspace(-math.pi, math.pi * (1 - 2 / samples), samples)
+    ktraj = torch.stack([(radius[None] * angles.cos()[:, None]).flatten(), (radius[None] * angles.sin()[:, None]).flatten()])
+    return model, {"kdata": torch.randn(2, 1, spokes * samples, dtype=torch.complex64), "ktraj": ktraj,
+                   "target": torch.randn(2, 1, *size, dtype=torch.complex64)}, _identity  # fmt: skip
+
+
+def _sam_small():
+    """A small Segment Anything (segment-anything's modules, no weights): a ViT image encoder with
+    windowed attention, decomposed relative positions and global blocks; a prompt encoder of
+    points (their labels pick the embedding added, by boolean masks) and boxes, its positions random
+    Fourier features; the two-way transformer mask decoder with three masks and their IoU scores
+    per prompt; trained on a focal and dice loss against target masks, as its fine-tuning is."""
+    from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, TwoWayTransformer
+
+    torch.manual_seed(0)
+
+    class Sam(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = ImageEncoderViT(img_size=128, patch_size=16, embed_dim=96, depth=4, num_heads=3, out_chans=64,
+                                           qkv_bias=True, use_rel_pos=True, window_size=4, global_attn_indexes=(1, 3))  # fmt: skip
+            self.prompts = PromptEncoder(embed_dim=64, image_embedding_size=(8, 8), input_image_size=(128, 128), mask_in_chans=16)
+            self.decoder = MaskDecoder(num_multimask_outputs=3, transformer=TwoWayTransformer(depth=2, embedding_dim=64, mlp_dim=256, num_heads=4),
+                                       transformer_dim=64, iou_head_depth=3, iou_head_hidden_dim=64)  # fmt: skip
+
+        def forward(self, image, points, labels, boxes, masks):
+            loss = 0.0
+            for emb, pts, lab, box, target in zip(self.encoder(image), points, labels, boxes, masks):
+                sparse, dense = self.prompts(points=(pts, lab), boxes=box, masks=None)
+                low, iou = self.decoder(emb[None], self.prompts.get_dense_pe(), sparse, dense, multimask_output=True)
+                target = target[:, None].expand_as(low)
+                focal = _sigmoid_focal(low, target)
+                prob = low.sigmoid().flatten(2)
+                dice = 1 - (2 * (prob * target.flatten(2)).sum(-1) + 1) / (prob.sum(-1) + target.flatten(2).sum(-1) + 1)
+                loss = loss + focal + dice.mean() + F.mse_loss(iou, torch.rand_like(iou))
+            return loss
+
+    batch, prompts = 2, 3
+    return Sam(), {"image": torch.randn(batch, 3, 128, 128), "points": torch.rand(batch, prompts, 2, 2) * 128,
+                   "labels": torch.randint(0, 2, (batch, prompts, 2)), "boxes": torch.rand(batch, prompts, 4) * 128,
+                   "masks": (torch.rand(batch, prompts, 32, 32) > 0.7).float()}, _identity  # fmt: skip
+
+
+def _sigmoid_focal(logits: torch.Tensor, target: torch.Tensor, alpha: float = 0.25, gamma: float = 2.0) -> torch.Tensor:
+    """The sigmoid focal loss (as torchvision.ops writes it), averaged."""
+    prob = logits.sigmoid()
+    ce = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    p_t = prob * target + (1 - prob) * (1 - target)
+    return ((alpha * target + (1 - alpha) * (1 - target)) * ce * (1 - p_t) ** gamma).mean()
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2681,4 +2857,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "bs_roformer": _bs_roformer,
     "tltorch_factorized": _tltorch,
     "colt5_routed": _colt5,
+    # session 83's batch
+    "navit": _navit,
+    "max_vit": _max_vit,
+    "schnetpack_painn": _schnetpack_painn,
+    "kbnufft_recon": _kbnufft_recon,
+    "sam_small": _sam_small,
 }

@@ -76,8 +76,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: causal mask and an additive mask's fill lie where the original's did; 21 = an inference step that ran
 #: with grad mode on and made autograd graphs (its sequence numbers advance) records them; 22 = there, a
 #: floating input that the capture recorded without ``requires_grad`` (the data) stays without it, and
-#: the iterations run with autograd's anomaly detection as the capture recorded it (off without a record).
-REPLAY_VERSION = 22
+#: the iterations run with autograd's anomaly detection as the capture recorded it (off without a record);
+#: 23 = one-element inputs take the capture's records, and pairs of index inputs that never agreed
+#: element by element (a neighbour list's atoms i and j) are kept apart.
+REPLAY_VERSION = 23
 
 
 @lru_cache(maxsize=1)

@@ -23,7 +23,7 @@ import torch
 
 from .distributions import Bags, Skew
 from .ops import Unsupported, qualified_name, resolve
-from .ranges import IntRange, real_floating
+from .ranges import DIVISOR, IntRange, real_floating
 from .sidecar import NON_FINITE, take_record
 from .steps import PlannedOp, Report, TensorArg, TensorListArg
 from .tensors import TensorFactory, torch_dtype
@@ -310,6 +310,31 @@ class InputRecords:
             if record.get("values") is not None:
                 self.factory.int_values[ref] = tuple(record["values"])
 
+    def pairs_apart(self, int_records: list[tuple[TensorRef, dict]]) -> None:
+        """Integer inputs that never agreed element by element with another (an index record's
+        ``differs_from``: a neighbour list's atoms ``i`` and ``j``, which no atom is its own
+        neighbour in) or whose two rows never did (``rows_differ``: an edge list without
+        self-loops) are kept so (:attr:`.tensors.TensorFactory.apart`). Drawn each by its own
+        spread, 12 of a PaiNN potential's 360 pairs met an atom with itself: its distance 0, the
+        direction divided by it NaN, and the NaN spread through the step, its gradients and its
+        weights (inside operators 0.61 of the original's time, where kept apart 0.94)."""
+        records = self.sidecar().get("index_inputs", [])
+        ref_of = {id(record): ref for ref, record in int_records}
+        pairs = rows = 0
+        for ref, record in int_records:
+            place = record.get("differs_from")
+            other = ref_of.get(id(records[place])) if place is not None else None
+            if other is not None and other.shape == ref.shape and other.dtype == ref.dtype and other.key != ref.key:
+                self.factory.apart[ref], self.factory.apart[other] = other, ref
+                pairs += 1
+            if record.get("rows_differ") and len(ref.shape) == 2 and ref.shape[0] == 2:
+                self.factory.rows_apart.add(ref)
+                rows += 1
+        if pairs or rows:
+            self.report.notes[f"{pairs + rows} integer input(s) kept apart element by element from another ({pairs}) or "
+                              f"row from row ({rows}), as the original's were, as the capture recorded (a neighbour "
+                              f"or edge list, no atom its own neighbour)"] += 1  # fmt: skip
+
     def skew_indices(self, int_records: list[tuple[TensorRef, dict]], summed: set[int]) -> None:
         """Index inputs of the step (integers an op reads as rows or positions, whose range the
         replay knows) get values spread as the original's were, where the capture helper recorded
@@ -328,6 +353,15 @@ class InputRecords:
         skewed = bagged = by_rows = parted = numbers = exact = 0
         for ref, record in int_records:
             rng = self.factory.ranges.get(ref)
+            pieces = self.factory.pieces.get(ref, {})
+            if (rng == DIVISOR and all(r == DIVISOR for r in pieces.values())
+                    and (record.get("low", 0) >= 1 or record.get("high", 0) <= -1)):  # fmt: skip
+                # (a divisor, or elements of one each a divisor, kept from 0 by the rules alone: the
+                # original's values, none of them 0, are numbers as those below; a grid's sizes that
+                # torchkbnufft takes its indices modulo, drawn as 1s and 2s, made every interpolation
+                # read the grid's first rows)
+                rng = None
+                self.factory.pieces.pop(ref, None)
             if record.get("values") is not None and self.factory.values.get(ref) == tuple(record["values"]):
                 # (taken from small_ints' by a requirement that passed through them: kept where
                 # they meet the ops' range, as the original's did)
@@ -344,6 +378,13 @@ class InputRecords:
                 rng = IntRange(min(r.low for r in spans), max(r.high for r in spans), derived=rng.derived)
             number = (rng is None and not runs and ref.storage_id not in summed and isinstance(record.get("low"), int)
                       and isinstance(record.get("high"), int))  # fmt: skip
+            if number and record.get("values") is not None:
+                # (a small one, whose values the capture recorded: those, the original's, and what the
+                # ops compute of them alone is the original's too: a grid's sizes that an index is
+                # taken modulo, drawn, had that divisor read seeded 1s and 2s, see Replay._build_step)
+                self.factory.values[ref] = tuple(record["values"])
+                exact += 1
+                continue
             if number:
                 # (no op reads it, or what is made of it, as indices or sizes: numbers the step computes
                 # with, a batch's sequence lengths that it compares positions with; in the replay's

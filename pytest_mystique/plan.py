@@ -220,11 +220,11 @@ class Planner:
                             scalar_reads.append((len(planned) - 1, pos, ref))
                         if pos < len(writes) and writes[pos]:
                             written.add(ref)
-                        if ref.numel > 1 and ref.dtype.startswith(("int", "uint")):
+                        if ref.shape and ref.dtype.startswith(("int", "uint")):
                             int_inputs.setdefault(ref, len(planned) - 1)
-                        elif ref.numel > 1 and real_floating(ref):
+                        elif ref.shape and real_floating(ref):
                             float_inputs.setdefault(ref, len(planned) - 1)
-                        elif ref.numel > 1 and ref.dtype == "bool":
+                        elif ref.shape and ref.dtype == "bool":
                             mask_inputs.setdefault(ref, len(planned) - 1)
                         key = (ref.storage_id, ref.dtype)
                         start, stop = ref.offset * ref.itemsize, ref.reach_bytes()
@@ -337,6 +337,7 @@ class Planner:
         records.exact_scalars(planned, scalar_reads, written)
         int_records = records.matched(records.as_the_capture_read(int_inputs, planned, "index_inputs"), "index_inputs")
         records.small_ints(int_records)
+        records.pairs_apart(int_records)
         self.factory.pass_back(sources_of)
         by_runs = sum(1 for ref in int_inputs if self.factory.own_runs(ref))
         if by_runs:

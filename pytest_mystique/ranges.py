@@ -273,6 +273,9 @@ def _dim_size(ref: TensorRef | None, dim: int) -> int | None:
 #: three; I-BERT's integer emulation aside). Drawn 1 or 2, ``base ** (arange(0, dim, 2) / dim)`` of
 #: a rotary or sinusoidal table overflowed (XLNet, Funnel, PhiMoE, DETR).
 SIZES = IntRange(8, 65)
+#: An integer divisor's range where nothing says more: never 0, which raises (the capture's record of
+#: an input's values, none 0, says more: see :meth:`.input_records.InputRecords.skew_indices`).
+DIVISOR = IntRange(1, 3)
 
 _RNNS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 _INT_DIVISIONS = {"floor_divide", "floor_divide_", "div", "div_", "remainder", "remainder_", "fmod", "fmod_"}
@@ -389,7 +392,7 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             true = name in ("div", "div_") and not integer_divisor(name, x, other, getattr(args.get("rounding_mode"), "value", None))
             # a Python integer a tensor is divided by (to floats) is most often a size (see SIZES); an
             # integer division by zero raises
-            put("other", SIZES if true and not other.shape else IntRange(1, 3))
+            put("other", SIZES if true and not other.shape else DIVISOR)
     elif name in _CTC:
         for arg, rng in _ctc_ranges(args, scalar("blank") or 0).items():
             put(arg, rng)

@@ -250,7 +250,7 @@ def _record_inputs(step, result: Captured) -> None:
     wanted = False
     for node in ops:
         ins = [v.tensor_id for v in node.inputs if isinstance(v, Unstrided)]
-        ins += [ref.key for ref in tensors_of(node.inputs) if (ref.numel > 1 or ref.shape == ()) and ref.dtype != "bool"]
+        ins += [ref.key for ref in tensors_of(node.inputs) if ref.numel and ref.dtype != "bool"]
         wanted = wanted or any(i not in made for i in ins) or takes_packed(node.op_schema or "")
         made.update(v.tensor_id for v in node.outputs if isinstance(v, Unstrided))
         made.update(ref.key for ref in tensors_of(node.outputs))
@@ -262,6 +262,9 @@ def _record_inputs(step, result: Captured) -> None:
     # integer inputs recorded, by their memory -> (record, storage offset, elements): views of one
     # that an op made and another reads (a split of several tables' ids) have spreads of their own
     viewed: dict[tuple[int, torch.dtype], tuple[dict, int, int]] = {}
+    # the one-dimensional integer inputs recorded so far, with their place in index_inputs: a pair
+    # of them that never agree element by element (a neighbour list's atoms i and j) say so
+    lists: list[tuple[int, torch.Tensor]] = []
 
     def made_here(t) -> bool:
         return id(t) in outputs and outputs[id(t)]() is t
@@ -292,6 +295,11 @@ def _record_inputs(step, result: Captured) -> None:
                                 "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
                         if kind == "float_inputs":  # (a weight of an inference run with grad mode on, or data)
                             record["requires_grad"] = t.requires_grad
+                        if kind == "index_inputs" and t.dim() == 1 and t.layout == torch.strided and "low" in record:
+                            partner = _differs_from(t, record, lists, found[kind])
+                            if partner is not None:
+                                record["differs_from"] = partner
+                            lists.append((len(found[kind]), t))
                         found[kind].append(record)
                         if kind == "index_inputs" and t.is_contiguous() and t.layout == torch.strided:
                             viewed[(t.untyped_storage().data_ptr(), t.dtype)] = (record, t.storage_offset(), t.numel())
@@ -323,6 +331,31 @@ def _record_inputs(step, result: Captured) -> None:
     found = {k: v for k, v in found.items() if v}
     if found:
         add_to_sidecar(path, **found)
+
+
+def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Tensor]], records: list[dict]) -> int | None:
+    """The place in ``records`` (the index inputs recorded so far) of the latest of ``lists`` (the
+    one-dimensional ones among them, with their places) of ``t``'s shape and type whose values
+    overlap ``t``'s (``record``) and never equal them element by element: the other half of a
+    list of pairs, a neighbour list's atoms ``i`` and ``j`` (no atom its own neighbour) or an edge
+    list's sources and destinations (no self-loop). Drawn apart, a pair met itself by chance, and a
+    distance between an atom and itself was 0, a direction divided by it NaN (see
+    :meth:`.input_records.InputRecords.pairs_apart`). At most :data:`PAIR_LOOKS` are looked at."""
+    looked = 0
+    for place, other in reversed(lists):
+        if other.shape != t.shape or other.dtype != t.dtype:
+            continue
+        mine = records[place]
+        if mine.get("low", 0) <= record["high"] and record["low"] <= mine.get("high", -1) and not bool((t == other).any()):
+            return place
+        looked += 1
+        if looked >= PAIR_LOOKS:
+            break
+    return None
+
+
+#: How many earlier integer inputs of its shape and type an integer input is compared with (:func:`_differs_from`).
+PAIR_LOOKS = 4
 
 
 def _record_run(t: torch.Tensor, viewed: dict) -> None:
@@ -465,13 +498,16 @@ def _described(t: torch.Tensor) -> dict | None:
         if t.layout == torch.sparse_coo:
             record.update(nnz=int(t._nnz()), sparse_dim=int(t.sparse_dim()), coalesced=bool(t.is_coalesced()))
         return record
-    if t.dtype.is_complex or t.numel() < 2:
+    if t.dtype.is_complex or not t.numel():
         return None
     if t.dtype == torch.bool:
         return record | _mask(t.detach())
     if t.dtype.is_floating_point:
         return record | _float_scale(t)
     record.update(_spread(t.detach()))
+    if t.dim() == 2 and t.shape[0] == 2 and t.shape[1] >= 2 and not bool((t[0] == t[1]).any()):
+        # (an edge list's two rows, no edge from a node to itself: see _differs_from)
+        record["rows_differ"] = True
     if t.numel() <= EXACT_INTS:
         record["values"] = t.detach().reshape(-1).tolist()
     if t.dim() == 2 and 2 <= t.shape[1] <= INT_COLUMNS <= t.shape[0] and t.numel() <= COLUMN_ELEMENTS:
@@ -550,7 +586,7 @@ def _float_scale(t: torch.Tensor) -> dict:
         return record
     if not (math.isfinite(low) and math.isfinite(high)):
         return {}
-    std, mean = torch.std_mean(x)
+    std, mean = torch.std_mean(x) if flat.numel() > 1 else (0.0, flat[0])
     record = {"mean": float(mean), "std": float(std), "low": low, "high": high}
     if flat.numel() <= EXACT_FLOATS:
         record["values"] = _json_floats(flat)

@@ -216,8 +216,10 @@ class Replay:
             slot = self._new_slot(t)
             self._externals[key] = slot
             self.permanent.add(slot)
-            if ref.shape == ():  # most often a number the program passed
-                self._mark((slot,), self._original if self._recorded_value(ref) else self._numbered)
+            if self._recorded_value(ref):  # (the original's values, as the capture recorded them)
+                self._mark((slot,), self._original)
+            elif ref.shape == ():  # most often a number the program passed
+                self._mark((slot,), self._numbered)
             if (ref.storage_id, ref.dtype) in self._parameters:
                 t.requires_grad_(True)
             elif (ref.storage_id, ref.dtype) in self._flagged and (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -545,10 +547,12 @@ class Replay:
         divisor = p.values[1].ref if len(p.values) > 1 and isinstance(p.values[1], TensorArg) else None
         dividend = p.values[0].ref if p.values and isinstance(p.values[0], TensorArg) else (p.values or [None])[0]
         rounding = dict(zip(p.kwnames, p.values[len(p.values) - len(p.kwnames):])).get("rounding_mode")
-        if integer_divisor(p.node.name, dividend, divisor, rounding) and self._produced_slot(divisor) is not None:
+        if (integer_divisor(p.node.name, dividend, divisor, rounding)
+                and (made := self._produced_slot(divisor)) is not None and made not in self._original):  # fmt: skip
             # computed from the replay's data, an integer divisor may be 0 in some iteration (where
             # the data change: dropout, training; a quotient of seeded numbers): it reads seeded
-            # values, never 0
+            # values, never 0. (Computed from the original's values alone, it is the original's, which
+            # was not 0: a grid's sizes that torchkbnufft takes its indices modulo.)
             self._seed([divisor])
             self.report.notes[f"{p.node.name}: an integer divisor computed from the replay's data reads seeded "
                               f"values (1 or 2), as it could be 0"] += 1  # fmt: skip

@@ -46,7 +46,21 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         records = data.get(key)
         if records is not None and not (isinstance(records, list) and all(ok(r) for r in records)):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a list of records with {what}")
+    if not _pairs_ok(data.get("index_inputs") or []):
+        raise ValueError(f"{path}: malformed timing sidecar: an index record's differs_from must be the place of an "
+                         f"earlier record in index_inputs, of one dimension and of its own shape and dtype")  # fmt: skip
     return data
+
+
+def _pairs_ok(records: list[dict]) -> bool:
+    """Each ``differs_from`` of index records (see :func:`.recorder._differs_from`): the place of
+    an earlier one-dimensional record of the same shape and dtype."""
+    for place, r in enumerate(records):
+        j = r.get("differs_from")
+        if j is not None and not (_count(j) and j < place and len(r["shape"]) == 1
+                                  and records[j]["shape"] == r["shape"] and records[j]["dtype"] == r["dtype"]):  # fmt: skip
+            return False
+    return True
 
 
 def _packed_record_ok(r) -> bool:
@@ -190,7 +204,9 @@ def _index_record_ok(r) -> bool:
             and isinstance(steps, list) and len(steps) == 2 and all(_count(x) for x in steps) and steps[0] <= steps[1]
             and isinstance(rows, list) and (not rows or len(r["shape"]) == 2 and len(rows) == r["shape"][0])
             and all(isinstance(row, dict) and _spread_ok(row, r["shape"][1]) for row in rows)
-            and _runs_ok(r.get("runs", []), math.prod(r["shape"])) and _values_ok(r) and _columns_ok(r))  # fmt: skip
+            and _runs_ok(r.get("runs", []), math.prod(r["shape"])) and _values_ok(r) and _columns_ok(r)
+            and isinstance(r.get("rows_differ", False), bool)
+            and (not r.get("rows_differ") or len(r["shape"]) == 2 and r["shape"][0] == 2))  # fmt: skip
 
 
 def _values_ok(r: dict) -> bool:
@@ -285,8 +301,9 @@ INPUT_RECORDS = {
                                        "not falling), the lowest and highest values (numbers, the lowest first), for a "
                                        "2-dimensional one, each row's spread (rows), the spreads of runs of its elements "
                                        "(runs: a start and a length within them), for a small one, its values (integers "
-                                       "between the lowest and highest, one an element) and for a table of fields, each "
-                                       "column's spread (columns)"),
+                                       "between the lowest and highest, one an element), for a table of fields, each "
+                                       "column's spread (columns) and, for one of two rows, whether they never agree "
+                                       "(rows_differ: true or false)"),
     "mask_inputs": (_mask_record_ok, "a shape, the dtype bool, a count of true elements at most the elements and, if "
                                      "any, the [start, length] runs they stand in (in order, within the tensor, as many "
                                      "as that count)"),

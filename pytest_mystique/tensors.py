@@ -207,6 +207,12 @@ class TensorFactory:
     # 0-dim inputs whose value the capture recorded (a number the program passed, a step count):
     # each in an allocation of its own, as a writer gives many of them one storage id
     exact: dict[TensorRef, float | int] = field(default_factory=dict)
+    # integer inputs that never agree element by element with another, as the original's did (a
+    # neighbour list's atoms i and j): each -> the other; the later made is kept apart from the first
+    apart: dict[TensorRef, TensorRef] = field(default_factory=dict)
+    # and integer inputs of two rows that never agree (an edge list without self-loops)
+    rows_apart: set[TensorRef] = field(default_factory=set)
+    _made_apart: dict[TensorRef, torch.Tensor] = field(default_factory=dict)  # those of ``apart`` made so far
 
     def reserve(self, ref: TensorRef) -> None:
         """Make the allocation ``ref`` will live in (see :meth:`make`) large enough to hold it."""
@@ -541,7 +547,21 @@ class TensorFactory:
             make_definite(t)
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
+        if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":
+            self._keep_apart(ref, t)
         return t
+
+    def _keep_apart(self, ref: TensorRef, t: torch.Tensor) -> None:
+        """Where ``t`` (``ref``, just made) agrees element by element with the input it must not
+        (:attr:`apart`, made before it) or its second row with its first (:attr:`rows_apart`),
+        those elements take others of its own values that do not: its spread stays, and no atom
+        is its own neighbour. Each input once, as it is first made."""
+        if ref in self.rows_apart and t.dim() == 2 and t.shape[0] == 2 and ref not in self._made_apart:
+            _apart(t[1], t[0], self._seeded_generator())
+        other = self._made_apart.get(self.apart.get(ref))
+        if other is not None and ref not in self._made_apart and other.shape == t.shape and ref not in self.values:
+            _apart(t, other, self._seeded_generator())
+        self._made_apart.setdefault(ref, t)
 
     def _make_quantized(self, ref: TensorRef, dtype: torch.dtype) -> torch.Tensor:
         """A view of ``ref``'s storage as a quantized tensor (a statically quantized model's
@@ -820,6 +840,21 @@ class TensorFactory:
         if skew is not None:
             return lo + skewed_rows(max(hi - lo, 1), n, skew, g, dev, rng.tables).to(dtype)
         return torch.randint(lo, max(hi, lo + 1), (n,), generator=g, device=dev).to(dtype)
+
+
+def _apart(t: torch.Tensor, other: torch.Tensor, generator: torch.Generator, tries: int = 16) -> None:
+    """``t``'s elements that equal ``other``'s (of its shape) take others of ``t``'s values, drawn at
+    random, that do not (see :meth:`TensorFactory._keep_apart`); a contiguous ``t`` alone."""
+    if not t.is_contiguous() or t.numel() < 2:
+        return
+    flat, against = t.view(-1), other.reshape(-1)
+    for _ in range(tries):
+        at = (flat == against).nonzero().squeeze(1)
+        if not at.numel():
+            return
+        picked = flat[torch.randint(0, flat.numel(), (at.numel(),), generator=generator, device=t.device)]
+        ok = picked != against[at]
+        flat[at[ok]] = picked[ok]
 
 
 def _within(t: torch.Tensor, rng: IntRange) -> bool:

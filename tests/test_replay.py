@@ -1214,8 +1214,9 @@ def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
     ``aten::lift_fresh``: it holds the value the capture recorded. An integer input that no op
     reads as indices (a batch's sequence lengths, compared with positions) holds values between
     the original's lowest and highest: in torch-struct's CRF every sequence came out a token or
-    two long, and its log-partition ran 18% slower inside the operators than the original's."""
-    lengths, scores = torch.randint(11, 31, (16,)), torch.randn(16, 30)
+    two long, and its log-partition ran 18% slower inside the operators than the original's. (One
+    of 64 elements or fewer holds the original's values: see the divisors' test.)"""
+    lengths, scores = torch.randint(11, 31, (96,)), torch.randn(96, 30)
 
     def step():
         chart = scores.clone()
@@ -1228,7 +1229,7 @@ def test_numbers_assigned_and_compared_with_hold_the_originals_values(tmp_path):
     assert rep.ops_skipped == 0, rep.skipped_list()
     assert any(n.startswith("1 integer input(s) that no op reads as indices") for n in rep.notes), rep.notes
     made = {(tuple(t.shape), t.dtype): t for _, t in replay.inputs()}
-    drawn = made[(16,), torch.int64]
+    drawn = made[(96,), torch.int64]
     assert int(drawn.min()) >= int(lengths.min()) and int(drawn.max()) <= int(lengths.max()), drawn
     assert float(made[(), torch.float32]) == -7.5, made
     replay.run()
@@ -4583,22 +4584,33 @@ def test_a_binding_that_declines_its_arguments_is_not_kept():
     assert result is not NotImplemented and result.tolist() == [True, False] and step.fn is overload
 
 
-def test_integer_divisors_computed_from_the_replays_data_are_never_zero(tmp_path):
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "captured-elsewhere"])
+def test_integer_divisors_computed_from_the_replays_data_are_never_zero(tmp_path, records):
     """Sizes a program computes with tensors (Longformer's chunk counts): a quotient of seeded
     numbers, which are 1 or 2, can be 0 where the original's was not, and a division by it
     raises. A divisor computed from the replay's data reads seeded values instead, in every
-    iteration, and the report says so."""
-    a, b, c = torch.tensor(0), torch.tensor(3), torch.tensor(12)
+    iteration, and the report says so. One computed from the original's values alone (the
+    capture's records of the numbers and of a small tensor of sizes) is the original's, which was
+    not 0, and is kept: torchkbnufft takes its grid indices modulo its grid's sizes, and read as 1s
+    and 2s they sent every interpolation to the grid's first rows."""
+    a, b, c, grid = torch.tensor(0), torch.tensor(3), torch.tensor(12), torch.tensor([96, 64])
+    at = torch.arange(300)
 
     def step():
         d = torch.div(b, a + b, rounding_mode="trunc")  # 1 in the original; 0 from seeded 1s and 2s
         q = torch.div(c, d, rounding_mode="floor") + torch.remainder(c, d)
-        return q + torch.div(c, a + b)  # a true division: inf at worst, never raises
+        rows, cols = (torch.remainder(at, size) for size in grid)  # (each size an element of the grid)
+        return q + torch.div(c, a + b), rows * grid[1] + cols  # (a true division: inf at worst, never raises)
 
-    replay = _captured(tmp_path, "sizes", step)
+    path = tmp_path / "sizes.json.gz"
+    replay = _captured(tmp_path, "sizes", step) if records else _replayed_without_records(step, path)
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     notes = {n.split(":")[2]: k for n, k in replay.report.notes.items() if "integer divisor computed" in n}
-    assert notes == {"div": 2}, replay.report.notes  # (the remainder's divisor, d, reads seeded values already)
+    if records:
+        assert notes == {}, replay.report.notes
+        assert _int_inputs(replay, (2,))[0].tolist() == [96, 64]
+    else:  # (d, the first remainder's divisor, reads seeded values already; the grid's sizes do not)
+        assert notes == {"div": 2, "remainder": 2}, replay.report.notes
     for _ in range(3):
         replay.reset_state()
         replay.run()
@@ -5373,3 +5385,76 @@ def test_an_out_argument_read_before_it_is_written_whole_keeps_its_seeded_data(t
     sizes = {key: replay.factory.storage_bytes[key] for key in replay.factory.overwritten}
     assert list(sizes.values()) == [64 * 64 * 4], sizes
     replay.run()
+
+
+def _potential_step(layout: str):
+    """A message-passing potential's step over four 10-atom molecules, every pair of a molecule's
+    atoms a neighbour pair (never an atom with itself): distances, directions (divided by the
+    distance), a cosine cutoff whose radius is a one-element buffer, messages summed back by
+    ``index_add``. ``layout``: the pairs as two inputs (views of one tensor, as
+    ``torch.tensor(pairs).T`` unbinds) or as one edge list of two rows."""
+    torch.manual_seed(0)
+    molecules, atoms = 4, 10
+    pairs = torch.tensor([(m * atoms + a, m * atoms + b) for m in range(molecules)
+                          for a in range(atoms) for b in range(atoms) if a != b]).T.contiguous()  # fmt: skip
+    pos, feats, cutoff = torch.randn(molecules * atoms, 3) * 1.2, torch.randn(molecules * atoms, 16), torch.tensor([5.0])
+    weight = torch.randn(16, 16) * 0.25
+
+    def messages(i, j):
+        rij = pos[j] - pos[i]
+        d = rij.norm(dim=1, keepdim=True)
+        direction = rij / d
+        fcut = 0.5 * (torch.cos(d * math.pi / cutoff) + 1.0) * (d < cutoff).float()
+        out = torch.zeros_like(feats).index_add(0, i, (feats[j] @ weight) * fcut)
+        return out, direction.sum(0)
+
+    idx_i, idx_j = pairs  # (views made outside the step: two inputs of one allocation)
+
+    def step():
+        with torch.no_grad():
+            return messages(idx_i, idx_j) if layout == "two inputs" else messages(pairs[0], pairs[1])
+
+    return step
+
+
+@pytest.mark.parametrize("layout", ["two inputs", "edge rows"])
+def test_a_neighbour_lists_pairs_stay_apart_and_a_one_element_buffer_keeps_its_value(tmp_path, layout):
+    """A potential's neighbour list pairs atoms ``i`` and ``j``, never an atom with itself, and its
+    cosine cutoff divides the distances by a radius held in a one-element buffer. Each of the
+    pair's halves was drawn by its own spread: a few pairs met an atom with itself, whose
+    distance 0 made its direction NaN, and the NaN spread through a PaiNN potential's step (0.61
+    of its original's time inside operators). The radius had no record (one element), and was
+    drawn at 1.34 for 5: most pairs fell outside the cutoff. The capture now records that the
+    halves never agree (``differs_from``; for one tensor of two rows, ``rows_differ``) and a
+    one-element input's value, and the replay keeps them so. A malformed pair record is an error
+    naming the sidecar."""
+    path = tmp_path / "potential.json.gz"
+    capture_step(_potential_step(layout), path, warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(path)
+    ints = side["index_inputs"]
+    if layout == "two inputs":
+        assert [r.get("differs_from") for r in ints if r["shape"] == [360]] == [None, 0], ints
+    else:
+        assert [r.get("rows_differ") for r in ints if r["shape"] == [2, 360]] == [True], ints
+    assert [r["values"] for r in side["float_inputs"] if r["shape"] == [1]] == [[5.0]]
+    replay = Replay(load_trace(path), "cpu").prepare()
+    rep = replay.report
+    assert rep.ops_skipped == 0, rep.skipped_list()
+    replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    assert any("kept apart element by element" in n for n in rep.notes), rep.notes
+    if layout == "two inputs":
+        first, second = _int_inputs(replay, (360,))
+    else:
+        ((first, second),) = _int_inputs(replay, (2, 360))
+    assert not bool((first == second).any()) and first.unique().numel() > 20 and second.unique().numel() > 20
+    radius = [t for s in sorted(replay.permanent) if isinstance(t := replay.env[s], torch.Tensor)
+              and t.is_floating_point() and tuple(t.shape) == (1,)]  # fmt: skip
+    assert [float(t) for t in radius] == [5.0]
+    # the same trace as one captured elsewhere: no record says the halves never agree
+    if layout == "two inputs":
+        later = next(r for r in ints if r.get("differs_from") is not None)
+        later["differs_from"] = len(ints)  # (a place that is not before it)
+        sidecar_path(path).write_text(json.dumps(side))
+        with pytest.raises(ReplayError, match=r"potential\.meta\.json: malformed timing sidecar: an index record's differs_from"):
+            Replay(load_trace(path), "cpu").prepare()
