@@ -343,7 +343,7 @@ def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Te
     :meth:`.input_records.InputRecords.pairs_apart`). At most :data:`PAIR_LOOKS` are looked at."""
     looked = 0
     for place, other in reversed(lists):
-        if other.shape != t.shape or other.dtype != t.dtype:
+        if other.shape != t.shape or other.dtype != t.dtype or other.device != t.device:
             continue
         mine = records[place]
         if mine.get("low", 0) <= record["high"] and record["low"] <= mine.get("high", -1) and not bool((t == other).any()):
