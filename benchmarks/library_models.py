@@ -121,7 +121,14 @@ no other part of the project traces.
   their targets);
 * BS-RoFormer: a band-split music source separator (STFT, axial rotary transformers, inverse STFT);
 * tensorly-torch: CP-factorized convolution and linear layers;
-* CoLT5-attention: a conditionally routed transformer block (heavy branches over routed tokens).
+* CoLT5-attention: a conditionally routed transformer block (heavy branches over routed tokens);
+* vit-pytorch: NaViT (images of several resolutions packed into sequences, token dropout) and MaxViT
+  (MBConv blocks, window and grid attention with relative position biases);
+* schnetpack: a PaiNN potential trained on energies and forces (second order), over neighbour lists;
+* torchkbnufft: an MRI reconstruction through its non-uniform FFTs (Kaiser-Bessel table
+  interpolation, run by TorchScript functions forked over the batch);
+* segment-anything: a small Segment Anything (windowed ViT encoder, prompt encoder, two-way mask
+  decoder) trained by a focal and dice loss.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -144,13 +151,13 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
         ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl \
-        BS-RoFormer tensorly-torch CoLT5-attention
+        BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
 denoising-diffusion-pytorch, was left out, but for ultralytics, segmentation-models-pytorch,
-lightly and denoising-diffusion-pytorch, which need torchvision: where it is installed, the zoo
+lightly, denoising-diffusion-pytorch and vit-pytorch, which need torchvision: where it is installed, the zoo
 makes its Python parts importable first (``torchvision_module``), and every library that imports
 it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
 release in its place.)

@@ -72,7 +72,8 @@ SASRec; hummingbird's compiled forests, MACE, GluonTS's DeepAR, titans' neural m
 block-recurrent transformer, a torchlibrosa audio tagger; Ultralytics' YOLO11n,
 segmentation-models-pytorch's U-Net, lightly's DINO, denoising-diffusion-pytorch's Gaussian
 diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC, BS-RoFormer, tensorly-torch's
-factorized layers, CoLT5's routed block), each built
+factorized layers, CoLT5's routed block; vit-pytorch's NaViT and MaxViT, schnetpack's PaiNN
+trained on forces, a torchkbnufft MRI reconstruction, a small Segment Anything), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
