@@ -335,8 +335,8 @@ def _record_inputs(step, result: Captured) -> None:
 
 def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Tensor]], records: list[dict]) -> int | None:
     """The place in ``records`` (the index inputs recorded so far) of the latest of ``lists`` (the
-    one-dimensional ones among them, with their places) of ``t``'s shape and type whose values
-    overlap ``t``'s (``record``) and never equal them element by element: the other half of a
+    one-dimensional ones among them, with their places) of ``t``'s shape and type that would
+    agree with ``t`` (``record``) by chance (:func:`_chance_meets`) and never does: the other half of a
     list of pairs, a neighbour list's atoms ``i`` and ``j`` (no atom its own neighbour) or an edge
     list's sources and destinations (no self-loop). Drawn apart, a pair met itself by chance, and a
     distance between an atom and itself was 0, a direction divided by it NaN (see
@@ -346,7 +346,8 @@ def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Te
         if other.shape != t.shape or other.dtype != t.dtype or other.device != t.device:
             continue
         mine = records[place]
-        if mine.get("low", 0) <= record["high"] and record["low"] <= mine.get("high", -1) and not bool((t == other).any()):
+        if _chance_meets(t.numel(), (mine.get("low", 0), mine.get("high", -1)), (record["low"], record["high"])) \
+                and not bool((t == other).any()):  # fmt: skip
             return place
         looked += 1
         if looked >= PAIR_LOOKS:
@@ -356,6 +357,15 @@ def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Te
 
 #: How many earlier integer inputs of its shape and type an integer input is compared with (:func:`_differs_from`).
 PAIR_LOOKS = 4
+
+
+def _chance_meets(n: int, one: tuple[int, int], other: tuple[int, int]) -> bool:
+    """Whether two tensors of ``n`` integers each, between the lowest and highest of ``one`` and
+    of ``other``, drawn at random, would agree somewhere by chance (an element or more on average):
+    only then does their never agreeing say something of them (a neighbour list's 360 pairs over
+    40 atoms; not two sequences of 32 token ids over a vocabulary of 1000)."""
+    overlap = min(one[1], other[1]) - max(one[0], other[0]) + 1
+    return 0 < overlap <= n
 
 
 def _record_run(t: torch.Tensor, viewed: dict) -> None:
@@ -505,7 +515,9 @@ def _described(t: torch.Tensor) -> dict | None:
     if t.dtype.is_floating_point:
         return record | _float_scale(t)
     record.update(_spread(t.detach()))
-    if t.dim() == 2 and t.shape[0] == 2 and t.shape[1] >= 2 and not bool((t[0] == t[1]).any()):
+    if (t.dim() == 2 and t.shape[0] == 2 and t.shape[1] >= 2
+            and _chance_meets(t.shape[1], *((int(row.min()), int(row.max())) for row in t.detach()))
+            and not bool((t[0] == t[1]).any())):  # fmt: skip
         # (an edge list's two rows, no edge from a node to itself: see _differs_from)
         record["rows_differ"] = True
     if t.numel() <= EXACT_INTS:
