@@ -128,7 +128,14 @@ no other part of the project traces.
 * torchkbnufft: an MRI reconstruction through its non-uniform FFTs (Kaiser-Bessel table
   interpolation, run by TorchScript functions forked over the batch);
 * segment-anything: a small Segment Anything (windowed ViT encoder, prompt encoder, two-way mask
-  decoder) trained by a focal and dice loss.
+  decoder) trained by a focal and dice loss;
+* timm: EVA-02 (2-D rotary positions, SwiGLU), NF-RegNet (no normalisation layers: weight-
+  standardised convolutions) and EfficientFormerV2;
+* open_clip: CoCa (contrastive and captioning losses, a multimodal decoder over the image's tokens);
+* pytorch-widedeep: a TabTransformer beside a wide linear part, over categorical and continuous
+  columns;
+* enformer-pytorch: a small Enformer over one-hot DNA (attention pooling, relative positions from
+  gamma features, Poisson losses).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -151,13 +158,14 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         routing-transformer came-pytorch pomegranate ctgan xlstm kymatio hummingbird-ml mace-torch
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
         ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl \
-        BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything
+        BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything \
+        timm open_clip_torch pytorch-widedeep enformer-pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, and a package that pulls them in, such as
 denoising-diffusion-pytorch, was left out, but for ultralytics, segmentation-models-pytorch,
-lightly, denoising-diffusion-pytorch and vit-pytorch, which need torchvision: where it is installed, the zoo
+lightly, denoising-diffusion-pytorch, vit-pytorch, timm and open_clip, which need torchvision: where it is installed, the zoo
 makes its Python parts importable first (``torchvision_module``), and every library that imports
 it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
 release in its place.)
@@ -2745,6 +2753,105 @@ def _sigmoid_focal(logits: torch.Tensor, target: torch.Tensor, alpha: float = 0.
     return ((alpha * target + (1 - alpha) * (1 - target)) * ce * (1 - p_t) ** gamma).mean()
 
 
+def _timm(name: str, **kw):
+    """A timm image classifier built by name (no weights) at 64 x 64, trained by cross-entropy over
+    ten classes: EVA-02 (rotary position embeddings in 2-D, SwiGLU), NF-RegNet (no normalisation
+    layers: scaled weight-standardised convolutions, squeeze-and-excitation, skip gains) or
+    EfficientFormerV2 (convolutional stages, then attention with talking heads and a learnt bias)."""
+    torchvision_module()  # (timm imports it)
+    import timm
+
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+
+        def forward(self, image, label):
+            return F.cross_entropy(self.net(image), label)
+
+    return Classifier(), {"image": torch.randn(8, 3, 64, 64), "label": torch.randint(0, 10, (8,))}, _identity
+
+
+def _open_clip_coca():
+    """open_clip's CoCa: a ViT whose tokens an attentional pooler gathers, a causal text tower with a
+    class token, and a multimodal decoder that cross-attends the image's tokens; trained by its
+    contrastive loss (the batch's pairs, a learnt temperature) and a captioning loss over the text
+    shifted by one."""
+    torchvision_module()  # (open_clip imports it)
+    from open_clip.coca_model import CoCa
+    from open_clip.loss import CoCaLoss
+
+    torch.manual_seed(0)
+    width, context, vocab = 128, 24, 1000
+    text = dict(context_length=context, vocab_size=vocab, width=width, heads=4, layers=2, embed_cls=True, output_tokens=True)
+
+    class Captioner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.coca = CoCa(embed_dim=width, text_cfg=text,
+                             vision_cfg=dict(image_size=64, layers=2, width=width, patch_size=16, head_width=32,
+                                             attentional_pool=True, attn_pooler_heads=4, output_tokens=True),
+                             multimodal_cfg=dict(context_length=context, vocab_size=vocab, width=width, heads=4, layers=2,
+                                                 attn_pooler_heads=4))  # fmt: skip
+            self.loss = CoCaLoss(caption_loss_weight=2.0, clip_loss_weight=1.0)
+
+        def forward(self, image, text):
+            out = self.coca(image, text)
+            return sum(self.loss(out["image_features"], out["text_features"], out["logits"], out["labels"], out["logit_scale"]))
+
+    return Captioner(), {"image": torch.randn(8, 3, 64, 64), "text": torch.randint(1, vocab, (8, context))}, _identity
+
+
+def _widedeep_tab_transformer():
+    """pytorch-widedeep's TabTransformer over a table of six categorical columns (each column's
+    ids through its own embedding) and four continuous ones, beside a wide linear part over the
+    crossed categories; a binary classifier trained by BCE."""
+    import numpy as np
+    from pytorch_widedeep.models import TabTransformer, Wide, WideDeep
+
+    torch.manual_seed(0)
+    cards = [12, 40, 7, 100, 25, 3]
+    columns = {f"c{i}": i for i in range(len(cards))} | {f"x{i}": len(cards) + i for i in range(4)}
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            deep = TabTransformer(column_idx=columns, cat_embed_input=[(f"c{i}", n + 1, 16) for i, n in enumerate(cards)],
+                                  continuous_cols=[f"x{i}" for i in range(4)], input_dim=16, n_heads=4, n_blocks=2)  # fmt: skip
+            self.model = WideDeep(wide=Wide(input_dim=int(np.sum(cards)) + 1, pred_dim=1), deeptabular=deep)
+
+        def forward(self, wide, tab, target):
+            return F.binary_cross_entropy_with_logits(self.model({"wide": wide, "deeptabular": tab}).squeeze(1), target)
+
+    batch = 256
+    cats = torch.stack([torch.randint(1, n + 1, (batch,)) for n in cards], 1)
+    offsets = torch.tensor([0, *np.cumsum(cards)[:-1].tolist()])
+    tab = torch.cat([cats.float(), torch.randn(batch, 4)], 1)
+    return Classifier(), {"wide": cats + offsets, "tab": tab, "target": torch.randint(0, 2, (batch,)).float()}, _identity
+
+
+def _enformer():
+    """enformer-pytorch's Enformer (small): a convolutional stem and tower with attention pooling
+    over one-hot DNA, transformer layers with relative positions from exponential, central-mask and
+    gamma features, and Poisson losses over the targets of a species' tracks."""
+    from enformer_pytorch import Enformer
+
+    torch.manual_seed(0)
+
+    class Genomic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Enformer.from_hparams(dim=96, depth=2, heads=4, output_heads=dict(human=32), target_length=16,
+                                             num_downsamples=5, dim_divisible_by=16)  # fmt: skip
+
+        def forward(self, seq, target):
+            return self.net(seq, target=target, head="human")
+
+    return Genomic(), {"seq": torch.randint(0, 4, (2, 512)), "target": torch.rand(2, 16, 32)}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2870,4 +2977,11 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "schnetpack_painn": _schnetpack_painn,
     "kbnufft_recon": _kbnufft_recon,
     "sam_small": _sam_small,
+    # session 83's second batch (timm and open_clip: see torchvision_module)
+    "timm_eva02": lambda: _timm("eva02_tiny_patch14_224", img_size=64, patch_size=8, depth=4),
+    "timm_nf_regnet": lambda: _timm("nf_regnet_b0"),
+    "timm_efficientformer_v2": lambda: _timm("efficientformerv2_s0", img_size=64),
+    "open_clip_coca": _open_clip_coca,
+    "widedeep_tab_transformer": _widedeep_tab_transformer,
+    "enformer": _enformer,
 }

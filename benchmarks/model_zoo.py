@@ -73,7 +73,9 @@ block-recurrent transformer, a torchlibrosa audio tagger; Ultralytics' YOLO11n,
 segmentation-models-pytorch's U-Net, lightly's DINO, denoising-diffusion-pytorch's Gaussian
 diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC, BS-RoFormer, tensorly-torch's
 factorized layers, CoLT5's routed block; vit-pytorch's NaViT and MaxViT, schnetpack's PaiNN
-trained on forces, a torchkbnufft MRI reconstruction, a small Segment Anything), each built
+trained on forces, a torchkbnufft MRI reconstruction, a small Segment Anything; timm's EVA-02,
+NF-RegNet and EfficientFormerV2, open_clip's CoCa, pytorch-widedeep's TabTransformer, a small
+Enformer), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
