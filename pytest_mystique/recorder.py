@@ -346,7 +346,7 @@ def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Te
         if other.shape != t.shape or other.dtype != t.dtype or other.device != t.device:
             continue
         mine = records[place]
-        if _chance_meets(t.numel(), (mine.get("low", 0), mine.get("high", -1)), (record["low"], record["high"])) \
+        if _chance_meets(t.numel(), (mine["low"], mine["high"]), (record["low"], record["high"])) \
                 and not bool((t == other).any()):  # fmt: skip
             return place
         looked += 1

@@ -556,12 +556,14 @@ class TensorFactory:
         (:attr:`apart`, made before it) or its second row with its first (:attr:`rows_apart`),
         those elements take others of its own values that do not: its spread stays, and no atom
         is its own neighbour. Each input once, as it is first made."""
-        if ref in self.rows_apart and t.dim() == 2 and t.shape[0] == 2 and ref not in self._made_apart:
+        if ref in self._made_apart:
+            return
+        self._made_apart[ref] = t
+        if ref in self.rows_apart and t.dim() == 2 and t.shape[0] == 2:
             _apart(t[1], t[0], self._seeded_generator())
         other = self._made_apart.get(self.apart.get(ref))
-        if other is not None and ref not in self._made_apart and other.shape == t.shape and ref not in self.values:
+        if other is not None and other.shape == t.shape and ref not in self.values:
             _apart(t, other, self._seeded_generator())
-        self._made_apart.setdefault(ref, t)
 
     def _make_quantized(self, ref: TensorRef, dtype: torch.dtype) -> torch.Tensor:
         """A view of ``ref``'s storage as a quantized tensor (a statically quantized model's
