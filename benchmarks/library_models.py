@@ -2852,6 +2852,254 @@ def _enformer():
     return Genomic(), {"seq": torch.randint(0, 4, (2, 512)), "target": torch.rand(2, 16, 32)}, _identity
 
 
+
+def _pypose_lm():
+    """pypose's Levenberg-Marquardt on a pose graph, inside the step (inference only: the graph's
+    poses are fitted, not trained by gradients): SE(3) poses as LieTensors (a tensor subclass),
+    relative-pose residuals by the group's inverse, product and logarithm, their Jacobian by
+    ``torch.func`` over the poses, and the damped normal equations solved, twice from the same start
+    each call."""
+    import pypose as pp
+
+    torch.manual_seed(0)
+
+    class Graph(nn.Module):
+        def __init__(self, poses):
+            super().__init__()
+            self.poses = pp.Parameter(poses)
+
+        def forward(self, edges, measured):
+            return (measured.Inv() @ self.poses[edges[:, 0]].Inv() @ self.poses[edges[:, 1]]).Log().tensor()
+
+    class Fit(nn.Module):
+        def __init__(self, truth):
+            super().__init__()
+            self.register_buffer("start", (truth * pp.randn_SE3(len(truth), sigma=0.1)).tensor())
+            # (held outside the module's parameters: the step fits them; nothing trains them)
+            self.__dict__["graph"] = Graph(pp.SE3(self.start.clone()))
+
+        def forward(self, edges, measured):
+            with torch.no_grad():
+                self.graph.poses.data.copy_(self.start)
+            # (a new solver each call: the trust region's damping it keeps would steer the next call)
+            solver = pp.optim.LM(self.graph, strategy=pp.optim.strategy.TrustRegion())
+            for _ in range(2):
+                error = solver.step(input=(edges, pp.SE3(measured)))
+            return error
+
+    nodes = 48
+    truth = pp.randn_SE3(nodes)
+    chain = torch.stack([torch.arange(nodes - 1), torch.arange(1, nodes)], 1)
+    closures = torch.randint(0, nodes, (nodes, 2))
+    closures = closures[closures[:, 0] != closures[:, 1]]
+    edges = torch.cat([chain, closures])
+    measured = truth[edges[:, 0]].Inv() @ truth[edges[:, 1]] * pp.randn_SE3(len(edges), sigma=0.01)
+    return Fit(truth), {"edges": edges, "measured": measured.tensor()}, _identity
+
+
+def _compressai_hyperprior():
+    """compressai's scale hyperprior (Ballé et al. 2018): GDN layers, an entropy bottleneck (its
+    cumulative logits by softplus matrices; uniform noise as quantization in training, rounding
+    to its medians in inference) and a Gaussian conditional over the scales the hyperprior
+    decodes, trained by rate and distortion, the bottleneck's quantiles by its auxiliary loss."""
+    from compressai.models import ScaleHyperprior
+
+    torch.manual_seed(0)
+
+    class Codec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = ScaleHyperprior(N=48, M=64)
+
+        def forward(self, image):
+            out = self.net(image)
+            pixels = image.shape[0] * image.shape[2] * image.shape[3]
+            bpp = sum(lik.log().sum() for lik in out["likelihoods"].values()) / (-math.log(2) * pixels)
+            return bpp + 0.01 * 255**2 * F.mse_loss(out["x_hat"], image) + self.net.aux_loss()
+
+    return Codec(), {"image": torch.rand(2, 3, 64, 64)}, _identity
+
+
+def _pytorch_forecasting_tft():
+    """pytorch-forecasting's Temporal Fusion Transformer: variable selection networks of gated
+    residual units, LSTM encoder and decoder over encoder lengths that vary through the batch
+    (packed sequences), interpretable multi-head attention and a quantile loss, on a batch its
+    TimeSeriesDataSet makes from a table of series."""
+    import pandas as pd
+    from pytorch_forecasting import TemporalFusionTransformer, TimeSeriesDataSet
+    from pytorch_forecasting.metrics import QuantileLoss
+
+    torch.manual_seed(0)
+    series, steps = 12, 64
+    t = torch.arange(steps, dtype=torch.float64)
+    table = pd.DataFrame({
+        "series": [str(g) for g in range(series) for _ in range(steps)],
+        "time": [int(i) for _ in range(series) for i in range(steps)],
+        "value": torch.cat([torch.sin(t / (3 + g)) * (1 + g / 4) + 0.1 * torch.randn(steps, dtype=torch.float64)
+                            for g in range(series)]).numpy(),
+        "weekday": [str(i % 7) for _ in range(series) for i in range(steps)],
+    })  # fmt: skip
+    data = TimeSeriesDataSet(table, time_idx="time", target="value", group_ids=["series"], max_encoder_length=24,
+                             min_encoder_length=12, max_prediction_length=6, static_categoricals=["series"],
+                             time_varying_known_categoricals=["weekday"], time_varying_known_reals=["time"],
+                             time_varying_unknown_reals=["value"])  # fmt: skip
+    tft = TemporalFusionTransformer.from_dataset(data, hidden_size=32, attention_head_size=4, hidden_continuous_size=16,
+                                                 dropout=0.1, loss=QuantileLoss())  # fmt: skip
+    torch.manual_seed(1)
+    x, (y, _) = next(iter(data.to_dataloader(train=True, batch_size=32, num_workers=0)))
+
+    class Forecast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tft = tft
+
+        def forward(self, target, **batch):
+            return self.tft.loss(self.tft(batch)["prediction"], target)
+
+    return Forecast(), {"target": y, **x}, _identity
+
+
+def _equiformer():
+    """equiformer-pytorch: an SE(3)-equivariant graph attention network over a point cloud's
+    nearest neighbours (spherical harmonics and Wigner-D bases of the relative positions, tensor
+    products of degrees 0-2 split into heads, attention by the distance of keys from queries)."""
+    from equiformer_pytorch import Equiformer
+
+    torch.manual_seed(0)
+
+    class Points(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Equiformer(num_tokens=24, dim=(32, 16, 8), dim_head=(16, 8, 8), heads=(2, 2, 2), num_degrees=3,
+                                  depth=2, num_neighbors=8, reduce_dim_out=True)  # fmt: skip
+
+        def forward(self, atoms, coors, mask):
+            out = self.net(atoms, coors, mask)
+            return out.type0.square().mean() + out.type1.square().mean()
+
+    return Points(), {"atoms": torch.randint(0, 24, (2, 48)), "coors": torch.randn(2, 48, 3),
+                      "mask": torch.ones(2, 48, dtype=torch.bool)}, _identity  # fmt: skip
+
+
+def _galore(params):
+    """GaLore's AdamW (galore-torch): the matrices' gradients projected on their top singular
+    vectors (an SVD of each gradient, here every step), Adam in that low-rank space, projected
+    back; the other parameters by plain AdamW."""
+    from galore_torch import GaLoreAdamW
+
+    params = list(params)
+    matrices = [p for p in params if p.dim() == 2 and min(p.shape) > 8]
+    rest = [p for p in params if not any(p is m for m in matrices)]
+    return GaLoreAdamW([{"params": rest}, {"params": matrices, "rank": 8, "update_proj_gap": 1, "scale": 0.25,
+                                           "proj_type": "std"}], lr=1e-3)  # fmt: skip
+
+
+#: Small molecules for chemprop's batch (SMILES), each a different shape of graph.
+_MOLECULES = ("CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CC(C)Cc1ccc(cc1)C(C)C(=O)O", "C1CCC(CC1)N", "O=C(O)c1ccccc1OC(C)=O",
+              "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "CCN(CC)CC", "c1ccc2ccccc2c1", "OC1C(O)C(O)C(O)C(O)C1O", "CC#N",
+              "ClC(Cl)Cl", "CC(C)(C)OC(=O)N1CCCC1C(=O)O", "c1ccncc1", "NC(Cc1ccccc1)C(=O)O", "CCCCCCCCCCCCCCCC(=O)O")  # fmt: skip
+
+
+def _chemprop_mpnn():
+    """chemprop 2's directed message-passing network (D-MPNN) over a batch of molecules from
+    SMILES: messages on bonds, each excluding its reverse bond's (an index of the reverse edges),
+    summed into atoms by index, a mean over each molecule's atoms, batch norm and a regression FFN."""
+    from chemprop import data, featurizers, models
+    from chemprop import nn as cnn
+    from chemprop.data.collate import BatchMolGraph
+
+    torch.manual_seed(0)
+    points = [data.MoleculeDatapoint.from_smi(s, y=[float(i % 5)]) for i, s in enumerate(_MOLECULES * 2)]
+    batch = data.collate_batch(list(data.MoleculeDataset(points, featurizers.SimpleMoleculeMolGraphFeaturizer())))
+    bmg, targets = batch[0], batch[3]
+
+    class Molecules(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = models.MPNN(cnn.BondMessagePassing(d_h=128, depth=3), cnn.MeanAggregation(),
+                                   cnn.RegressionFFN(input_dim=128, hidden_dim=128), batch_norm=True)  # fmt: skip
+
+        def forward(self, V, E, edge_index, rev_edge_index, batch, targets):
+            graph = object.__new__(BatchMolGraph)
+            graph.V, graph.E, graph.edge_index, graph.rev_edge_index, graph.batch = V, E, edge_index, rev_edge_index, batch
+            return F.mse_loss(self.net(graph), targets)
+
+    return Molecules(), {"V": bmg.V, "E": bmg.E, "edge_index": bmg.edge_index, "rev_edge_index": bmg.rev_edge_index,
+                         "batch": bmg.batch, "targets": targets}, _identity  # fmt: skip
+
+
+def _litgpt():
+    """LitGPT's GPT in a Llama layout of its own code (grouped-query attention, rotary positions
+    on part of each head, RMS norm, a SwiGLU MLP), its chunked cross-entropy over token ids."""
+    from litgpt.config import Config
+    from litgpt.model import GPT
+    from litgpt.utils import chunked_cross_entropy
+
+    torch.manual_seed(0)
+    cfg = Config(block_size=128, vocab_size=1000, padded_vocab_size=1024, n_layer=2, n_head=8, n_query_groups=2,
+                 n_embd=256, rotary_percentage=0.5, parallel_residual=False, bias=False, norm_class_name="RMSNorm",
+                 mlp_class_name="LLaMAMLP", intermediate_size=512)  # fmt: skip
+
+    class Lit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = GPT(cfg)
+
+        def forward(self, tokens):
+            return chunked_cross_entropy(self.net(tokens[:, :-1]), tokens[:, 1:], chunk_size=32)
+
+    return Lit(), {"tokens": torch.randint(0, 1000, (4, 97))}, _identity
+
+
+def _deepwave_fwi():
+    """deepwave's full-waveform inversion: a 2-D velocity model's scalar wave propagation, which its
+    C library steps in time through ctypes, outside PyTorch's operators, against the receivers'
+    recorded data. The trace holds the operators around it; the time in C is the original's
+    alone, which the replay's report has to name."""
+    import deepwave
+
+    torch.manual_seed(0)
+
+    class Inversion(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.velocity = nn.Parameter(1500 + 500 * torch.rand(48, 64))
+
+        def forward(self, amplitudes, sources, receivers, observed):
+            out = deepwave.scalar(self.velocity, 5.0, 0.001, source_amplitudes=amplitudes, source_locations=sources,
+                                  receiver_locations=receivers, pml_width=8)  # fmt: skip
+            return F.mse_loss(out[-1], observed)
+
+    shots, receivers, steps = 2, 16, 160
+    wavelet = deepwave.wavelets.ricker(25, steps, 0.001, 0.04)
+    return Inversion(), {
+        "amplitudes": wavelet.repeat(shots, 1, 1),
+        "sources": torch.tensor([[[0, 16]], [[0, 48]]]),
+        "receivers": torch.stack([torch.zeros(receivers, dtype=torch.long), torch.arange(receivers) * 4], 1).repeat(shots, 1, 1),
+        "observed": torch.randn(shots, receivers, steps) * 1e-3}, _identity  # fmt: skip
+
+
+def _torchscale_retnet():
+    """torchscale's RetNet decoder: multi-scale retention (decay masks per head, xPos rotations,
+    group norm) in its parallel form, with gated linear units, as a language model's loss."""
+    from torchscale.architecture.config import RetNetConfig
+    from torchscale.architecture.retnet import RetNetDecoder
+
+    torch.manual_seed(0)
+    cfg = RetNetConfig(decoder_embed_dim=128, decoder_value_embed_dim=256, decoder_retention_heads=4,
+                       decoder_ffn_embed_dim=256, decoder_layers=2, vocab_size=1000, dropout=0.0)  # fmt: skip
+
+    class Retention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = RetNetDecoder(cfg, embed_tokens=nn.Embedding(1000, 128))
+
+        def forward(self, tokens):
+            logits, _ = self.net(tokens[:, :-1])
+            return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+    return Retention(), {"tokens": torch.randint(0, 1000, (4, 97))}, _identity
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -2984,4 +3232,14 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "open_clip_coca": _open_clip_coca,
     "widedeep_tab_transformer": _widedeep_tab_transformer,
     "enformer": _enformer,
+    # session 84's batch
+    "pypose_lm": _pypose_lm,
+    "compressai_hyperprior": _compressai_hyperprior,
+    "forecasting_tft": _pytorch_forecasting_tft,
+    "equiformer": _equiformer,
+    "galore_adamw": _with_optimizer(_galore),
+    "chemprop_mpnn": _chemprop_mpnn,
+    "litgpt_llama": _litgpt,
+    "deepwave_fwi": _deepwave_fwi,
+    "torchscale_retnet": _torchscale_retnet,
 }

@@ -524,9 +524,11 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     a number converts the number with ``aten::to`` and subtracts in its own kernel, so opened it
     would convert and never subtract (TabNet's sparsemax then compared against seeded values, and
     its indices went out of range). A later 0-dim number in the converted number's recycled
-    memory had made it look read. ``parts``: :func:`_parts_of_ops`, where the caller made it."""
+    memory had made it look read. Nor is one whose reader runs outside the autograd engine
+    (:func:`_saved_readers`). ``parts``: :func:`_parts_of_ops`, where the caller made it."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
+    reads_saved = _saved_readers(trace)
     last: dict[int, int] = {}  # storage id -> the operator that last output a tensor in it
     makers: dict[int, list[int]] = {}  # storage id -> the operators that output a tensor in it, in order
     tops: dict[int, int | None] = {}
@@ -551,6 +553,8 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
                 maker = last.get(ref.storage_id)
                 outer = top(maker) if maker is not None else None
                 if outer is None or outer == maker or outer == node.id or ref.storage_id in exposed(outer):
+                    continue
+                if not reads_saved(node.id):
                     continue
                 # the same place under another id is the same tensor (autograd unpacks what it
                 # saved as a new one); another type or shape in that storage is another tensor
@@ -578,6 +582,46 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
             last[sid] = node.id
             makers.setdefault(sid, []).append(node.id)
     return opens, kept
+
+
+#: Forward-mode AD's operators: a dual tensor's tangent is made inside the operator that computes
+#: its primal (its forward formula), and a later operator reads it outside the autograd engine.
+FORWARD_AD = frozenset({"aten::_make_dual", "aten::_unpack_dual", "aten::_fw_primal"})
+
+
+def _saved_readers(trace: Trace):
+    """Whether the operator of an id could read memory made inside another operator, which that
+    one neither read nor returned: what autograd saved for the backward pass (a composite's
+    log-probabilities, its batch statistics, its dropout mask), which only the autograd engine's
+    functions read, each inside an ``autograd::engine::evaluate_function`` range. An operator of
+    the forward pass that reads such a place reads another tensor the program made there after
+    the memory was freed, without an operator: a Python number wrapped as a 0-dim tensor for
+    ``torch.mul``, an array of ``torch.from_numpy``. (Equiformer's ``masked_select`` counts its mask
+    into a 0-dim tensor; in one call of two, a multiplication by a number that the program got in
+    that memory made the masked select look read from inside, and its parts were replayed
+    instead.) Where the trace has forward-mode AD's operators, any reader may: see
+    :data:`FORWARD_AD`."""
+    by_id = trace.by_id
+    if any(n.name in FORWARD_AD for n in trace.nodes if n.is_op):
+        return lambda nid: True
+    memo: dict[int, bool] = {}
+
+    def inside(nid: int) -> bool:
+        chain, cur, found = [], by_id.get(nid), False
+        while cur is not None and cur.id not in memo:
+            chain.append(cur.id)
+            if cur.name.startswith(BACKWARD):
+                found = True
+                break
+            parent = by_id.get(cur.parent)
+            cur = parent if parent is not None and parent.id != cur.id else None
+        else:
+            found = cur is not None and memo[cur.id]
+        for c in chain:
+            memo[c] = found
+        return found
+
+    return inside
 
 
 def _made_there(ref: TensorRef, maker: int, makers: list[int], by_id: dict, top) -> int | None:

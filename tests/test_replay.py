@@ -4853,6 +4853,60 @@ def test_an_op_whose_parts_do_not_make_its_output_is_replayed_whole(tmp_path):
     assert torch.equal(diff, summed - 1)
 
 
+
+@pytest.mark.parametrize("reader", ["forward", "backward"])
+def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(tmp_path, reader):
+    """``masked_select`` counts its mask into a 0-dim int64 tensor inside it and frees it; a
+    multiplication by the number 3 then reads a 0-dim int64 tensor that Python's argument parser
+    made without an operator, in memory that may be the count's (Equiformer's inference, in one
+    call of two: the trace edited here to say so). Only the autograd engine reads what an operator
+    made inside and kept (what it saved for the backward pass), so a reader of the forward pass
+    leaves the masked select whole, and the replay multiplies by 3. The same read inside an
+    ``autograd::engine::evaluate_function`` range (the trace edited to put it there) still opens
+    it: the old rule, which the backward needs."""
+    x = torch.randn(64)
+    mask = x > 0
+    path = tmp_path / "masked.json.gz"
+
+    def step():
+        with torch.no_grad():
+            return torch.mul(torch.masked_select(x, mask), 3)
+
+    capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+    data = read_json(path)
+    nodes = {n["id"]: n for n in data["nodes"]}
+    [select] = [n for n in nodes.values() if n["name"] == "aten::masked_select"]
+    [count] = [n for n in nodes.values() if n["name"] == "aten::sum" and n["ctrl_deps"] == select["id"]]
+    [mul] = [n for n in nodes.values() if n["name"] == "aten::mul" and n["ctrl_deps"] == select["ctrl_deps"]]
+    number = mul["inputs"]["values"][1]
+    assert mul["inputs"]["shapes"][1] == [] and number[1] != count["outputs"]["values"][0][1]
+    number[1] = count["outputs"]["values"][0][1]  # the number in the count's freed memory
+    for n in nodes.values():  # (the ops inside the multiplication read it there too)
+        for v in n["inputs"]["values"]:
+            if isinstance(v, list) and v[:1] == [number[0]] and len(v) == 6:
+                v[1] = number[1]
+    if reader == "backward":
+        engine = copy.deepcopy(nodes[select["ctrl_deps"]])
+        engine.update(id=max(nodes) + 1, name="autograd::engine::evaluate_function: MulBackward0",
+                      ctrl_deps=select["ctrl_deps"])  # fmt: skip
+        mul["ctrl_deps"] = engine["id"]
+        data["nodes"].append(engine)
+    write_json(path, data)
+    trace = load_trace(path)
+    replay = Replay(trace, "cpu").prepare()
+    opened = [trace.by_id[i].name for i in trace.opened]
+    if reader == "backward":
+        assert opened == ["aten::masked_select"]
+        return
+    assert opened == [] and not any("through their parts" in n for n in replay.report.notes), replay.report.notes
+    # (the masked select's output has a shape of the data's: the multiplication reads an input of
+    # the recorded shape in its place)
+    made = {ref.key: t for ref, t in replay.inputs()}
+    seen = {}
+    replay.run(lambda s, r: seen.setdefault(s.name, []).append(r))
+    [product] = seen["aten::mul"]
+    assert torch.equal(product, made[tuple(mul["inputs"]["values"][0][:2])] * 3)
+
 @pytest.mark.parametrize("name", ["transformer_train", "embbag_rec"])
 def test_straight_line_iteration_computes_what_the_loop_computes(name):
     """The timed iteration (straight-line code) against the interpreted loop, from the same input
