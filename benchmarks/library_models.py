@@ -135,7 +135,21 @@ no other part of the project traces.
 * pytorch-widedeep: a TabTransformer beside a wide linear part, over categorical and continuous
   columns;
 * enformer-pytorch: a small Enformer over one-hot DNA (attention pooling, relative positions from
-  gamma features, Poisson losses).
+  gamma features, Poisson losses);
+* pypose: Levenberg-Marquardt on a pose graph of SE(3) LieTensors inside the step (Jacobians by
+  ``torch.func``; inference only);
+* compressai: a scale hyperprior (GDN, an entropy bottleneck, a Gaussian conditional) trained by
+  rate and distortion;
+* pytorch-forecasting: a Temporal Fusion Transformer over a TimeSeriesDataSet's batch (encoder
+  lengths that vary: packed LSTM sequences) by a quantile loss;
+* equiformer-pytorch: an SE(3)-equivariant graph attention network over a point cloud;
+* galore-torch: GaLore's AdamW (gradients projected on their top singular vectors) on the small
+  classifier;
+* chemprop: a directed message-passing network over molecules from SMILES;
+* LitGPT: its GPT in a Llama layout (grouped-query attention, partial rotary positions);
+* deepwave: full-waveform inversion, its wave propagation in C through ctypes (outside PyTorch's
+  operators: the time the replay cannot have, which its report names as outside operators);
+* torchscale: a RetNet decoder (multi-scale retention in its parallel form).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -159,7 +173,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         'gluonts[torch]' titans-pytorch mega-pytorch block-recurrent-transformer-pytorch torchlibrosa \
         ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl \
         BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything \
-        timm open_clip_torch pytorch-widedeep enformer-pytorch
+        timm open_clip_torch pytorch-widedeep enformer-pytorch pypose compressai pytorch-forecasting \
+        equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU

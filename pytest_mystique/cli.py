@@ -87,7 +87,7 @@ def _print_replay(summary: dict, top: int) -> None:
         if "ops_fidelity_ratio" in summary:
             print(f"  inside operators: replay {fmt_seconds(summary['ops_s'])}, original "
                   f"{fmt_seconds(summary['original_ops_s'])}: ratio {summary['ops_fidelity_ratio']:.3f} "
-                  f"({host_share_note(summary['original_host_share'], summary['host_share'])})")  # fmt: skip
+                  f"({host_share_note(summary['original_host_share'], summary['host_share'], summary.get('original_outside'))})")  # fmt: skip
     elif "original_median_s" in summary and not same_device_kind(summary.get("original_device"), summary["device"]):
         print(f"  original step {fmt_seconds(summary['original_median_s'])} on {summary['original_device'][:40]}: "
               f"replay on {summary['device']} is not comparable (use --device)")  # fmt: skip

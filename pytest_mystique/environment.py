@@ -79,8 +79,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: the iterations run with autograd's anomaly detection as the capture recorded it (off without a record);
 #: 23 = one-element inputs take the capture's records, and pairs of index inputs that never agreed
 #: element by element (a neighbour list's atoms i and j) are kept apart; 24 = an operator is replayed
-#: through its parts for a later read of memory made inside it only where the reader runs in the
-#: autograd engine (a forward op's number in recycled memory had opened Equiformer's masked select).
+#: through its parts for a later read of memory made inside it only where the reader runs after the
+#: backward pass started (a forward op's number in recycled memory had opened Equiformer's masked select).
 REPLAY_VERSION = 24
 
 

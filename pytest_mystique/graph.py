@@ -524,7 +524,7 @@ def _hidden_outputs(trace: Trace, above: dict[int, int | None], selected: list[N
     a number converts the number with ``aten::to`` and subtracts in its own kernel, so opened it
     would convert and never subtract (TabNet's sparsemax then compared against seeded values, and
     its indices went out of range). A later 0-dim number in the converted number's recycled
-    memory had made it look read. Nor is one whose reader runs outside the autograd engine
+    memory had made it look read. Nor is one whose reader runs before the backward pass
     (:func:`_saved_readers`). ``parts``: :func:`_parts_of_ops`, where the caller made it."""
     chosen = {n.id for n in selected}
     by_id = trace.by_id
@@ -592,36 +592,24 @@ FORWARD_AD = frozenset({"aten::_make_dual", "aten::_unpack_dual", "aten::_fw_pri
 def _saved_readers(trace: Trace):
     """Whether the operator of an id could read memory made inside another operator, which that
     one neither read nor returned: what autograd saved for the backward pass (a composite's
-    log-probabilities, its batch statistics, its dropout mask), which only the autograd engine's
-    functions read, each inside an ``autograd::engine::evaluate_function`` range. An operator of
-    the forward pass that reads such a place reads another tensor the program made there after
-    the memory was freed, without an operator: a Python number wrapped as a 0-dim tensor for
+    log-probabilities, its batch statistics, its dropout mask), which the backward pass reads, or
+    what a collective made inside it that a hook of the backward pass reads (FSDP2 reads the clone
+    that gloo's reduce-scatter all-reduces, in a callback the autograd engine runs after its
+    functions, outside their ranges). Both come from the backward pass's start on: the trace's
+    first ``autograd::engine::evaluate_function`` range. Before it, or in a step without one, an
+    operator that reads such a place reads another tensor, one the program made there without an
+    operator after the memory was freed: a Python number wrapped as a 0-dim tensor for
     ``torch.mul``, an array of ``torch.from_numpy``. (Equiformer's ``masked_select`` counts its mask
     into a 0-dim tensor; in one call of two, a multiplication by a number that the program got in
     that memory made the masked select look read from inside, and its parts were replayed
     instead.) Where the trace has forward-mode AD's operators, any reader may: see
     :data:`FORWARD_AD`."""
-    by_id = trace.by_id
     if any(n.name in FORWARD_AD for n in trace.nodes if n.is_op):
         return lambda nid: True
-    memo: dict[int, bool] = {}
-
-    def inside(nid: int) -> bool:
-        chain, cur, found = [], by_id.get(nid), False
-        while cur is not None and cur.id not in memo:
-            chain.append(cur.id)
-            if cur.name.startswith(BACKWARD):
-                found = True
-                break
-            parent = by_id.get(cur.parent)
-            cur = parent if parent is not None and parent.id != cur.id else None
-        else:
-            found = cur is not None and memo[cur.id]
-        for c in chain:
-            memo[c] = found
-        return found
-
-    return inside
+    start = min((n.id for n in trace.nodes if n.name.startswith(BACKWARD)), default=None)
+    if start is None:
+        return lambda nid: False
+    return lambda nid: nid > start
 
 
 def _made_there(ref: TensorRef, maker: int, makers: list[int], by_id: dict, top) -> int | None:

@@ -198,6 +198,38 @@ class InsideOperators:
     ops_s: float
     share: float
     ops: dict[str, int] | None = None  # calls by operator, where the instrument counts them
+    #: the ranges of no operator that held the most of the call's time outside operators (see
+    #: :func:`outside_ranges`), by name: their share of the call's time (median), where the
+    #: instrument sees them
+    outside: dict[str, float] | None = None
+
+
+#: How many of the ranges outside operators :func:`outside_ranges` names, and the least share of a
+#: step's time each must hold.
+OUTSIDE_NAMED, OUTSIDE_LEAST = 3, 0.05
+
+
+def outside_ranges(events, wall_s: float) -> dict[str, float]:
+    """The profiler's events that are no operator (``record_function`` labels, a Python autograd
+    Function's forward, an optimizer's ``step``, the autograd engine's functions), by their self
+    time as a share of a call's ``wall_s``: the time inside them that no operator inside them
+    took. That is where the step's time outside operators went: a Function whose forward runs a
+    library's own C code (deepwave's wave propagation, through ctypes), an optimizer's Python loop.
+    The autograd engine's ``evaluate_function`` ranges count as one. Each of at least
+    :data:`OUTSIDE_LEAST`, the :data:`OUTSIDE_NAMED` largest."""
+    own: dict[str, float] = {}
+    for e in events:
+        if _OPERATOR_EVENT.fullmatch(e.key):
+            continue
+        name = _ENGINE if e.key.startswith(_ENGINE) else e.key
+        own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
+    if wall_s <= 0:
+        return {}
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:OUTSIDE_NAMED]
+    return {name: min(1.0, s / wall_s) for name, s in top if s / wall_s >= OUTSIDE_LEAST}
+
+
+_ENGINE = "autograd::engine::evaluate_function"
 
 
 #: Seconds of steps that each side's profiled calls should cover at least (see :func:`profiled_calls`).
@@ -232,7 +264,7 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
     except ImportError:
         return None
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # Kineto's lines on every start and stop, before its first use
-    ops, shares = [], []
+    ops, shares, outside = [], [], []
     for i in range(warmup + calls):
         if between is not None:
             between()
@@ -247,10 +279,16 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
             return None
         if i < warmup:
             continue
-        inside = sum(e.self_cpu_time_total for e in prof.key_averages() if _OPERATOR_EVENT.fullmatch(e.key)) / 1e6
+        events = prof.key_averages()
+        inside = sum(e.self_cpu_time_total for e in events if _OPERATOR_EVENT.fullmatch(e.key)) / 1e6
         ops.append(inside)
         shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)
-    return InsideOperators(statistics.median(ops), statistics.median(shares))
+        outside.append(outside_ranges(events, wall))
+    # (a range named in some calls and not others counts 0 in those: the median of all the calls)
+    named = {name for call in outside for name in call}
+    medians = {name: statistics.median(call.get(name, 0.0) for call in outside) for name in named}
+    return InsideOperators(statistics.median(ops), statistics.median(shares),
+                           outside={k: v for k, v in medians.items() if v >= OUTSIDE_LEAST})  # fmt: skip
 
 
 class OperatorWatch(TorchDispatchMode):

@@ -397,7 +397,7 @@ class TraceItem(pytest.Item):
                 head += f", {result['fidelity_ratio']:.2f}x the original step"
                 head += "".join(f" ({note})" for note in result.get("fidelity_unlike", ()))
                 if result.get("original_host_share") is not None:
-                    head += f" ({host_share_note(result['original_host_share'])})"
+                    head += f" ({host_share_note(result['original_host_share'], ranges=result.get('original_outside'))})"
             elif result.get("original_median_s"):
                 head += ", not comparable with the original step" + "".join(
                     f" ({note})" for note in result.get("fidelity_unlike", ()))

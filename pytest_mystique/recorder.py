@@ -750,4 +750,4 @@ def _time_inside_operators(step, path: Path) -> None:
     calls = profiled_calls(side.get("original_median_s") or 1.0)
     got = inside_operators(step, calls=calls, warmup=OPS_WARMUP)
     if got is not None and got.ops_s > 0:
-        add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share)
+        add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share, original_outside=got.outside or {})

@@ -249,6 +249,8 @@ def with_original_timing(summary: dict, trace_path) -> dict:
             if side.get("original_ops_s") and side.get("original_ops_share") is not None:  # the capture helper's
                 summary["original_ops_s"] = side["original_ops_s"]
                 summary["original_host_share"] = 1 - side["original_ops_share"]
+                if side.get("original_outside"):
+                    summary["original_outside"] = side["original_outside"]
         unlike_notes = unlike(side, threads=summary.get("threads"), allocator=allocator_regime(),
                               device=summary.get("device"))  # fmt: skip
         if unlike_notes:
@@ -256,11 +258,18 @@ def with_original_timing(summary: dict, trace_path) -> dict:
     return summary
 
 
-def host_share_note(share: float, replay_share: float | None = None) -> str:
-    """What the capture helper's profile of the original step says of its time outside operators."""
+def host_share_note(share: float, replay_share: float | None = None, ranges: dict | None = None) -> str:
+    """What the capture helper's profile of the original step says of its time outside operators,
+    and, from ``ranges`` (the sidecar's ``original_outside``), in which ranges of no operator the
+    most of it went."""
     replay = f", the replay {replay_share:.0%}" if replay_share is not None else ""
-    return (f"outside operators: {share:.0%} of the original's profiled step{replay}; the original's Python and "
-            f"the autograd engine's own work there are not in a trace")  # fmt: skip
+    where = ""
+    if ranges:
+        shown = ", ".join(f"{name[:80]} {v:.0%}" for name, v in sorted(ranges.items(), key=lambda kv: -kv[1]))
+        where = f" (in ranges that ran no operator for it: {shown})"
+    return (f"outside operators: {share:.0%} of the original's profiled step{where}{replay}; the original's Python, "
+            f"the autograd engine's own work and code that runs outside torch's operators (a library's own C "
+            f"code) are not in a trace")  # fmt: skip
 
 
 def check_file(path, options: Options, store: BaselineStore, baseline_name: str, *,

@@ -42,6 +42,10 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         v = data.get(key)
         if v is not None and not (_number(v) and 0 <= v <= top):
             raise ValueError(f"{path}: malformed timing sidecar: {key} must be a number from 0 to {top}")
+    outside = data.get("original_outside")
+    if outside is not None and not _outside_ok(outside):
+        raise ValueError(f"{path}: malformed timing sidecar: original_outside must map at most {_MOST_OUTSIDE} range "
+                         f"names (of at most {_LONGEST_NAME} characters) to shares from 0 to 1")  # fmt: skip
     for key, (ok, what) in INPUT_RECORDS.items():
         records = data.get(key)
         if records is not None and not (isinstance(records, list) and all(ok(r) for r in records)):
@@ -50,6 +54,18 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
         raise ValueError(f"{path}: malformed timing sidecar: an index record's differs_from must be the place of an "
                          f"earlier record in index_inputs, of one dimension and of its own shape and dtype")  # fmt: skip
     return data
+
+
+#: The most ranges ``original_outside`` may name, and the longest name it may give: they are
+#: printed in a report, and a trace's sidecar is data.
+_MOST_OUTSIDE, _LONGEST_NAME = 8, 200
+
+
+def _outside_ok(outside) -> bool:
+    """``original_outside`` (see :func:`.measure.outside_ranges`): range names to shares of the step."""
+    return (isinstance(outside, dict) and len(outside) <= _MOST_OUTSIDE
+            and all(isinstance(k, str) and 0 < len(k) <= _LONGEST_NAME and k.isprintable() and _number(v) and 0 <= v <= 1
+                    for k, v in outside.items()))  # fmt: skip
 
 
 def _pairs_ok(records: list[dict]) -> bool:

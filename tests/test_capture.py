@@ -4,6 +4,7 @@ import gc
 import gzip
 import json
 import platform
+import re
 import time
 import warnings
 
@@ -248,6 +249,44 @@ def test_the_dispatch_timer_times_every_operator_call_of_a_step_and_of_its_repla
     assert [0 < m.ops_s < 0.005 for m in both] == [True, True] and both[0].share < both[1].share, both
     assert branchy is None or branchy.ops.get("cond") == 1, branchy.ops
 
+
+def test_the_ranges_where_the_original_spent_its_time_outside_operators_are_named(tmp_path, capsys):
+    """An autograd Function whose forward runs code of its own between operators (Python here;
+    deepwave's wave propagation, its C library called through ctypes) spends that time in the
+    Function's profiler range, which runs no operator for it. The capture names the range and its
+    share of the step, and the replay's report says where the original's time outside operators
+    went. A sidecar whose record of it is malformed is refused, naming the file."""
+    a = torch.randn(96, 96)
+
+    class Propagate(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            python_for(0.004)  # the library's own code
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    def step():
+        return Propagate.apply(a @ a).relu()
+
+    with torch_threads(1):
+        res = capture_step(step, tmp_path / "propagate.json.gz", warmup=2, runs=3, min_warmup_s=0)
+    outside = load_sidecar(res.path)["original_outside"]
+    assert outside.get("Propagate", 0) > 0.5 and sum(outside.values()) <= 1, outside
+    assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1",
+                 "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["original_outside"] == outside
+    assert main(["replay", str(res.path), "--device", "cpu", "--iters", "3", "--warmup", "1", "--threads", "1"]) == 0
+    assert re.search(r"outside operators: \d+% of the original's profiled step \(in ranges that ran no operator "
+                     r"for it: Propagate \d+%\)", capsys.readouterr().out)  # fmt: skip
+
+    side = json.loads(sidecar_path(res.path).read_text())
+    for bad in ({"Propagate": 1.5}, ["Propagate"], {"x" * 300: 0.5}, {f"r{i}": 0.1 for i in range(9)}):
+        sidecar_path(res.path).write_text(json.dumps(side | {"original_outside": bad}))
+        with pytest.raises(ValueError, match=r"propagate\.meta\.json.*original_outside"):
+            load_sidecar(res.path)
 
 def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path):
     (tmp_path / "t.meta.json").write_text('{"original_median_s": 0.01, "original_ops_share": 1.7}')

@@ -4859,10 +4859,10 @@ def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(
     """``masked_select`` counts its mask into a 0-dim int64 tensor inside it and frees it; a
     multiplication by the number 3 then reads a 0-dim int64 tensor that Python's argument parser
     made without an operator, in memory that may be the count's (Equiformer's inference, in one
-    call of two: the trace edited here to say so). Only the autograd engine reads what an operator
-    made inside and kept (what it saved for the backward pass), so a reader of the forward pass
-    leaves the masked select whole, and the replay multiplies by 3. The same read inside an
-    ``autograd::engine::evaluate_function`` range (the trace edited to put it there) still opens
+    call of two: the trace edited here to say so). What an operator made inside and kept is read
+    from the backward pass's start on (what autograd saved for it), so a reader before it leaves
+    the masked select whole, and the replay multiplies by 3. The same read inside an
+    ``autograd::engine::evaluate_function`` range (the trace edited to put one there) still opens
     it: the old rule, which the backward needs."""
     x = torch.randn(64)
     mask = x > 0
@@ -4885,9 +4885,11 @@ def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(
         for v in n["inputs"]["values"]:
             if isinstance(v, list) and v[:1] == [number[0]] and len(v) == 6:
                 v[1] = number[1]
-    if reader == "backward":
+    if reader == "backward":  # (a range of its own id between the masked select's parts and the multiplication)
+        inside = max(n["id"] for n in nodes.values() if n["id"] < mul["id"])
+        assert inside + 1 < mul["id"], "the trace's ids leave no place for a range before the multiplication"
         engine = copy.deepcopy(nodes[select["ctrl_deps"]])
-        engine.update(id=max(nodes) + 1, name="autograd::engine::evaluate_function: MulBackward0",
+        engine.update(id=inside + 1, name="autograd::engine::evaluate_function: MulBackward0",
                       ctrl_deps=select["ctrl_deps"])  # fmt: skip
         mul["ctrl_deps"] = engine["id"]
         data["nodes"].append(engine)
