@@ -215,18 +215,21 @@ def outside_ranges(events, wall_s: float) -> dict[str, float]:
     time as a share of a call's ``wall_s``: the time inside them that no operator inside them
     took. That is where the step's time outside operators went: a Function whose forward runs a
     library's own C code (deepwave's wave propagation, through ctypes), an optimizer's Python loop.
-    The autograd engine's ``evaluate_function`` ranges count as one. Each of at least
-    :data:`OUTSIDE_LEAST`, the :data:`OUTSIDE_NAMED` largest."""
+    The autograd engine's ``evaluate_function`` ranges count as one."""
     own: dict[str, float] = {}
     for e in events:
-        if _OPERATOR_EVENT.fullmatch(e.key):
-            continue
-        name = _ENGINE if e.key.startswith(_ENGINE) else e.key
-        own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
-    if wall_s <= 0:
-        return {}
-    top = sorted(own.items(), key=lambda kv: -kv[1])[:OUTSIDE_NAMED]
-    return {name: min(1.0, s / wall_s) for name, s in top if s / wall_s >= OUTSIDE_LEAST}
+        if not _OPERATOR_EVENT.fullmatch(e.key):
+            name = _ENGINE if e.key.startswith(_ENGINE) else e.key
+            own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
+    return {name: min(1.0, s / wall_s) for name, s in own.items()} if wall_s > 0 else {}
+
+
+def largest_outside(calls: list[dict[str, float]]) -> dict[str, float]:
+    """Of :func:`outside_ranges` of several calls, the :data:`OUTSIDE_NAMED` ranges with the largest
+    median shares (a range missing from a call counts 0 there), each of :data:`OUTSIDE_LEAST` at least."""
+    medians = {name: statistics.median(call.get(name, 0.0) for call in calls) for name in {n for c in calls for n in c}}
+    top = sorted(medians.items(), key=lambda kv: -kv[1])[:OUTSIDE_NAMED]
+    return {name: share for name, share in top if share >= OUTSIDE_LEAST}
 
 
 _ENGINE = "autograd::engine::evaluate_function"
@@ -284,11 +287,7 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
         ops.append(inside)
         shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)
         outside.append(outside_ranges(events, wall))
-    # (a range named in some calls and not others counts 0 in those: the median of all the calls)
-    named = {name for call in outside for name in call}
-    medians = {name: statistics.median(call.get(name, 0.0) for call in outside) for name in named}
-    return InsideOperators(statistics.median(ops), statistics.median(shares),
-                           outside={k: v for k, v in medians.items() if v >= OUTSIDE_LEAST})  # fmt: skip
+    return InsideOperators(statistics.median(ops), statistics.median(shares), outside=largest_outside(outside))
 
 
 class OperatorWatch(TorchDispatchMode):

@@ -4879,8 +4879,8 @@ def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(
     [count] = [n for n in nodes.values() if n["name"] == "aten::sum" and n["ctrl_deps"] == select["id"]]
     [mul] = [n for n in nodes.values() if n["name"] == "aten::mul" and n["ctrl_deps"] == select["ctrl_deps"]]
     number = mul["inputs"]["values"][1]
-    assert mul["inputs"]["shapes"][1] == [] and number[1] != count["outputs"]["values"][0][1]
-    number[1] = count["outputs"]["values"][0][1]  # the number in the count's freed memory
+    assert mul["inputs"]["shapes"][1] == []
+    number[1] = count["outputs"]["values"][0][1]  # the number in the count's freed memory (where it may be already)
     for n in nodes.values():  # (the ops inside the multiplication read it there too)
         for v in n["inputs"]["values"]:
             if isinstance(v, list) and v[:1] == [number[0]] and len(v) == 6:
