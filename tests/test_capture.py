@@ -288,6 +288,7 @@ def test_the_ranges_where_the_original_spent_its_time_outside_operators_are_name
         with pytest.raises(ValueError, match=r"propagate\.meta\.json.*original_outside"):
             load_sidecar(res.path)
 
+
 def test_a_sidecar_whose_operator_share_is_out_of_range_names_the_file(tmp_path):
     (tmp_path / "t.meta.json").write_text('{"original_median_s": 0.01, "original_ops_share": 1.7}')
     with pytest.raises(ValueError, match=r"t\.meta\.json.*original_ops_share"):

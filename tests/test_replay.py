@@ -4853,7 +4853,6 @@ def test_an_op_whose_parts_do_not_make_its_output_is_replayed_whole(tmp_path):
     assert torch.equal(diff, summed - 1)
 
 
-
 @pytest.mark.parametrize("reader", ["forward", "backward"])
 def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(tmp_path, reader):
     """``masked_select`` counts its mask into a 0-dim int64 tensor inside it and frees it; a
@@ -4908,6 +4907,7 @@ def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(
     replay.run(lambda s, r: seen.setdefault(s.name, []).append(r))
     [product] = seen["aten::mul"]
     assert torch.equal(product, made[tuple(mul["inputs"]["values"][0][:2])] * 3)
+
 
 @pytest.mark.parametrize("name", ["transformer_train", "embbag_rec"])
 def test_straight_line_iteration_computes_what_the_loop_computes(name):
