@@ -149,7 +149,12 @@ no other part of the project traces.
 * LitGPT: its GPT in a Llama layout (grouped-query attention, partial rotary positions);
 * deepwave: full-waveform inversion, its wave propagation in C through ctypes (outside PyTorch's
   operators: the time the replay cannot have, which its report names as outside operators);
-* torchscale: a RetNet decoder (multi-scale retention in its parallel form).
+* torchscale: a RetNet decoder (multi-scale retention in its parallel form);
+* mup: an MLP in the maximal update parametrization (``MuReadout``, ``MuAdamW``);
+* torchdyn: a neural ODE by Dormand-Prince with adaptive steps, its gradient by the adjoint method;
+* MEGABYTE-pytorch: a multiscale byte-level language model (global and local transformers);
+* torch-rechub: MMoE, a multi-gate mixture of experts over sparse and dense features, two tasks;
+* norse: a spiking network of LIF layers over time steps, a leaky-integrator readout.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -174,7 +179,8 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         ultralytics segmentation-models-pytorch lightly denoising-diffusion-pytorch efficientnet_pytorch torchrl \
         BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything \
         timm open_clip_torch pytorch-widedeep enformer-pytorch pypose compressai pytorch-forecasting \
-        equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale
+        equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale mup torchdyn MEGABYTE-pytorch \
+        torch-rechub norse
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
@@ -3115,6 +3121,119 @@ def _torchscale_retnet():
 
     return Retention(), {"tokens": torch.randint(0, 1000, (4, 97))}, _identity
 
+
+def _mup():
+    """mup's maximal update parametrization: an MLP whose readout is a ``MuReadout`` and whose
+    parameters carry infinite-width shapes against a narrower base model, trained by ``MuAdamW``
+    (learning rates scaled per parameter by its width multiplier)."""
+    import mup
+
+    def mlp(width):
+        return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
+                             mup.MuReadout(width, 10))  # fmt: skip
+
+    torch.manual_seed(0)
+    net = mlp(512)
+    mup.set_base_shapes(net, mlp(64), delta=mlp(128))
+    for layer in net:
+        if isinstance(layer, nn.Linear) and not isinstance(layer, mup.MuReadout):
+            mup.init.kaiming_uniform_(layer.weight, a=5**0.5)
+    return (_Classified(net), {"x": torch.randn(64, 64), "labels": torch.randint(0, 10, (64,))}, _identity,
+            lambda params: mup.MuAdamW(params, lr=1e-3))  # fmt: skip
+
+
+def _torchdyn_node():
+    """torchdyn's neural ODE: a vector field integrated by Dormand-Prince with adaptive steps,
+    its gradient by the adjoint method (a second ODE solved backwards inside the backward pass,
+    through an autograd Function), over a batch of 2-D points classified at the end time. Its
+    training's work grows as the field learns (more solver steps): the capture names it."""
+    from torchdyn.core import NeuralODE
+
+    torch.manual_seed(0)
+
+    class Flow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            field = nn.Sequential(nn.Linear(2, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+            self.ode = NeuralODE(field, sensitivity="adjoint", solver="dopri5", atol=1e-4, rtol=1e-4,
+                                 atol_adjoint=1e-4, rtol_adjoint=1e-4, return_t_eval=False)  # fmt: skip
+            self.head = nn.Linear(2, 2)
+
+        def forward(self, points, labels, t_span):
+            return F.cross_entropy(self.head(self.ode(points, t_span)[-1]), labels)
+
+    points = torch.randn(256, 2)
+    return Flow(), {"points": points, "labels": (points.norm(dim=1) > 1).long(), "t_span": torch.linspace(0, 1, 2)}, _identity
+
+
+def _megabyte():
+    """MEGABYTE (lucidrains' MEGABYTE-pytorch): a multiscale byte-level language model, a global
+    transformer over patches of 8 bytes and a local one within each patch, its loss over the
+    next bytes."""
+    from MEGABYTE_pytorch import MEGABYTE
+
+    torch.manual_seed(0)
+
+    class Bytes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = MEGABYTE(num_tokens=256, dim=(128, 64), depth=(2, 2), max_seq_len=(16, 8), dim_head=32, heads=4,
+                                flash_attn=False)  # fmt: skip
+
+        def forward(self, data):
+            return self.net(data, return_loss=True)
+
+    return Bytes(), {"data": torch.randint(0, 256, (4, 128))}, _identity
+
+
+def _rechub_mmoe():
+    """torch-rechub's MMoE: a multi-gate mixture of experts over embedded sparse features (tables
+    looked up by ids of a power law) and dense ones, a click and a conversion tower, each by
+    binary cross-entropy."""
+    from torch_rechub.basic.features import DenseFeature, SparseFeature
+    from torch_rechub.models.multi_task import MMOE
+
+    torch.manual_seed(0)
+    sparse = [SparseFeature(f"c{i}", vocab_size=2000, embed_dim=16) for i in range(8)]
+    dense = [DenseFeature(f"d{i}") for i in range(4)]
+
+    class Tasks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = MMOE(sparse + dense, ["classification", "classification"], n_expert=4,
+                            expert_params={"dims": [128, 64]},
+                            tower_params_list=[{"dims": [32]}, {"dims": [32]}])  # fmt: skip
+
+        def forward(self, click, convert, **features):
+            out = self.net(features)
+            return F.binary_cross_entropy(out[:, 0], click) + F.binary_cross_entropy(out[:, 1], convert)
+
+    batch = 256
+    ids = {f.name: (torch.rand(batch).pow(3) * 2000).long() for f in sparse}
+    values = {f.name: torch.rand(batch) for f in dense}
+    return Tasks(), {**ids, **values, "click": (torch.rand(batch) > 0.8).float(),
+                     "convert": (torch.rand(batch) > 0.95).float()}, _identity  # fmt: skip
+
+
+def _norse_snn():
+    """norse: a spiking network of leaky integrate-and-fire layers over 32 time steps (a whole
+    sequence per call, its state threaded through), read out by a leaky integrator and trained
+    through its surrogate gradient (SuperSpike)."""
+    import norse.torch as norse
+
+    torch.manual_seed(0)
+
+    class Spiking(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = norse.SequentialState(nn.Linear(64, 128), norse.LIF(), nn.Linear(128, 10), norse.LI())
+
+        def forward(self, spikes, labels):
+            out, _ = self.net(spikes)
+            return F.cross_entropy(out.max(0).values, labels)
+
+    return Spiking(), {"spikes": (torch.rand(32, 16, 64) < 0.2).float(), "labels": torch.randint(0, 10, (16,))}, _identity
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -3257,4 +3376,9 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "litgpt_llama": _litgpt,
     "deepwave_fwi": _deepwave_fwi,
     "torchscale_retnet": _torchscale_retnet,
+    "mup_adamw": _mup,
+    "torchdyn_node": _torchdyn_node,
+    "megabyte": _megabyte,
+    "rechub_mmoe": _rechub_mmoe,
+    "norse_snn": _norse_snn,
 }

@@ -202,6 +202,8 @@ class InsideOperators:
     #: :func:`outside_ranges`), by name: their share of the call's time (median), where the
     #: instrument sees them
     outside: dict[str, float] | None = None
+    #: operator calls in each profiled call (nested ones counted), where the instrument counts them
+    counts: list[int] | None = None
 
 
 #: How many of the ranges outside operators :func:`outside_ranges` names, and the least share of a
@@ -267,7 +269,7 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
     except ImportError:
         return None
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # Kineto's lines on every start and stop, before its first use
-    ops, shares, outside = [], [], []
+    ops, shares, outside, counts = [], [], [], []
     for i in range(warmup + calls):
         if between is not None:
             between()
@@ -283,11 +285,14 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
         if i < warmup:
             continue
         events = prof.key_averages()
-        inside = sum(e.self_cpu_time_total for e in events if _OPERATOR_EVENT.fullmatch(e.key)) / 1e6
+        operators = [e for e in events if _OPERATOR_EVENT.fullmatch(e.key)]
+        inside = sum(e.self_cpu_time_total for e in operators) / 1e6
+        counts.append(sum(e.count for e in operators))
         ops.append(inside)
         shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)
         outside.append(outside_ranges(events, wall))
-    return InsideOperators(statistics.median(ops), statistics.median(shares), outside=largest_outside(outside))
+    return InsideOperators(statistics.median(ops), statistics.median(shares), outside=largest_outside(outside),
+                           counts=counts)  # fmt: skip
 
 
 class OperatorWatch(TorchDispatchMode):

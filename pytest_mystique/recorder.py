@@ -740,7 +740,13 @@ def _time_inside_operators(step, path: Path) -> None:
     for a short step (:func:`.measure.inside_operators`, :func:`.measure.profiled_calls`), kept in the sidecar (``original_ops_s``,
     ``original_ops_share``): a replay sets its own against it, and its report says how much of
     the original step was its Python and the autograd engine's own work, which a trace does not
-    hold. CPU steps only (on CUDA the GPU's time is not in it)."""
+    hold. CPU steps only (on CUDA the GPU's time is not in it).
+
+    Where those calls ran different numbers of operators, the step's work changes from call to
+    call though two calls in a row ran alike (:func:`_check_runs_alike`): a neural ODE's adaptive
+    solver takes more steps as training moves its vector field (torchdyn's training ran 60
+    ``tanh`` in the traced call and 67 a call on average over the next twenty). The sidecar then
+    records the least and most (``profiled_ops``) and that the calls differ, and a warning says so."""
     from .measure import OPS_WARMUP, inside_operators, profiled_calls
     from .sidecar import load_sidecar
 
@@ -751,3 +757,9 @@ def _time_inside_operators(step, path: Path) -> None:
     got = inside_operators(step, calls=calls, warmup=OPS_WARMUP)
     if got is not None and got.ops_s > 0:
         add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share, original_outside=got.outside or {})
+    if got is not None and got.counts and min(got.counts) != max(got.counts):
+        add_to_sidecar(path, profiled_ops=[min(got.counts), max(got.counts)], recorded_ops_differ=True)
+        warnings.warn(f"{path}: the step's profiled calls after the traced one ran from {min(got.counts)} to "
+                      f"{max(got.counts)} operators: its work changes from call to call (control flow that follows "
+                      f"the data or the training's progress, as an adaptive solver's steps do); the trace holds one "
+                      f"call, the original's timing covers others", stacklevel=3)  # fmt: skip

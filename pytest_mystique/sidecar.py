@@ -38,6 +38,11 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if counts is not None and not (isinstance(counts, list) and len(counts) == 2
                                    and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)):  # fmt: skip
         raise ValueError(f"{path}: malformed timing sidecar: recorded_ops must be two operator counts")
+    span = data.get("profiled_ops")
+    if span is not None and not (isinstance(span, list) and len(span) == 2 and all(_count(c) for c in span)
+                                 and span[0] <= span[1]):  # fmt: skip
+        raise ValueError(f"{path}: malformed timing sidecar: profiled_ops must be the least and the most operator "
+                         f"counts of the profiled calls")  # fmt: skip
     for key, top in (("original_ops_s", math.inf), ("original_ops_share", 1.0)):
         v = data.get(key)
         if v is not None and not (_number(v) and 0 <= v <= top):
@@ -416,6 +421,11 @@ def unlike(side: dict, *, threads: int | None, allocator: str, device: str | Non
     if counts and (side.get("recorded_ops_differ") is True or counts[0] != counts[1]):
         notes.append(f"two recorded calls of the original step ran different operators ({differing(*counts)}; random "
                      f"or data-dependent control flow): its timing covers steps other than the one traced")  # fmt: skip
+    span = side.get("profiled_ops")
+    if span and span[0] != span[1]:
+        notes.append(f"the original step's profiled calls after the traced one ran from {span[0]} to {span[1]} operators "
+                     f"(control flow that follows the data or the training's progress, as an adaptive solver's steps "
+                     f"do): its timing covers steps other than the one traced")  # fmt: skip
     return notes
 
 

@@ -129,7 +129,37 @@ def test_a_step_whose_operators_vary_between_calls_is_named(tmp_path, capsys):
     assert main(["replay", str(res.path), "--device", "cpu", "--iters", "2", "--warmup", "0"]) == 0
     assert "two recorded calls of the original step ran" in capsys.readouterr().out
     steady = capture_step(tiny_step(), tmp_path / "steady.json.gz", warmup=1, runs=3, min_warmup_s=0)
-    assert "recorded_ops" not in load_sidecar(steady.path)
+    assert "recorded_ops" not in load_sidecar(steady.path) and "profiled_ops" not in load_sidecar(steady.path)
+
+
+def test_a_step_whose_work_grows_over_later_calls_is_named(tmp_path, capsys):
+    """A neural ODE's adaptive solver takes more steps as training moves its vector field: two
+    calls in a row run alike, and the calls after them run more operators (torchdyn's training
+    ran 60 ``tanh`` in the traced call, 67 a call on average over the next twenty). Here a step
+    runs one more ReLU every eighth call. The capture's profiled calls after the trace count
+    their operators, the sidecar keeps the least and the most (``profiled_ops``), a warning says
+    so, and a replay's fidelity line names it."""
+    x = torch.randn(8, 8)
+    calls = iter(range(10**6))
+
+    def growing():
+        h = x
+        for _ in range(1 + next(calls) // 8):
+            h = h.relu()
+        return h
+
+    with pytest.warns(UserWarning, match="profiled calls after the traced one ran from"):
+        res = capture_step(growing, tmp_path / "grow.json.gz", warmup=1, runs=1, min_warmup_s=0)
+    side = load_sidecar(res.path)
+    assert "recorded_ops" not in side, side  # (the traced call and the one after it ran alike)
+    low, high = side["profiled_ops"]
+    assert 0 < low < high and side["recorded_ops_differ"] is True, side
+    assert main(["replay", str(res.path), "--device", "cpu", "--iters", "2", "--warmup", "0", "--json"]) == 0
+    unlike_notes = json.loads(capsys.readouterr().out)["fidelity_unlike"]
+    assert any(f"ran from {low} to {high} operators" in n for n in unlike_notes), unlike_notes
+    sidecar_path(res.path).write_text(json.dumps(side | {"profiled_ops": [high, low]}))
+    with pytest.raises(ValueError, match=r"grow\.meta\.json.*profiled_ops"):
+        load_sidecar(res.path)
 
 
 def test_the_original_steps_time_outside_operators_is_measured_and_set_against_the_replay(tmp_path, capsys):
