@@ -622,7 +622,7 @@ def main() -> int:
                 with torch.no_grad():
                     replay.run()
 
-            runs, ratio, extra = "ok", None, " " * (6 + 9 * len(timers)) if args.ops else ""
+            runs, ratio, extra, grew = "ok", None, " " * (6 + 9 * len(timers)) if args.ops else "", None
             try:
                 orig, rep_t = [], []
                 for _ in range(6):
@@ -636,6 +636,14 @@ def main() -> int:
                     calls = zoo_calls(args.ops, statistics.median(orig))
                     got = {t: inside_operators_alternated((step, run), calls, (None, replay.between_iterations), timer=t)
                            for t in timers}  # fmt: skip
+                    # the original's work changed over these calls (an adaptive solver's steps growing as
+                    # training moves its field): like two recorded calls that differ, no ratio holds
+                    counted = got[timers[0]][0].counts
+                    if counted and min(counted) != max(counted) and not varies:
+                        varies = True
+                        skipped_ratios += 1
+                        ratios.pop()
+                        grew = f"the original's profiled calls ran {min(counted)} to {max(counted)} operators"
                     for t, (o, r) in got.items():  # (each instrument's ratio where all of them measured)
                         if not varies:
                             op_ratios[t].append(r.ops_s / o.ops_s)
@@ -646,7 +654,7 @@ def main() -> int:
                 print(f"   run failed: {str(e)[:160]}")
             notes = [n for n in rep.notes if not any(w in n for w in ROUTINE)]
             if varies:
-                notes.insert(0, "VARIES: two calls of the step ran different operators; ratios left out")
+                notes.insert(0, f"VARIES: {grew if grew else 'two calls of the step ran different operators'}; ratios left out")
             full += rep.ops_skipped == 0 and runs == "ok"
             ops = f"{rep.ops_replayed}/{rep.ops_total}"
             shown = f"{ratio:6.3f}" if ratio else "     -"

@@ -383,7 +383,10 @@ def inside_operators_alternated(fns, n: int, befores=(None, None), measure=None,
             if one is None:
                 return None
             got[i].append(one)
-    return [InsideOperators(statistics.median(g.ops_s for g in x), statistics.median(g.share for g in x)) for x in got]
+    # (each side's operator counts call by call, where the instrument counts them: a step whose work
+    # changes from call to call shows there)
+    return [InsideOperators(statistics.median(g.ops_s for g in x), statistics.median(g.share for g in x),
+                            counts=[c for g in x for c in (g.counts or ())] or None) for x in got]  # fmt: skip
 
 
 def per_op_medians(replay, iters: int = 5) -> dict[str, float]:

@@ -745,8 +745,10 @@ def _time_inside_operators(step, path: Path) -> None:
     Where those calls ran different numbers of operators, the step's work changes from call to
     call though two calls in a row ran alike (:func:`_check_runs_alike`): a neural ODE's adaptive
     solver takes more steps as training moves its vector field (torchdyn's training ran 60
-    ``tanh`` in the traced call and 67 a call on average over the next twenty). The sidecar then
-    records the least and most (``profiled_ops``) and that the calls differ, and a warning says so."""
+    ``tanh`` in its traced call and 67 a call on average over twenty calls after the capture's).
+    The sidecar then records the least and most (``profiled_ops``) and that the calls differ, and
+    a warning says so. A change that comes after these calls is not seen here (torchdyn's came
+    later: the model zoo's own profiled calls name it)."""
     from .measure import OPS_WARMUP, inside_operators, profiled_calls
     from .sidecar import load_sidecar
 

@@ -135,7 +135,7 @@ def test_a_step_whose_operators_vary_between_calls_is_named(tmp_path, capsys):
 def test_a_step_whose_work_grows_over_later_calls_is_named(tmp_path, capsys):
     """A neural ODE's adaptive solver takes more steps as training moves its vector field: two
     calls in a row run alike, and the calls after them run more operators (torchdyn's training
-    ran 60 ``tanh`` in the traced call, 67 a call on average over the next twenty). Here a step
+    ran 60 ``tanh`` in its traced call, 67 a call on average over twenty later calls). Here a step
     runs one more ReLU every eighth call. The capture's profiled calls after the trace count
     their operators, the sidecar keeps the least and the most (``profiled_ops``), a warning says
     so, and a replay's fidelity line names it."""
