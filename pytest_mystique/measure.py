@@ -20,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .defaults import DEFAULT_ITERS, DEFAULT_WARMUP  # noqa: F401 - re-exported
+from .graph import BACKWARD
 
 
 @dataclass
@@ -221,7 +222,7 @@ def outside_ranges(events, wall_s: float) -> dict[str, float]:
     own: dict[str, float] = {}
     for e in events:
         if not _OPERATOR_EVENT.fullmatch(e.key):
-            name = _ENGINE if e.key.startswith(_ENGINE) else e.key
+            name = BACKWARD if e.key.startswith(BACKWARD) else e.key
             own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
     return {name: min(1.0, s / wall_s) for name, s in own.items()} if wall_s > 0 else {}
 
@@ -233,8 +234,6 @@ def largest_outside(calls: list[dict[str, float]]) -> dict[str, float]:
     top = sorted(medians.items(), key=lambda kv: -kv[1])[:OUTSIDE_NAMED]
     return {name: share for name, share in top if share >= OUTSIDE_LEAST}
 
-
-_ENGINE = "autograd::engine::evaluate_function"
 
 
 #: Seconds of steps that each side's profiled calls should cover at least (see :func:`profiled_calls`).

@@ -757,10 +757,17 @@ def _time_inside_operators(step, path: Path) -> None:
         return
     calls = profiled_calls(side.get("original_median_s") or 1.0)
     got = inside_operators(step, calls=calls, warmup=OPS_WARMUP)
-    if got is not None and got.ops_s > 0:
-        add_to_sidecar(path, original_ops_s=got.ops_s, original_ops_share=got.share, original_outside=got.outside or {})
-    if got is not None and got.counts and min(got.counts) != max(got.counts):
-        add_to_sidecar(path, profiled_ops=[min(got.counts), max(got.counts)], recorded_ops_differ=True)
+    if got is None:
+        return
+    found = {}
+    if got.ops_s > 0:
+        found.update(original_ops_s=got.ops_s, original_ops_share=got.share, original_outside=got.outside or {})
+    varies = bool(got.counts) and min(got.counts) != max(got.counts)
+    if varies:
+        found.update(profiled_ops=[min(got.counts), max(got.counts)], recorded_ops_differ=True)
+    if found:
+        add_to_sidecar(path, **found)  # (one write of the sidecar)
+    if varies:
         warnings.warn(f"{path}: the step's profiled calls after the traced one ran from {min(got.counts)} to "
                       f"{max(got.counts)} operators: its work changes from call to call (control flow that follows "
                       f"the data or the training's progress, as an adaptive solver's steps do); the trace holds one "

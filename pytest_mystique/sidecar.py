@@ -35,8 +35,7 @@ def load_sidecar(trace_path: str | os.PathLike) -> dict | None:
     if not isinstance(data.get("anomaly_mode", False), bool):
         raise ValueError(f"{path}: malformed timing sidecar: anomaly_mode must be true or false")
     counts = data.get("recorded_ops")
-    if counts is not None and not (isinstance(counts, list) and len(counts) == 2
-                                   and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)):  # fmt: skip
+    if counts is not None and not (isinstance(counts, list) and len(counts) == 2 and all(_count(c) for c in counts)):
         raise ValueError(f"{path}: malformed timing sidecar: recorded_ops must be two operator counts")
     span = data.get("profiled_ops")
     if span is not None and not (isinstance(span, list) and len(span) == 2 and all(_count(c) for c in span)
