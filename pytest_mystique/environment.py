@@ -80,8 +80,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: 23 = one-element inputs take the capture's records, and pairs of index inputs that never agreed
 #: element by element (a neighbour list's atoms i and j) are kept apart; 24 = an operator is replayed
 #: through its parts for a later read of memory made inside it only where the reader runs after the
-#: backward pass started (a forward op's number in recycled memory had opened Equiformer's masked select).
-REPLAY_VERSION = 24
+#: backward pass started (a forward op's number in recycled memory had opened Equiformer's masked select);
+#: 25 = optimizer state whose values reach a matrix the step factorises or solves against starts
+#: nonsingular even where it is kept packed (PSGD's triangular factors as lines: 1e-4 in every element).
+REPLAY_VERSION = 25
 
 
 @lru_cache(maxsize=1)

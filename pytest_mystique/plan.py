@@ -351,9 +351,8 @@ class Planner:
         # inputs the optimizer's step writes in place, themselves or through a view (Adam's complex
         # moments, through view_as_real)
         stepped = {ref for ref in step_read if ref.storage_id in step_wrote}
-        self._zero_state({ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1},
-                         {ref.storage_id for p in planned if p.node.id in in_step and p.node.name in _FACTORISATIONS
-                          for ref in tensors_of(p.node.inputs[:1])})  # fmt: skip
+        state = {ref for ref in stepped - elsewhere if math.prod(ref.shape) > 1}
+        self._zero_state(state, _reaching_factorisations(planned, in_step, state))
         self._decay_factors(planned, in_step, stepped & elsewhere)
         backward = backward_ops(self.trace)
         self._record_forward(planned, in_step, elsewhere, backward)
@@ -399,33 +398,42 @@ class Planner:
                           f"{record['kind']}, not of a {node.name}'s {kind}")  # fmt: skip
         return record, None
 
-    def _zero_state(self, refs: set[TensorRef], factorised: set[int]) -> None:
+    def _zero_state(self, refs: set[TensorRef], factorised: set[TensorRef]) -> None:
         """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
         writes) starts at zero, as the optimizer makes it, and is reset to zero between
         iterations; the step's own gradients then give it the original's zero pattern: the rows of
         an embedding that no index touched stay zero, and a square root over them is several
         times slower than over seeded values (AdamW's on a 4000 x 128 table: 1.1 ms against
-        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero. A
-        square matrix of the state that the step factorises (in ``factorised``, the storages the
-        first argument of an op of :data:`_FACTORISATIONS` lies in) is a preconditioner, which an
-        optimizer starts nonsingular (Shampoo's at ``eps * I``): it starts, and is reset, at
-        :data:`.tensors.PRECONDITIONER_START` times the identity. From zero, Shampoo's ``svd`` found
-        zero singular values, raised them to -1/4, and its parameters went infinite; made
-        positive-definite by a dominant diagonal over seeded values, its ``svd`` ran 1.34 times as
-        long as the original's (a spectrum of distinct values, where the original's repeats its
-        small ones)."""
-        roots = {r for r in refs if r.storage_id in factorised and len(r.shape) == 2 and r.shape[0] == r.shape[1]}
+        0.2 ms). Step counters (0-dim) keep their seeded value: zero would divide by zero. State
+        whose values reach a matrix that the step factorises or solves against (``factorised``:
+        see :func:`_reaching_factorisations`) is a preconditioner, which an optimizer starts
+        nonsingular (Shampoo's at ``eps * I``): a square matrix starts, and is reset, at
+        :data:`.tensors.PRECONDITIONER_START` times the identity, and state of another shape
+        (PSGD's triangular factor kept as a line of its upper triangle, unpacked into a matrix in
+        the step) at that value in every element, which unpacks into a triangular matrix with that
+        diagonal. From zero, Shampoo's ``svd`` found zero singular values, raised them to -1/4,
+        and its parameters went infinite; PSGD took the log of its factor's largest element, 0;
+        made positive-definite by a dominant diagonal over seeded values, Shampoo's ``svd`` ran
+        1.34 times as long as the original's (a spectrum of distinct values, where the original's
+        repeats its small ones)."""
+        roots = refs & factorised
         refs = refs - roots
         if refs:
             self.factory.zeros |= refs
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
-        if roots:
-            self.factory.preconditioners |= roots
-            self.report.notes[f"{len(roots)} optimizer state matri(ces) that its step factorises (preconditioners) "
-                              f"start at {PRECONDITIONER_START:g} times the identity, not at zero, as an optimizer "
-                              f"makes them nonsingular (Shampoo's at eps * I)"] += 1  # fmt: skip
+        square = {r for r in roots if len(r.shape) == 2 and r.shape[0] == r.shape[1]}
+        if square:
+            self.report.notes[f"{len(square)} optimizer state matri(ces) that its step factorises or solves against "
+                              f"(preconditioners) start at {PRECONDITIONER_START:g} times the identity, not at zero, "
+                              f"as an optimizer makes them nonsingular (Shampoo's at eps * I)"] += 1  # fmt: skip
+        if roots - square:
+            self.report.notes[f"{len(roots - square)} optimizer state tensor(s) whose values reach a matrix its step "
+                              f"factorises or solves against (a preconditioner kept packed, as PSGD keeps its "
+                              f"triangular factors) start at {PRECONDITIONER_START:g} in every element, not at "
+                              f"zero"] += 1  # fmt: skip
+        self.factory.preconditioners |= roots
 
     def _decay_factors(self, planned: list[PlannedOp], in_step: set[int], params: set[TensorRef]) -> None:
         """A number the optimizer's step multiplies parameters by in place (AdamW's weight decay,
@@ -921,11 +929,46 @@ _SUMS = RUNNING_SUMS | {"aten::sum", "aten::cumsum_", "aten::_cumsum"}
 _LIFTS = frozenset({"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"})
 
 #: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
-#: its singular values or eigenvalues, a Cholesky factor, an inverse).
+#: its singular values or eigenvalues, a Cholesky factor, an inverse), or solve a system of it (a
+#: triangular factor's, as PSGD's step does).
 _FACTORISATIONS = frozenset({"aten::svd", "aten::linalg_svd", "aten::_linalg_svd", "aten::linalg_eigh", "aten::_linalg_eigh",
                              "aten::linalg_eig", "aten::linalg_eigvalsh", "aten::cholesky", "aten::linalg_cholesky",
                              "aten::linalg_cholesky_ex", "aten::inverse", "aten::linalg_inv", "aten::linalg_inv_ex",
-                             "aten::linalg_pinv", "aten::pinverse"})  # fmt: skip
+                             "aten::linalg_pinv", "aten::pinverse", "aten::linalg_solve_triangular",
+                             "aten::triangular_solve", "aten::linalg_solve", "aten::linalg_solve_ex",
+                             "aten::_linalg_solve_ex", "aten::linalg_lu_factor", "aten::linalg_lu_factor_ex",
+                             "aten::linalg_lu"})  # fmt: skip
+
+
+def _reaching_factorisations(planned: list[PlannedOp], in_step: set[int], state: set[TensorRef]) -> set[TensorRef]:
+    """The tensors of ``state`` whose values reach, through the optimizer's step (the ops of
+    ``in_step``, in order), the matrix that an op of :data:`_FACTORISATIONS` factorises or solves
+    against (its first argument): the state itself (Shampoo's preconditioner), or what the step
+    makes of it (PSGD's triangular factor, kept as a line of its upper triangle and unpacked by
+    ``index_put_`` into a matrix for ``linalg_solve_triangular``). Values pass from an op's tensor
+    inputs to its outputs; an op's output in an allocation none of its inputs lie in holds only
+    what they pass (a writer reuses the ids of freed memory)."""
+    steps = [p for p in planned if p.node.id in in_step and not p.collective]
+    if not state or not any(p.node.name in _FACTORISATIONS for p in steps):
+        return set()
+    holds: dict[int, set[TensorRef]] = {}
+    for ref in state:
+        holds.setdefault(ref.storage_id, set()).add(ref)
+    reached: set[TensorRef] = set()
+    for p in steps:
+        inputs = tensors_of(p.node.inputs)
+        if p.node.name in _FACTORISATIONS and inputs:
+            reached |= holds.get(inputs[0].storage_id, set())
+        passed = set().union(*(holds.get(r.storage_id, ()) for r in inputs))
+        read = {r.storage_id for r in inputs}
+        for out in tensors_of(p.node.outputs):
+            if out.storage_id in read:
+                holds.setdefault(out.storage_id, set()).update(passed)
+            elif passed:
+                holds[out.storage_id] = set(passed)
+            else:
+                holds.pop(out.storage_id, None)
+    return reached
 
 
 def _viewed(ref: TensorRef, lying: list[TensorRef], inner: _InnerPlacements, made_at: dict, planned: set[int],

@@ -62,7 +62,8 @@ POOL_MIN = 1024
 UNTOUCHED_MIN_BYTES = 64 << 20
 
 
-#: Where an optimizer's state matrix that its step factorises starts: this times the identity.
+#: Where an optimizer's state matrix that its step factorises or solves against starts: this times
+#: the identity (state of another shape whose values reach such a matrix: this in every element).
 PRECONDITIONER_START = 1e-4
 
 
@@ -174,7 +175,7 @@ class TensorFactory:
     sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
-    preconditioners: set[TensorRef] = field(default_factory=set)  # optimizer state its step factorises (see fill)
+    preconditioners: set[TensorRef] = field(default_factory=set)  # optimizer state reaching a factorisation (see fill)
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
     overwritten: set[tuple[int, str]] = field(default_factory=set)  # allocations an op writes whole before any read
     # tensors made in host memory although the replay runs on a GPU: a GPU trace's host tensors (a
@@ -639,11 +640,13 @@ class TensorFactory:
             return  # (a meta tensor has shapes and no data)
         if ref in self.zeros or ref in self.preconditioners:
             t.zero_()
-            if ref in self.preconditioners and t.dim() >= 2:
+            if ref in self.preconditioners and t.dim() >= 2 and t.shape[-1] == t.shape[-2]:
                 # (the identity times the default epsilon of Shampoo, which starts its preconditioners
                 # at eps * I: the step's own g g^T then dominates, and the spectrum of their sum is the
                 # original's kind, whose repeated small singular values an svd deflates)
                 t.diagonal(dim1=-2, dim2=-1).fill_(PRECONDITIONER_START)
+            elif ref in self.preconditioners:
+                t.fill_(PRECONDITIONER_START)  # (a packed one: PSGD's triangle as a line unpacks nonsingular)
             return
         if ref in self.exact:
             t.fill_(self.exact[ref])

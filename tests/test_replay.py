@@ -3715,6 +3715,67 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
     assert len(roots) == 2 and all(torch.equal(m, PRECONDITIONER_START * torch.eye(len(m))) for m in roots), roots
 
 
+class _PackedTriangular(torch.optim.Optimizer):
+    """A PSGD-like step (heavyball's PSGDKron keeps its factors so by default): each matrix
+    parameter's triangular factor, started at the identity, is kept as a line of its upper
+    triangle, unpacked into a matrix each step, read on a log scale by its largest element, solved
+    against the gradient, and packed back with the gradient's outer product added."""
+
+    def __init__(self, params, lr=1e-3):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad.reshape(p.shape[0], -1)
+                n = p.shape[0]
+                rows, cols = torch.triu_indices(n, n)
+                state = self.state[p]
+                if not state:
+                    state["line"] = torch.eye(n)[rows, cols]
+                factor = torch.zeros(n, n)
+                factor[rows, cols] = state["line"]
+                scale = factor.abs().amax().log()
+                solved = torch.linalg.solve_triangular(factor, g, upper=True)
+                p.add_(solved.view_as(p) * torch.exp(-scale), alpha=-group["lr"])
+                state["line"].copy_((factor + 1e-3 * torch.triu(g @ g.T))[rows, cols])
+
+
+def test_a_preconditioner_kept_packed_starts_nonsingular(tmp_path):
+    """Optimizer state whose values reach a matrix its step solves against is a preconditioner
+    even where it is not that matrix: PSGD keeps each triangular factor as a line of its upper
+    triangle and unpacks it (``index_put_``) into the matrix that ``linalg_solve_triangular``
+    reads. From zero, the log of the factor's largest element was -inf and the solve divided by
+    its zero diagonal: the replay's data went NaN (heavyball's PSGDKron did so). The line starts
+    at a small value in every element, which unpacks into a nonsingular triangle; the other state
+    still starts at zero."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
+    opt = _PackedTriangular(model.parameters())
+    x = torch.randn(16, 8)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    replay = _captured(tmp_path, "train", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert {tuple(r.shape) for r in replay.factory.preconditioners} == {(528,), (10,)}, replay.factory.preconditioners
+    assert any("2 optimizer state tensor(s) whose values reach a matrix its step factorises or solves against" in n
+               for n in rep.notes), rep.notes  # fmt: skip
+    for _ in range(3):
+        replay.between_iterations()
+        replay.run()
+    assert not any("NaN" in n for n in rep.notes), rep.notes
+    params = [replay.env[slot] for (ref, _), slot in replay._externals.items() if tuple(ref.shape) in ((32, 8), (4, 32))]
+    assert len(params) == 2 and all(bool(torch.isfinite(p).all()) for p in params), params
+    replay.reset_state()
+    lines = [replay.env[slot] for (ref, _), slot in replay._externals.items() if ref in replay.factory.preconditioners]
+    assert len(lines) == 2 and all(bool((t == PRECONDITIONER_START).all()) for t in lines), lines
+
+
 def test_optimizer_state_written_through_a_view_starts_at_zero(tmp_path):
     """Adam keeps a complex parameter's moments as complex tensors and updates them through
     ``view_as_real``: the step writes them only through that view. They are optimizer state all
