@@ -154,7 +154,18 @@ no other part of the project traces.
 * torchdyn: a neural ODE by Dormand-Prince with adaptive steps, its gradient by the adjoint method;
 * MEGABYTE-pytorch: a multiscale byte-level language model (global and local transformers);
 * torch-rechub: MMoE, a multi-gate mixture of experts over sparse and dense features, two tasks;
-* norse: a spiking network of LIF layers over time steps, a leaky-integrator readout.
+* norse: a spiking network of LIF layers over time steps, a leaky-integrator readout;
+* captum: integrated gradients of a CNN's class scores (inference only; its gradients taken with
+  grad mode switched on inside the no-grad step);
+* speechbrain: an ECAPA-TDNN speaker embedding over filter banks of utterances of different
+  lengths, trained by an additive angular margin softmax;
+* demucs: Hybrid Transformer Demucs separating a stereo mixture into four sources (spectral and
+  waveform branches, a cross-domain transformer);
+* Vocos: a vocoder (a ConvNeXt backbone, an inverse STFT head) trained on mel spectrograms;
+* asteroid: Conv-TasNet trained by permutation-invariant SI-SDR;
+* diffsort: a bitonic differentiable sorting network ranking a scorer's outputs;
+* fast-pytorch-kmeans: Lloyd's k-means, stopped by a tolerance (inference only);
+* heavyball: PSGD with Kronecker-factored preconditioners (eager), training the small classifier.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -180,15 +191,15 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything \
         timm open_clip_torch pytorch-widedeep enformer-pytorch pypose compressai pytorch-forecasting \
         equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale mup torchdyn MEGABYTE-pytorch \
-        torch-rechub norse
+        torch-rechub norse captum speechbrain demucs vocos asteroid diffsort fast-pytorch-kmeans heavyball
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
-torch: the models here do without them, and a package that pulls them in, such as
-denoising-diffusion-pytorch, was left out, but for ultralytics, segmentation-models-pytorch,
-lightly, denoising-diffusion-pytorch, vit-pytorch, timm and open_clip, which need torchvision: where it is installed, the zoo
-makes its Python parts importable first (``torchvision_module``), and every library that imports
-it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
+torch: the models here do without them, but for ultralytics, segmentation-models-pytorch,
+lightly, denoising-diffusion-pytorch, vit-pytorch, timm and open_clip, which need torchvision, and
+speechbrain, Vocos and asteroid, which need torchaudio: where it is installed, the zoo makes its
+Python parts importable first (``torchvision_module``, ``torchaudio_module``), and every library
+that imports it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
 release in its place.)
 """
 
@@ -3234,6 +3245,218 @@ def _norse_snn():
 
     return Spiking(), {"spikes": (torch.rand(32, 16, 64) < 0.2).float(), "labels": torch.randint(0, 10, (16,))}, _identity
 
+
+def torchaudio_module():
+    """torchaudio, imported. PyPI's torchaudio (2.11, its last release) is a CUDA build whose C
+    library does not load beside torch's CPU build, and its import fails there. Its Python parts
+    (the transforms the steps here use: spectrograms, mel filter banks) need none of it, so where
+    the library fails to load the import is made again with the extension's loader answering that
+    no library is there, as it does for a build without one. Where it imports as it is, it is left
+    alone."""
+    try:
+        import torchaudio
+    except OSError as e:
+        if "torchaudio" not in str(e):
+            raise
+        import importlib.util
+
+        for name in [m for m in sys.modules if m == "torchaudio" or m.startswith("torchaudio.")]:
+            del sys.modules[name]
+        where = importlib.util.find_spec("torchaudio").submodule_search_locations[0]
+        spec = importlib.util.spec_from_file_location("torchaudio._extension.utils", f"{where}/_extension/utils.py")
+        utils = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(utils)
+        utils._load_lib = lambda lib: False
+        sys.modules["torchaudio._extension.utils"] = utils
+        import torchaudio
+    return torchaudio
+
+
+def _captum_ig():
+    """captum's integrated gradients of a small CNN's class scores (inference only: an attribution
+    trains nothing): the images scaled along 16 steps from a black baseline, the steps batched
+    through the network, the target class's gradients taken by ``torch.autograd.grad`` with grad
+    mode switched on inside the no-grad step, and summed by the Gauss-Legendre weights."""
+    from captum.attr import IntegratedGradients
+
+    torch.manual_seed(0)
+
+    class Attribute(nn.Module):
+        def __init__(self):
+            super().__init__()
+            net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+                                nn.Flatten(), nn.Linear(512, 10)).eval()  # fmt: skip
+            # (held outside the module's parameters: the step explains the network; nothing trains it)
+            self.__dict__["ig"] = IntegratedGradients(net)
+
+        def forward(self, images, labels):
+            return self.ig.attribute(images, target=labels, n_steps=16, method="gausslegendre")
+
+    return Attribute(), {"images": torch.rand(4, 3, 32, 32), "labels": torch.randint(0, 10, (4,))}, _identity
+
+
+def _speechbrain_ecapa():
+    """speechbrain's ECAPA-TDNN speaker embedding: filter banks of the waveforms (its own STFT and
+    mel filters), utterances of different relative lengths (masked statistics), Res2Net blocks with
+    squeeze-excitation, attentive statistics pooling, trained by an additive angular margin softmax
+    over speakers."""
+    torchaudio_module()
+    from speechbrain.lobes.features import Fbank
+    from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN, Classifier
+    from speechbrain.nnet.losses import AdditiveAngularMargin, LogSoftmaxWrapper
+
+    torch.manual_seed(0)
+
+    class Speakers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fbank = Fbank(n_mels=40)
+            self.embed = ECAPA_TDNN(40, lin_neurons=96, channels=[128, 128, 128, 128, 384], attention_channels=32,
+                                    se_channels=32)  # fmt: skip
+            self.classify = Classifier(input_size=96, lin_neurons=96, out_neurons=50)
+            self.loss = LogSoftmaxWrapper(AdditiveAngularMargin(margin=0.2, scale=30))
+
+        def forward(self, wavs, lengths, speakers):
+            feats = self.fbank(wavs)
+            feats = feats - feats.mean(1, keepdim=True)
+            scores = self.classify(self.embed(feats, lengths))
+            return self.loss(scores, speakers.unsqueeze(1))
+
+    return Speakers(), {"wavs": torch.randn(4, 16000) * 0.1, "lengths": torch.tensor([1.0, 0.85, 0.7, 0.95]),
+                        "speakers": torch.randint(0, 50, (4,))}, _identity  # fmt: skip
+
+
+def _demucs_htdemucs():
+    """demucs's Hybrid Transformer Demucs (no weights), separating a stereo mixture into four
+    sources: a spectral branch (complex STFT as channels) and a waveform branch of convolutional
+    encoders, a cross-domain transformer between them at the bottom, decoders back, the spectrum's
+    inverse STFT added to the waveform; trained by the L1 error against the sources."""
+    from demucs.htdemucs import HTDemucs
+
+    torch.manual_seed(0)
+
+    class Separate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = HTDemucs(["drums", "bass", "other", "vocals"], channels=8, depth=4, nfft=1024, t_layers=2,
+                                t_heads=4, bottom_channels=64, samplerate=16000, segment=1)  # fmt: skip
+
+        def forward(self, mix, sources):
+            return F.l1_loss(self.net(mix), sources)
+
+    return Separate(), {"mix": torch.randn(2, 2, 16000) * 0.1, "sources": torch.randn(2, 4, 2, 16000) * 0.05}, _identity
+
+
+def _vocos():
+    """Vocos, a vocoder: a mel spectrogram (torchaudio's transform) into a ConvNeXt backbone whose
+    head predicts a spectrum's magnitude and phase, turned into audio by an inverse STFT; trained by
+    the L1 error of the audio's log mel spectrogram against the target's (the audio made cut to the
+    target's length: its inverse STFT's frames run a hop past it)."""
+    torchaudio_module()
+    from vocos.feature_extractors import MelSpectrogramFeatures
+    from vocos.heads import ISTFTHead
+    from vocos.models import VocosBackbone
+
+    torch.manual_seed(0)
+
+    class Vocoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mel = MelSpectrogramFeatures(sample_rate=16000, n_fft=512, hop_length=128, n_mels=64)
+            self.backbone = VocosBackbone(input_channels=64, dim=128, intermediate_dim=384, num_layers=4)
+            self.head = ISTFTHead(dim=128, n_fft=512, hop_length=128)
+
+        def forward(self, audio):
+            target = self.mel(audio)
+            out = self.head(self.backbone(target))
+            return F.l1_loss(self.mel(out[..., : audio.shape[-1]]), target)
+
+    return Vocoder(), {"audio": torch.randn(2, 16000).clamp(-3, 3) * 0.2}, _identity
+
+
+def _asteroid_convtasnet():
+    """asteroid's Conv-TasNet separating two speakers: a learned filterbank, a temporal
+    convolutional mask network (dilated depthwise convolutions, global layer norms), the masked
+    basis decoded; trained by permutation-invariant negative SI-SDR (every pairing of estimates and
+    sources scored, the best taken per mixture)."""
+    torchaudio_module()
+    from asteroid.losses import PITLossWrapper, pairwise_neg_sisdr
+    from asteroid.models import ConvTasNet
+
+    torch.manual_seed(0)
+
+    class Separate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = ConvTasNet(n_src=2, n_blocks=4, n_repeats=2, bn_chan=64, hid_chan=128, skip_chan=64,
+                                  n_filters=128)  # fmt: skip
+            self.loss = PITLossWrapper(pairwise_neg_sisdr, pit_from="pw_mtx")
+
+        def forward(self, mix, sources):
+            return self.loss(self.net(mix), sources)
+
+    sources = torch.randn(2, 2, 8000) * 0.1
+    return Separate(), {"mix": sources.sum(1), "sources": sources}, _identity
+
+
+def _diffsort():
+    """diffsort's differentiable sorting network: a scorer ranks 16 items per set, a bitonic
+    network of relaxed swaps (logistic mixes of each pair) sorts the scores into a doubly
+    stochastic permutation matrix, trained by its binary cross-entropy against the true order."""
+    from diffsort import DiffSortNet
+
+    torch.manual_seed(0)
+
+    class Rank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.score = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+            self.sort = DiffSortNet("bitonic", 16, steepness=10)
+
+        def forward(self, items, truth):
+            _, perm = self.sort(self.score(items).squeeze(-1))
+            order = torch.argsort(truth, dim=-1)
+            target = F.one_hot(order, 16).transpose(-2, -1).float()
+            return F.binary_cross_entropy(perm.clamp(0, 1), target)
+
+    items = torch.randn(32, 16, 32)
+    return Rank(), {"items": items, "truth": items @ torch.randn(32)}, _identity
+
+
+def _fast_kmeans():
+    """fast-pytorch-kmeans: Lloyd's k-means of 4096 points into 64 clusters (inference only: nothing
+    trains), each iteration's assignment a matrix product and an argmax, the centroids a masked
+    matrix product, its loop stopped on the host when the centroids move less than a tolerance,
+    from the same start each call."""
+    from fast_pytorch_kmeans import KMeans
+
+    torch.manual_seed(0)
+
+    class Cluster(nn.Module):
+        def __init__(self, start):
+            super().__init__()
+            self.register_buffer("start", start)
+
+        def forward(self, points):
+            return KMeans(n_clusters=64, max_iter=40, tol=1e-4).fit_predict(points, centroids=self.start.clone())
+
+    centres = torch.randn(64, 32) * 3
+    points = centres[torch.randint(0, 64, (4096,))] + torch.randn(4096, 32)
+    return Cluster(points[torch.randperm(4096)[:64]].clone()), {"points": points}, _identity
+
+
+def _psgd_kron(params):
+    """heavyball's PSGD with a Kronecker-factored preconditioner, eager (its fused steps are
+    compiled by default): the preconditioner's triangular factors fitted each step from a random
+    probe vector, the momentum preconditioned by them."""
+    import heavyball
+    import heavyball.utils
+
+    heavyball.utils.compile_mode = None
+    return heavyball.PSGDKron(params, lr=1e-3, preconditioner_update_probability=1.0)
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -3381,4 +3604,13 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "megabyte": _megabyte,
     "rechub_mmoe": _rechub_mmoe,
     "norse_snn": _norse_snn,
+    # session 85's batch (torchaudio: see torchaudio_module)
+    "captum_ig": _captum_ig,
+    "speechbrain_ecapa": _speechbrain_ecapa,
+    "demucs_htdemucs": _demucs_htdemucs,
+    "vocos": _vocos,
+    "asteroid_convtasnet": _asteroid_convtasnet,
+    "diffsort": _diffsort,
+    "fast_kmeans": _fast_kmeans,
+    "psgd_kron": _with_optimizer(_psgd_kron),
 }

@@ -75,7 +75,10 @@ diffusion, efficientnet_pytorch's EfficientNet-B0, TorchRL's SAC, BS-RoFormer, t
 factorized layers, CoLT5's routed block; vit-pytorch's NaViT and MaxViT, schnetpack's PaiNN
 trained on forces, a torchkbnufft MRI reconstruction, a small Segment Anything; timm's EVA-02,
 NF-RegNet and EfficientFormerV2, open_clip's CoCa, pytorch-widedeep's TabTransformer, a small
-Enformer), each built
+Enformer; pypose's Levenberg-Marquardt, compressai's hyperprior, a Temporal Fusion Transformer,
+Equiformer, GaLore, chemprop, LitGPT, deepwave, RetNet, mup, torchdyn, MEGABYTE, MMoE, norse;
+captum's integrated gradients, speechbrain's ECAPA-TDNN, Hybrid Transformer Demucs, Vocos,
+asteroid's Conv-TasNet, diffsort, k-means, heavyball's PSGD), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
