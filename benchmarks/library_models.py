@@ -165,7 +165,12 @@ no other part of the project traces.
 * asteroid: Conv-TasNet trained by permutation-invariant SI-SDR;
 * diffsort: a bitonic differentiable sorting network ranking a scorer's outputs;
 * fast-pytorch-kmeans: Lloyd's k-means, stopped by a tolerance (inference only);
-* heavyball: PSGD with Kronecker-factored preconditioners (eager), training the small classifier.
+* heavyball: PSGD with Kronecker-factored preconditioners (eager), training the small classifier;
+* EnCodec: a neural audio codec (SEANet encoder and decoder, a residual vector quantizer whose
+  codebooks move by moving averages), trained on the audio's L1 error and the commitment penalty;
+* torchcrepe: CREPE pitch tracking with its bundled tiny model (inference only);
+* BackPACK: per-sample gradients and the exact diagonal of the generalised Gauss-Newton matrix,
+  computed by module hooks inside a CNN's backward pass (inference only).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -191,16 +196,17 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         BS-RoFormer tensorly-torch CoLT5-attention vit-pytorch schnetpack torchkbnufft segment-anything \
         timm open_clip_torch pytorch-widedeep enformer-pytorch pypose compressai pytorch-forecasting \
         equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale mup torchdyn MEGABYTE-pytorch \
-        torch-rechub norse captum speechbrain demucs vocos asteroid diffsort fast-pytorch-kmeans heavyball
+        torch-rechub norse captum speechbrain demucs vocos asteroid diffsort fast-pytorch-kmeans heavyball \
+        encodec torchcrepe backpack-for-pytorch
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU
 torch: the models here do without them, but for ultralytics, segmentation-models-pytorch,
 lightly, denoising-diffusion-pytorch, vit-pytorch, timm and open_clip, which need torchvision, and
-speechbrain, Vocos and asteroid, which need torchaudio: where it is installed, the zoo makes its
-Python parts importable first (``torchvision_module``, ``torchaudio_module``), and every library
-that imports it then imports. torchrec pulls in fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's
-release in its place.)
+speechbrain, Vocos, asteroid, EnCodec and torchcrepe, which need torchaudio: where it is
+installed, the zoo makes its Python parts importable first (``torchvision_module``,
+``torchaudio_module``), and every library that imports it then imports. torchrec pulls in
+fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's release in its place.)
 """
 
 from __future__ import annotations
@@ -3457,6 +3463,74 @@ def _psgd_kron(params):
     return heavyball.PSGDKron(params, lr=1e-3, preconditioner_update_probability=1.0)
 
 
+def _encodec():
+    """EnCodec (no weights), a neural audio codec trained as its paper trains it (without the
+    adversarial part): a SEANet encoder (strided convolutions, weight norm, an LSTM), a residual
+    vector quantizer at 6 kbps (8 codebooks, nearest codes by distance, codebooks moved by
+    exponential moving averages in place, straight-through gradients, a commitment penalty), the
+    decoder back; the L1 error of the audio plus the penalty."""
+    torchaudio_module()
+    from encodec import EncodecModel
+
+    torch.manual_seed(0)
+
+    class Codec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = EncodecModel._get_model([1.5, 3.0, 6.0], 24000, 1, causal=True)
+
+        def forward(self, audio):
+            q = self.net.quantizer(self.net.encoder(audio), self.net.frame_rate, 6.0)
+            out = self.net.decoder(q.quantized)[..., : audio.shape[-1]]
+            return F.l1_loss(out, audio) + q.penalty
+
+    return Codec(), {"audio": torch.randn(2, 1, 12000).clamp(-3, 3) * 0.1}, _identity
+
+
+def _torchcrepe():
+    """torchcrepe's CREPE pitch tracker with its bundled weights (inference only): a second of
+    audio cut into 1,024-sample frames every 10 ms, each normalised, the tiny model's
+    convolutions over them in batches, the 360 pitch bins' probabilities decoded by a weighted
+    argmax near the most likely bin, and the periodicity read."""
+    torchaudio_module()
+    import torchcrepe
+
+    class Pitch(nn.Module):
+        def forward(self, audio):
+            return torchcrepe.predict(audio, 16000, hop_length=160, model="tiny", batch_size=128,
+                                      decoder=torchcrepe.decode.weighted_argmax, return_periodicity=True)  # fmt: skip
+
+    t = torch.arange(16000) / 16000
+    return Pitch(), {"audio": (0.3 * torch.sin(2 * math.pi * 220 * t) + 0.01 * torch.randn(16000))[None]}, _identity
+
+
+def _backpack_diag_ggn():
+    """BackPACK's extensions of a CNN's backward pass (inference only: nothing trains; a Laplace
+    approximation's or EWC's diagonal curvature of a fixed model): module hooks that, inside the
+    backward pass, compute each sample's gradient and the exact diagonal of the generalised
+    Gauss-Newton matrix (the loss's Hessian factors propagated back through each layer, unfolded
+    convolutions, einsums)."""
+    from backpack import backpack, extend
+    from backpack.extensions import BatchGrad, DiagGGNExact
+
+    torch.manual_seed(0)
+
+    class Curvature(nn.Module):
+        def __init__(self):
+            super().__init__()
+            net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                                nn.ReLU(), nn.Flatten(), nn.Linear(16 * 8 * 8, 10))  # fmt: skip
+            # (held outside the module's parameters: the step measures the network; nothing trains it)
+            self.__dict__["net"], self.__dict__["loss"] = extend(net), extend(nn.CrossEntropyLoss())
+
+        def forward(self, images, labels):
+            with torch.enable_grad(), backpack(BatchGrad(), DiagGGNExact()):
+                self.loss(self.net(images), labels).backward()
+            return [(p.grad_batch, p.diag_ggn_exact) for p in self.net.parameters()]
+
+    return Curvature(), {"images": torch.randn(16, 3, 16, 16), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -3613,4 +3687,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "diffsort": _diffsort,
     "fast_kmeans": _fast_kmeans,
     "psgd_kron": _with_optimizer(_psgd_kron),
+    "encodec": _encodec,
+    "torchcrepe_pitch": _torchcrepe,
+    "backpack_diag_ggn": _backpack_diag_ggn,
 }
