@@ -928,6 +928,18 @@ _SUMS = RUNNING_SUMS | {"aten::sum", "aten::cumsum_", "aten::_cumsum"}
 #: sidecar's ``fresh_inputs``), as it does a ``torch.tensor(list)``.
 _LIFTS = frozenset({"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"})
 
+#: Ops whose outputs hold their inputs' values moved, not computed from them (copies, casts,
+#: gathers and scatters, a triangle unpacked by ``index_put_``): what a preconditioner's state is
+#: made of passes through them (:func:`_reaching_factorisations`).
+_MOVES_VALUES = frozenset({
+    "aten::copy_", "aten::clone", "aten::contiguous", "aten::detach", "aten::to", "aten::_to_copy", "aten::reshape",
+    "aten::flatten", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::index_copy_",
+    "aten::index_copy", "aten::index_select", "aten::gather", "aten::scatter_", "aten::scatter", "aten::cat",
+    "aten::stack", "aten::triu", "aten::tril", "aten::triu_", "aten::tril_", "aten::diag", "aten::diag_embed",
+    "aten::masked_scatter_", "aten::slice_scatter", "aten::select_scatter", "aten::view_as_real",
+    "aten::view_as_complex",
+})  # fmt: skip
+
 #: Ops that factorise or invert their first argument, a square matrix (a preconditioner's root by
 #: its singular values or eigenvalues, a Cholesky factor, an inverse), or solve a system of it (a
 #: triangular factor's, as PSGD's step does).
@@ -941,13 +953,16 @@ _FACTORISATIONS = frozenset({"aten::svd", "aten::linalg_svd", "aten::_linalg_svd
 
 
 def _reaching_factorisations(planned: list[PlannedOp], in_step: set[int], state: set[TensorRef]) -> set[TensorRef]:
-    """The tensors of ``state`` whose values reach, through the optimizer's step (the ops of
+    """The tensors of ``state`` whose values make up, through the optimizer's step (the ops of
     ``in_step``, in order), the matrix that an op of :data:`_FACTORISATIONS` factorises or solves
-    against (its first argument): the state itself (Shampoo's preconditioner), or what the step
-    makes of it (PSGD's triangular factor, kept as a line of its upper triangle and unpacked by
-    ``index_put_`` into a matrix for ``linalg_solve_triangular``). Values pass from an op's tensor
-    inputs to its outputs; an op's output in an allocation none of its inputs lie in holds only
-    what they pass (a writer reuses the ids of freed memory)."""
+    against (its first argument): the state itself (Shampoo's preconditioner, however the step
+    adds to it in place), or what ops that only move values (:data:`_MOVES_VALUES`) make of it
+    (PSGD's triangular factor, kept as a line of its upper triangle and unpacked by ``index_put_``
+    into a matrix for ``linalg_solve_triangular``). Arithmetic passes nothing on: a momentum that
+    a product carries into a preconditioner's update, or Shampoo's inverse root that preconditions
+    the gradient the next factor accumulates, is no preconditioner. An op's output in an
+    allocation none of its inputs lie in holds only what they pass (a writer reuses the ids of
+    freed memory)."""
     steps = [p for p in planned if p.node.id in in_step and not p.collective]
     if not state or not any(p.node.name in _FACTORISATIONS for p in steps):
         return set()
@@ -959,10 +974,11 @@ def _reaching_factorisations(planned: list[PlannedOp], in_step: set[int], state:
         inputs = tensors_of(p.node.inputs)
         if p.node.name in _FACTORISATIONS and inputs:
             reached |= holds.get(inputs[0].storage_id, set())
-        passed = set().union(*(holds.get(r.storage_id, ()) for r in inputs))
+        moved = p.node.name in _MOVES_VALUES
+        passed = set().union(*(holds.get(r.storage_id, ()) for r in inputs)) if moved else set()
         read = {r.storage_id for r in inputs}
         for out in tensors_of(p.node.outputs):
-            if out.storage_id in read:
+            if out.storage_id in read:  # (written in place, or a view: what it held stays)
                 holds.setdefault(out.storage_id, set()).update(passed)
             elif passed:
                 holds[out.storage_id] = set(passed)

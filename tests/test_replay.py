@@ -3718,8 +3718,8 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
 class _PackedTriangular(torch.optim.Optimizer):
     """A PSGD-like step (heavyball's PSGDKron keeps its factors so by default): each matrix
     parameter's triangular factor, started at the identity, is kept as a line of its upper
-    triangle, unpacked into a matrix each step, read on a log scale by its largest element, solved
-    against the gradient, and packed back with the gradient's outer product added."""
+    triangle, unpacked into a matrix each step, moved by the momentum's outer product, read on a
+    log scale by its largest element, solved against the momentum, and packed back."""
 
     def __init__(self, params, lr=1e-3):
         super().__init__(params, {"lr": lr})
@@ -3733,13 +3733,15 @@ class _PackedTriangular(torch.optim.Optimizer):
                 rows, cols = torch.triu_indices(n, n)
                 state = self.state[p]
                 if not state:
-                    state["line"] = torch.eye(n)[rows, cols]
+                    state["line"], state["momentum"] = torch.eye(n)[rows, cols], torch.zeros_like(g)
+                momentum = state["momentum"].mul_(0.9).add_(g)
                 factor = torch.zeros(n, n)
                 factor[rows, cols] = state["line"]
+                factor.add_(1e-3 * torch.triu(momentum @ momentum.T))
                 scale = factor.abs().amax().log()
-                solved = torch.linalg.solve_triangular(factor, g, upper=True)
+                solved = torch.linalg.solve_triangular(factor, momentum, upper=True)
                 p.add_(solved.view_as(p) * torch.exp(-scale), alpha=-group["lr"])
-                state["line"].copy_((factor + 1e-3 * torch.triu(g @ g.T))[rows, cols])
+                state["line"].copy_(factor[rows, cols])
 
 
 def test_a_preconditioner_kept_packed_starts_nonsingular(tmp_path):
@@ -3748,8 +3750,9 @@ def test_a_preconditioner_kept_packed_starts_nonsingular(tmp_path):
     triangle and unpacks it (``index_put_``) into the matrix that ``linalg_solve_triangular``
     reads. From zero, the log of the factor's largest element was -inf and the solve divided by
     its zero diagonal: the replay's data went NaN (heavyball's PSGDKron did so). The line starts
-    at a small value in every element, which unpacks into a nonsingular triangle; the other state
-    still starts at zero."""
+    at a small value in every element, which unpacks into a nonsingular triangle. The momentum,
+    whose outer product the step adds to the unpacked factor, reaches it only through arithmetic:
+    it is no preconditioner, and starts at zero."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
     opt = _PackedTriangular(model.parameters())
     x = torch.randn(16, 8)
@@ -3763,13 +3766,15 @@ def test_a_preconditioner_kept_packed_starts_nonsingular(tmp_path):
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert {tuple(r.shape) for r in replay.factory.preconditioners} == {(528,), (10,)}, replay.factory.preconditioners
+    assert {tuple(r.shape) for r in replay.factory.zeros} == {(32, 8), (4, 32)}, replay.factory.zeros
     assert any("2 optimizer state tensor(s) whose values reach a matrix its step factorises or solves against" in n
                for n in rep.notes), rep.notes  # fmt: skip
     for _ in range(3):
         replay.between_iterations()
         replay.run()
     assert not any("NaN" in n for n in rep.notes), rep.notes
-    params = [replay.env[slot] for (ref, _), slot in replay._externals.items() if tuple(ref.shape) in ((32, 8), (4, 32))]
+    params = [replay.env[slot] for (ref, _), slot in replay._externals.items()
+              if tuple(ref.shape) in ((32, 8), (4, 32)) and ref not in replay.factory.zeros]  # fmt: skip
     assert len(params) == 2 and all(bool(torch.isfinite(p).all()) for p in params), params
     replay.reset_state()
     lines = [replay.env[slot] for (ref, _), slot in replay._externals.items() if ref in replay.factory.preconditioners]
