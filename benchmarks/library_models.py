@@ -2352,13 +2352,19 @@ def torchvision_module():
     except RuntimeError as e:
         if "torchvision::nms" not in str(e):
             raise
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
+        _unimport("torchvision")
         lib = _TORCHVISION_SCHEMAS.setdefault("lib", torch.library.Library("torchvision", "DEF"))
         for op in ("nms", "qnms"):
             lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         import torchvision
     return torchvision
+
+
+def _unimport(package: str) -> None:
+    """``package`` and its modules taken out of ``sys.modules``, after an import of it failed
+    halfway, so that the next import starts over."""
+    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+        del sys.modules[name]
 
 
 _TORCHVISION_SCHEMAS: dict = {}  # (the library object that holds the schemas defined, kept alive)
@@ -3266,8 +3272,7 @@ def torchaudio_module():
             raise
         import importlib.util
 
-        for name in [m for m in sys.modules if m == "torchaudio" or m.startswith("torchaudio.")]:
-            del sys.modules[name]
+        _unimport("torchaudio")
         where = importlib.util.find_spec("torchaudio").submodule_search_locations[0]
         spec = importlib.util.spec_from_file_location("torchaudio._extension.utils", f"{where}/_extension/utils.py")
         utils = importlib.util.module_from_spec(spec)
@@ -3531,6 +3536,83 @@ def _backpack_diag_ggn():
     return Curvature(), {"images": torch.randn(16, 3, 16, 16), "labels": torch.randint(0, 10, (16,))}, _identity
 
 
+def _freia_glow():
+    """FrEIA's invertible network: eight all-in-one coupling blocks (affine couplings whose scales
+    and shifts an MLP computes from the other half, soft permutations, global affine scaling, the
+    log-determinant of each), trained by maximum likelihood under a standard normal."""
+    import FrEIA.framework as Ff
+    import FrEIA.modules as Fm
+
+    torch.manual_seed(0)
+
+    def subnet(dims_in, dims_out):
+        return nn.Sequential(nn.Linear(dims_in, 128), nn.ReLU(), nn.Linear(128, dims_out))
+
+    class Flow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inn = Ff.SequenceINN(16)
+            for _ in range(8):
+                self.inn.append(Fm.AllInOneBlock, subnet_constructor=subnet, permute_soft=True)
+
+        def forward(self, x):
+            z, log_det = self.inn(x)
+            return (0.5 * z.square().sum(1) - log_det).mean()
+
+    return Flow(), {"x": torch.randn(256, 16) @ torch.randn(16, 16) * 0.5}, _identity
+
+
+def _bayesian_torch():
+    """bayesian-torch's variational layers (a CNN turned Bayesian by ``dnn_to_bnn``): every
+    forward pass draws each weight by reparametrisation from its posterior (random numbers drawn
+    inside the step), trained by cross-entropy plus the posteriors' KL divergence from the prior;
+    inference draws weights too (one Monte Carlo sample of the prediction)."""
+    from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+
+    torch.manual_seed(0)
+
+    class Bayesian(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                                     nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(512, 10))  # fmt: skip
+            dnn_to_bnn(self.net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0,
+                                  "posterior_rho_init": -3.0, "type": "Reparameterization", "moped_enable": False})  # fmt: skip
+
+        def forward(self, images, labels):
+            return F.cross_entropy(self.net(images), labels) + get_kl_loss(self.net) / len(images)
+
+    return Bayesian(), {"images": torch.randn(16, 3, 32, 32), "labels": torch.randint(0, 10, (16,))}, _identity
+
+
+def _torchhd_onlinehd():
+    """torchhd's OnlineHD (hyperdimensional computing; inference only: no gradients): samples
+    encoded into 4,096-dimensional hypervectors by a random sinusoid projection, one single-pass
+    update of the class prototypes from the same start each call (the mispredicted samples,
+    a count the data decide, added where the cosine similarities say), then the batch classified
+    by them."""
+    import torchhd.classifiers
+
+    torch.manual_seed(0)
+
+    class Hyper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            hd = torchhd.classifiers.OnlineHD(32, 4096, 10, epochs=1)
+            # (held outside the module's parameters: its prototypes are set, not trained by gradients)
+            self.__dict__["hd"] = hd
+            self.register_buffer("start", torch.randn(10, 4096) * 0.01)
+
+        def forward(self, samples, labels):
+            self.hd.model.weight.data.copy_(self.start)
+            self.hd.model.add_online(self.hd.encoder(samples), labels, lr=self.hd.lr)
+            return self.hd.model(self.hd.encoder(samples)).argmax(1)
+
+    centres = torch.randn(10, 32)
+    labels = torch.randint(0, 10, (512,))
+    return Hyper(), {"samples": centres[labels] + 0.8 * torch.randn(512, 32), "labels": labels}, _identity
+
+
 LIBRARIES: dict[str, Callable[[], tuple]] = {
     "pyro_vae": _pyro_vae,
     "gpytorch_cholesky": lambda: _gpytorch("cholesky"),
@@ -3690,4 +3772,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "encodec": _encodec,
     "torchcrepe_pitch": _torchcrepe,
     "backpack_diag_ggn": _backpack_diag_ggn,
+    "freia_glow": _freia_glow,
+    "bayesian_torch_cnn": _bayesian_torch,
+    "torchhd_onlinehd": _torchhd_onlinehd,
 }

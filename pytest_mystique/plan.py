@@ -423,7 +423,7 @@ class Planner:
             size = sum(math.prod(r.shape) * r.itemsize for r in refs)
             self.report.notes[f"{len(refs)} optimizer state tensor(s) ({fmt_bytes(size)}) start at zero, as the "
                               f"optimizer makes them"] += 1  # fmt: skip
-        square = {r for r in roots if len(r.shape) == 2 and r.shape[0] == r.shape[1]}
+        square = {r for r in roots if len(r.shape) >= 2 and r.shape[-1] == r.shape[-2]}  # (or a batch of them: see fill)
         if square:
             self.report.notes[f"{len(square)} optimizer state matri(ces) that its step factorises or solves against "
                               f"(preconditioners) start at {PRECONDITIONER_START:g} times the identity, not at zero, "

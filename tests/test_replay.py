@@ -3683,15 +3683,11 @@ class _Preconditioned(torch.optim.Optimizer):
                 p.add_((u @ s.pow(-0.25).diag() @ v.T @ g).view_as(p), alpha=-group["lr"])
 
 
-def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
-    """Optimizer state starts at zero (above), but for a square matrix the step factorises: a
-    preconditioner, which the optimizer starts nonsingular (Shampoo's at ``eps * I``). From zero,
-    its ``svd`` found zero singular values (``g g^T`` of a 32 x 8 gradient has rank 8), their
-    -1/4th powers were infinite, and the next iteration's ``svd`` failed on infinite data
-    (torch-optimizer's Shampoo did so). It starts, and is reset, at a small multiple of the
-    identity, as the optimizer starts it."""
+def _trained_by(tmp_path, optimizer):
+    """The prepared replay of a two-layer network's training step by ``optimizer`` (a class of
+    one), every op of it replayed."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
-    opt = _Preconditioned(model.parameters())
+    opt = optimizer(model.parameters())
     x = torch.randn(16, 8)
 
     def step():
@@ -3702,6 +3698,18 @@ def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
     replay = _captured(tmp_path, "train", step)
     rep = replay.report
     assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    return replay
+
+
+def test_a_preconditioner_the_optimizer_factorises_starts_nonsingular(tmp_path):
+    """Optimizer state starts at zero (above), but for a square matrix the step factorises: a
+    preconditioner, which the optimizer starts nonsingular (Shampoo's at ``eps * I``). From zero,
+    its ``svd`` found zero singular values (``g g^T`` of a 32 x 8 gradient has rank 8), their
+    -1/4th powers were infinite, and the next iteration's ``svd`` failed on infinite data
+    (torch-optimizer's Shampoo did so). It starts, and is reset, at a small multiple of the
+    identity, as the optimizer starts it."""
+    replay = _trained_by(tmp_path, _Preconditioned)
+    rep = replay.report
     assert any("2 optimizer state matri(ces) that its step factorises" in n and "times the identity" in n for n in rep.notes)
     assert {tuple(r.shape) for r in replay.factory.preconditioners} == {(32, 32), (4, 4)}, replay.factory.preconditioners
     assert not any(len(r.shape) == 2 and r.shape[0] == r.shape[1] for r in replay.factory.zeros), replay.factory.zeros
@@ -3753,18 +3761,8 @@ def test_a_preconditioner_kept_packed_starts_nonsingular(tmp_path):
     at a small value in every element, which unpacks into a nonsingular triangle. The momentum,
     whose outer product the step adds to the unpacked factor, reaches it only through arithmetic:
     it is no preconditioner, and starts at zero."""
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32, bias=False), torch.nn.Tanh(), torch.nn.Linear(32, 4, bias=False))
-    opt = _PackedTriangular(model.parameters())
-    x = torch.randn(16, 8)
-
-    def step():
-        opt.zero_grad()
-        model(x).square().mean().backward()
-        opt.step()
-
-    replay = _captured(tmp_path, "train", step)
+    replay = _trained_by(tmp_path, _PackedTriangular)
     rep = replay.report
-    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
     assert {tuple(r.shape) for r in replay.factory.preconditioners} == {(528,), (10,)}, replay.factory.preconditioners
     assert {tuple(r.shape) for r in replay.factory.zeros} == {(32, 8), (4, 32)}, replay.factory.zeros
     assert any("2 optimizer state tensor(s) whose values reach a matrix its step factorises or solves against" in n
