@@ -170,7 +170,12 @@ no other part of the project traces.
   codebooks move by moving averages), trained on the audio's L1 error and the commitment penalty;
 * torchcrepe: CREPE pitch tracking with its bundled tiny model (inference only);
 * BackPACK: per-sample gradients and the exact diagonal of the generalised Gauss-Newton matrix,
-  computed by module hooks inside a CNN's backward pass (inference only).
+  computed by module hooks inside a CNN's backward pass (inference only);
+* FrEIA: an invertible network of all-in-one coupling blocks trained by maximum likelihood;
+* bayesian-torch: a CNN made Bayesian (weights drawn from their posteriors in every forward pass),
+  trained by cross-entropy and the KL divergence;
+* torchhd: OnlineHD, hypervector encoding and a single-pass update of class prototypes (inference
+  only).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -197,7 +202,7 @@ ModuleNotFoundError, which the zoo reports as the original failing) and seeds to
         timm open_clip_torch pytorch-widedeep enformer-pytorch pypose compressai pytorch-forecasting \
         equiformer-pytorch galore-torch chemprop litgpt deepwave torchscale mup torchdyn MEGABYTE-pytorch \
         torch-rechub norse captum speechbrain demucs vocos asteroid diffsort fast-pytorch-kmeans heavyball \
-        encodec torchcrepe backpack-for-pytorch
+        encodec torchcrepe backpack-for-pytorch FrEIA bayesian-torch torch-hd
 
 (torch-harmonics 0.8 and later load a compiled extension built for one torch release; 0.7.4 is
 Python only. torchvision and torchaudio from PyPI are CUDA builds that do not load beside the CPU

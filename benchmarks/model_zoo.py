@@ -79,7 +79,7 @@ Enformer; pypose's Levenberg-Marquardt, compressai's hyperprior, a Temporal Fusi
 Equiformer, GaLore, chemprop, LitGPT, deepwave, RetNet, mup, torchdyn, MEGABYTE, MMoE, norse;
 captum's integrated gradients, speechbrain's ECAPA-TDNN, Hybrid Transformer Demucs, Vocos,
 asteroid's Conv-TasNet, diffsort, k-means, heavyball's PSGD, EnCodec, torchcrepe, BackPACK's
-curvature), each built
+curvature, FrEIA's coupling flow, bayesian-torch's variational CNN, torchhd's OnlineHD), each built
 where its library is installed.
 A trace whose two recorded calls ran different operators (the capture helper's check, recorded in
 its sidecar) is marked VARIES and left out of the ratios: the original's timing covers calls other
