@@ -212,18 +212,17 @@ class InsideOperators:
 OUTSIDE_NAMED, OUTSIDE_LEAST = 3, 0.05
 
 
-def outside_ranges(events, wall_s: float) -> dict[str, float]:
-    """The profiler's events that are no operator (``record_function`` labels, a Python autograd
-    Function's forward, an optimizer's ``step``, the autograd engine's functions), by their self
-    time as a share of a call's ``wall_s``: the time inside them that no operator inside them
-    took. That is where the step's time outside operators went: a Function whose forward runs a
-    library's own C code (deepwave's wave propagation, through ctypes), an optimizer's Python loop.
-    The autograd engine's ``evaluate_function`` ranges count as one."""
+def outside_ranges(ranges, wall_s: float) -> dict[str, float]:
+    """The profiler's events that are no operator (``ranges``: ``record_function`` labels, a Python
+    autograd Function's forward, an optimizer's ``step``, the autograd engine's functions), by
+    their self time as a share of a call's ``wall_s``: the time inside them that no operator inside
+    them took. That is where the step's time outside operators went: a Function whose forward runs
+    a library's own C code (deepwave's wave propagation, through ctypes), an optimizer's Python
+    loop. The autograd engine's ``evaluate_function`` ranges count as one."""
     own: dict[str, float] = {}
-    for e in events:
-        if not _OPERATOR_EVENT.fullmatch(e.key):
-            name = BACKWARD if e.key.startswith(BACKWARD) else e.key
-            own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
+    for e in ranges:
+        name = BACKWARD if e.key.startswith(BACKWARD) else e.key
+        own[name] = own.get(name, 0.0) + e.self_cpu_time_total / 1e6
     return {name: min(1.0, s / wall_s) for name, s in own.items()} if wall_s > 0 else {}
 
 
@@ -233,7 +232,6 @@ def largest_outside(calls: list[dict[str, float]]) -> dict[str, float]:
     medians = {name: statistics.median(call.get(name, 0.0) for call in calls) for name in {n for c in calls for n in c}}
     top = sorted(medians.items(), key=lambda kv: -kv[1])[:OUTSIDE_NAMED]
     return {name: share for name, share in top if share >= OUTSIDE_LEAST}
-
 
 
 #: Seconds of steps that each side's profiled calls should cover at least (see :func:`profiled_calls`).
@@ -283,13 +281,14 @@ def inside_operators(fn, *, calls: int = 3, between=None, warmup: int = 0) -> In
             return None
         if i < warmup:
             continue
-        events = prof.key_averages()
-        operators = [e for e in events if _OPERATOR_EVENT.fullmatch(e.key)]
+        operators, ranges = [], []
+        for e in prof.key_averages():
+            (operators if _OPERATOR_EVENT.fullmatch(e.key) else ranges).append(e)
         inside = sum(e.self_cpu_time_total for e in operators) / 1e6
         counts.append(sum(e.count for e in operators))
         ops.append(inside)
         shares.append(min(1.0, inside / wall) if wall > 0 else 1.0)
-        outside.append(outside_ranges(events, wall))
+        outside.append(outside_ranges(ranges, wall))
     return InsideOperators(statistics.median(ops), statistics.median(shares), outside=largest_outside(outside),
                            counts=counts)  # fmt: skip
 

@@ -762,13 +762,13 @@ def _time_inside_operators(step, path: Path) -> None:
     found = {}
     if got.ops_s > 0:
         found.update(original_ops_s=got.ops_s, original_ops_share=got.share, original_outside=got.outside or {})
-    varies = bool(got.counts) and min(got.counts) != max(got.counts)
-    if varies:
-        found.update(profiled_ops=[min(got.counts), max(got.counts)], recorded_ops_differ=True)
+    low, high = (min(got.counts), max(got.counts)) if got.counts else (0, 0)
+    if low != high:
+        found.update(profiled_ops=[low, high], recorded_ops_differ=True)
     if found:
         add_to_sidecar(path, **found)  # (one write of the sidecar)
-    if varies:
-        warnings.warn(f"{path}: the step's profiled calls after the traced one ran from {min(got.counts)} to "
-                      f"{max(got.counts)} operators: its work changes from call to call (control flow that follows "
+    if low != high:
+        warnings.warn(f"{path}: the step's profiled calls after the traced one ran from {low} to "
+                      f"{high} operators: its work changes from call to call (control flow that follows "
                       f"the data or the training's progress, as an adaptive solver's steps do); the trace holds one "
                       f"call, the original's timing covers others", stacklevel=3)  # fmt: skip
