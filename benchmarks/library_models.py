@@ -2407,6 +2407,98 @@ def _ultralytics_yolo():
                     "bboxes": torch.cat([torch.rand(boxes, 2) * 0.6 + 0.2, torch.rand(boxes, 2) * 0.3 + 0.05], 1)}, _identity  # fmt: skip
 
 
+#: torchvision's detectors: constructor, its options (smaller images, fewer proposals and boxes a
+#: step than its defaults, so that a CPU step takes a second or less), size of the images
+_DETECTORS = {
+    "faster_rcnn": ("fasterrcnn_mobilenet_v3_large_320_fpn",
+                    {"rpn_post_nms_top_n_train": 500, "box_batch_size_per_image": 128}, 320),
+    "mask_rcnn": ("maskrcnn_resnet50_fpn", {"min_size": 160, "max_size": 160, "rpn_post_nms_top_n_train": 500,
+                                            "rpn_post_nms_top_n_test": 300, "box_batch_size_per_image": 64,
+                                            "box_detections_per_img": 20}, 160),
+    "retinanet": ("retinanet_resnet50_fpn", {"min_size": 160, "max_size": 160}, 160),
+    "fcos": ("fcos_resnet50_fpn", {"min_size": 160, "max_size": 160}, 160),
+    "ssdlite": ("ssdlite320_mobilenet_v3_large", {}, 320),
+}  # fmt: skip
+
+
+def _torchvision_detector(kind: str):
+    """One of torchvision's detectors (no weights), two images with three boxes each: trained by
+    its own losses, and its inference with its post-processing (score thresholds and NMS, whose
+    counts follow the data). Two-stage ones pool each proposal's features by RoIAlign; Mask R-CNN
+    pastes each detection's mask into its image. Their operators are torchvision's own
+    (``torchvision::nms``, ``roi_align`` and its backward), which load where torchvision's C library
+    does: a CUDA build of torch with torchvision's release for it runs them on the CPU (``pip
+    install torch==2.14.1 torchvision==0.29.1``); beside the CPU torch they do not exist."""
+    tv = torchvision_module()
+    if not hasattr(torch.ops.torchvision, "roi_align"):
+        raise ModuleNotFoundError("torchvision's C operators did not load beside this torch (a build of torchvision for it is needed)")
+    factory, options, size = _DETECTORS[kind]
+    torch.manual_seed(0)
+    net = getattr(tv.models.detection, factory)(weights=None, weights_backbone=None, num_classes=6, **options)
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, images, boxes, labels, masks):
+            if not self.training:
+                return self.net(list(images))
+            targets = [{"boxes": b, "labels": c, "masks": m} for b, c, m in zip(boxes, labels, masks)]
+            return sum(self.net(list(images), targets).values())
+
+    g = torch.Generator().manual_seed(1)
+    corner = torch.rand(2, 3, 2, generator=g) * size * 0.6
+    boxes = torch.cat([corner, corner + torch.rand(2, 3, 2, generator=g) * size * 0.3 + size * 0.1], -1)
+    columns = torch.arange(size)
+    inside = [(columns >= boxes[..., i, None]) & (columns < boxes[..., i + 2, None]) for i in (0, 1)]  # (2, 3, size)
+    masks = (inside[1][..., :, None] & inside[0][..., None, :]).to(torch.uint8)
+    return Detector(), {"images": torch.rand(2, 3, size, size, generator=g), "boxes": boxes,
+                        "labels": torch.randint(1, 6, (2, 3), generator=g), "masks": masks}, _identity  # fmt: skip
+
+
+def _torchvision_deformable():
+    """torchvision's own operators in a small network: modulated deformable convolutions (DCNv2:
+    offsets and a mask predicted by a convolution), position-sensitive RoIAlign and RoI pooling of
+    boxes over the features, a classifier of the pooled regions (``torchvision::deform_conv2d``,
+    ``ps_roi_align``, ``roi_pool`` and their backward operators). They need torchvision's C
+    library, as :func:`_torchvision_detector` says."""
+    tv = torchvision_module()
+    if not hasattr(torch.ops.torchvision, "deform_conv2d"):
+        raise ModuleNotFoundError("torchvision's C operators did not load beside this torch (a build of torchvision for it is needed)")
+    ops = tv.ops
+    torch.manual_seed(0)
+
+    class Deformable(nn.Module):
+        def __init__(self, channels):
+            super().__init__()
+            self.offset = nn.Conv2d(channels, 3 * 9, 3, padding=1)
+            self.conv = ops.DeformConv2d(channels, channels, 3, padding=1)
+
+        def forward(self, x):
+            offset, mask = self.offset(x).split([18, 9], 1)
+            return F.relu(self.conv(x, offset, mask.sigmoid())) + x
+
+    class Regions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 36, 3, stride=2, padding=1), nn.ReLU())
+            self.body = nn.Sequential(Deformable(36), Deformable(36))
+            self.classify = nn.Linear(4 * 9 + 36 * 4, 5)
+
+        def forward(self, image, rois):
+            x = self.body(self.stem(image))
+            sensitive = ops.ps_roi_align(x, rois, output_size=3, spatial_scale=0.5, sampling_ratio=2).flatten(1)
+            pooled = ops.roi_pool(x, rois, output_size=2, spatial_scale=0.5).flatten(1)
+            return self.classify(torch.cat([sensitive, pooled], 1))
+
+    g = torch.Generator().manual_seed(1)
+    corner = torch.rand(32, 2, generator=g) * 80
+    rois = torch.cat([torch.randint(0, 4, (32, 1), generator=g).float(), corner, corner + 8 + torch.rand(32, 2, generator=g) * 40], 1)
+    labels = torch.randint(0, 5, (32,), generator=g)
+    return Regions(), {"image": torch.randn(4, 3, 128, 128, generator=g), "rois": rois}, lambda out: F.cross_entropy(out, labels)
+
+
 def _smp_unet():
     """segmentation_models_pytorch's U-Net over a ResNet-18 encoder (no weights), trained by its
     multi-class Dice loss plus cross-entropy over five classes."""
@@ -3730,6 +3822,12 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     # session 82's batch (torchvision: see torchvision_module)
     "ultralytics_yolo": _ultralytics_yolo,
     "smp_unet": _smp_unet,
+    "tv_faster_rcnn": lambda: _torchvision_detector("faster_rcnn"),
+    "tv_mask_rcnn": lambda: _torchvision_detector("mask_rcnn"),
+    "tv_retinanet": lambda: _torchvision_detector("retinanet"),
+    "tv_fcos": lambda: _torchvision_detector("fcos"),
+    "tv_ssdlite": lambda: _torchvision_detector("ssdlite"),
+    "tv_deformable_rois": _torchvision_deformable,
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,

@@ -82,8 +82,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: through its parts for a later read of memory made inside it only where the reader runs after the
 #: backward pass started (a forward op's number in recycled memory had opened Equiformer's masked select);
 #: 25 = optimizer state whose values reach a matrix the step factorises or solves against starts
-#: nonsingular even where it is kept packed (PSGD's triangular factors as lines: 1e-4 in every element).
-REPLAY_VERSION = 25
+#: nonsingular even where it is kept packed (PSGD's triangular factors as lines: 1e-4 in every element);
+#: 26 = a table of regions that torchvision's RoI operators pool holds an image of the batch and a box
+#: inside it in each row.
+REPLAY_VERSION = 26
 
 
 @lru_cache(maxsize=1)

@@ -47,6 +47,7 @@ from .ranges import (
     index_ranges,
     integral,
     real_floating,
+    region_tables,
     value_sources,
 )
 from .sidecar import sidecar_path
@@ -613,6 +614,7 @@ class Planner:
         self.factory.suggest_floats(float_ranges(node, names))
         self._ranges_inside(node)
         self.factory.definite.update(definite_inputs(node))
+        self.factory.regions.update(region_tables(node, names))
         if node.name.startswith("fbgemm::"):
             name, args = node.name[8:], dict(zip(names, node.inputs))
             for ref, rng in tbe_ranges(name, args).items():

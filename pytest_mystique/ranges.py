@@ -12,6 +12,8 @@
   shift or a scale of an input, so that a requirement on the derived tensor is passed back to the
   input the program made it from (:meth:`.tensors.TensorFactory.pass_back`).
 * Square matrices a factorisation needs positive-definite (:func:`definite_inputs`).
+* Tables of boxes that torchvision's region operators pool (:func:`region_tables`): each row an
+  image's index in the batch, then a box inside that image.
 
 :mod:`.tensors` draws data that meet them; :mod:`.distributions` draws the spreads of integers.
 """
@@ -224,6 +226,55 @@ def definite_inputs(node: Node) -> list[TensorRef]:
     ref = node.inputs[0] if node.inputs and node.name.split("::")[-1] in _DEFINITE else None
     ok = isinstance(ref, TensorRef) and ref.defined and len(ref.shape) >= 2 and ref.shape[-1] == ref.shape[-2]
     return [ref] if ok else []
+
+
+@dataclass(frozen=True)
+class Regions:
+    """A table of regions of interest, ``(K, 5)``: each row the index of an image among
+    ``images``, then a box ``x1, y1, x2, y2`` inside the image (``width`` by ``height``, in its
+    own coordinates: the features' times 1 / ``spatial_scale``)."""
+
+    images: int
+    height: float
+    width: float
+
+
+#: torchvision's region operators (``torchvision.ops.roi_align``, Faster R-CNN's box head) and
+#: their backward ops: whether the images' count and size come from the features (``input``) or
+#: from numbers (a backward op's ``batch_size``, ``height``, ``width``). Their kernels trust a
+#: row's image index: one outside the batch reads or writes outside the features' memory (a CPU
+#: replay's process ended by a segmentation fault where a step's table of regions, an input, was
+#: drawn over its values' whole spread, coordinates and indices mixed).
+_REGION_OPS = {"roi_align": "input", "ps_roi_align": "input", "roi_pool": "input", "ps_roi_pool": "input",
+               "_roi_align_backward": "numbers", "_ps_roi_align_backward": "numbers",
+               "_roi_pool_backward": "numbers", "_ps_roi_pool_backward": "numbers"}  # fmt: skip
+
+
+def region_tables(node: Node, arg_names: list[str]) -> dict[TensorRef, Regions]:
+    """The floating ``rois`` of a torchvision region op ``node``, and the images its rows must lie
+    in (:class:`Regions`); ``arg_names`` are the schema's argument names."""
+    namespace, _, name = node.name.partition("::")
+    how = _REGION_OPS.get(name) if namespace == "torchvision" else None
+    args = dict(zip(arg_names, node.inputs))
+    rois = args.get("rois")
+    if how is None or not (isinstance(rois, TensorRef) and rois.defined and floating(rois)
+                           and len(rois.shape) == 2 and rois.shape[1] == 5):  # fmt: skip
+        return {}
+
+    def number(arg: str) -> float | None:
+        v = getattr(args.get(arg), "value", None)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    scale = number("spatial_scale")
+    x = args.get("input")
+    if how == "input":
+        sizes = (x.shape[0], x.shape[-2], x.shape[-1]) if isinstance(x, TensorRef) and len(x.shape) == 4 else None
+    else:
+        sizes = (number("batch_size"), number("height"), number("width"))
+    if sizes is None or None in sizes or not scale or scale <= 0 or min(sizes) < 1:
+        return {}
+    images, height, width = sizes
+    return {rois: Regions(int(images), height / scale, width / scale)}
 
 
 @dataclass

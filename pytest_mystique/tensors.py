@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .distributions import Bags, Skew, bag_offsets, bounded_parts, distinct_draws, mask_of, skewed_rows
-from .ranges import IntRange, Shifted, floating, integral, same_elements, same_selection
+from .ranges import IntRange, Regions, Shifted, floating, integral, same_elements, same_selection
 from .sidecar import QUANTILE_LEVELS
 from .trace import UNKNOWN_DTYPE, TensorRef, contiguous_strides
 
@@ -175,6 +175,7 @@ class TensorFactory:
     sparse: set[TensorRef] = field(default_factory=set)  # tables that ops read and write only row by row
     zeros: set[TensorRef] = field(default_factory=set)  # tensors that start at zero (optimizer state)
     definite: set[TensorRef] = field(default_factory=set)  # matrices a Cholesky factorisation reads
+    regions: dict[TensorRef, Regions] = field(default_factory=dict)  # tables of boxes a region op pools (see make)
     preconditioners: set[TensorRef] = field(default_factory=set)  # optimizer state reaching a factorisation (see fill)
     untouched_bytes: dict[tuple[int, str], int] = field(default_factory=dict)  # allocations left unfilled
     overwritten: set[tuple[int, str]] = field(default_factory=set)  # allocations an op writes whole before any read
@@ -546,11 +547,30 @@ class TensorFactory:
             self._constrained[key] = True
         if ref in self.definite and (t.dtype.is_floating_point or t.dtype.is_complex):
             make_definite(t)
+        if ref in self.regions and t.dtype.is_floating_point and device.type != "meta":
+            values = self.float_values.get(ref)
+            if values is None or len(values) != t.numel():  # (not the original's own, as recorded)
+                self._draw_regions(t, self.regions[ref])
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":
             self._keep_apart(ref, t)
         return t
+
+    def _draw_regions(self, t: torch.Tensor, regions: Regions) -> None:
+        """``t``, a table of regions (:class:`.ranges.Regions`), drawn row by row: an image's index
+        among its images, then a box inside that image, its corner uniform over the image and its
+        far corner uniform between that and the image's edge. A table drawn as one spread (the
+        capture's record of its values, all columns together) has indices outside the batch."""
+        g = self._seeded_generator()
+        kind = torch.float64 if t.dtype == torch.float64 else torch.float32
+        u = torch.rand(t.shape[0], 5, generator=g, device=t.device, dtype=kind)
+        extent = torch.tensor([regions.width, regions.height], device=t.device, dtype=kind)
+        corner = u[:, 1:3] * extent
+        far = corner + u[:, 3:5] * (extent - corner)
+        index = (u[:, :1] * regions.images).floor_().clamp_(max=regions.images - 1)
+        with torch.no_grad():
+            t.copy_(torch.cat([index, corner, far], 1))
 
     def _keep_apart(self, ref: TensorRef, t: torch.Tensor) -> None:
         """Where ``t`` (``ref``, just made) agrees element by element with the input it must not

@@ -4730,6 +4730,84 @@ def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
     assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
 
 
+@pytest.fixture(scope="module")
+def region_ops():
+    """``torchvision::roi_align`` and ``torchvision::_roi_align_backward``: torchvision's own where
+    its C library loads beside this torch; else, in a library of this module's, operators of the
+    same schemas whose kernels raise, where torchvision's would read or write outside the
+    features' memory, for a row whose image index is outside the batch or whose box is turned
+    inside out. (Defined once: torch keeps the operators it resolved.)"""
+    if importlib.util.find_spec("torchvision") is not None:
+        try:
+            import torchvision  # noqa: F401
+
+            yield
+            return
+        except (ImportError, RuntimeError):  # (a build of torchvision for another torch)
+            pytest.skip("torchvision is installed but its operators do not load beside this torch")
+
+    def rows(rois, images):
+        index = rois[:, 0]
+        if not (bool((index >= 0).all()) and bool((index < images).all())):
+            raise IndexError(f"an image index outside the batch of {images}: {index.min()}..{index.max()}")
+        if not bool((rois[:, 3:] >= rois[:, 1:3]).all()):
+            raise ValueError("a box turned inside out")
+        return index.long()
+
+    def roi_align(x, rois, scale, ph, pw, ratio, aligned):
+        index = rows(rois, x.shape[0])
+        return x[index].mean((2, 3), keepdim=True).expand(-1, -1, ph, pw) * (rois[:, 3:].sum(1) * scale).view(-1, 1, 1, 1)
+
+    def backward(grad, rois, scale, ph, pw, images, channels, height, width, ratio, aligned):
+        index = rows(rois, images)
+        return torch.zeros(images, channels, height, width).index_add_(0, index, grad.mean((2, 3), keepdim=True).expand(
+            -1, -1, height, width).contiguous())  # fmt: skip
+
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+               "int sampling_ratio, bool aligned) -> Tensor")  # fmt: skip
+    lib.define("_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, "
+               "SymInt pooled_width, SymInt batch_size, SymInt channels, SymInt height, SymInt width, "
+               "int sampling_ratio, bool aligned) -> Tensor")  # fmt: skip
+    lib.impl("roi_align", roi_align, "CPU")
+    lib.impl("_roi_align_backward", backward, "CPU")
+    yield
+    lib._destroy()
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, region_ops):
+    """torchvision's RoIAlign reads a table of regions, a row an image's index in the batch, then
+    a box in that image's coordinates; its kernels trust the index. Drawn over the spread the
+    capture recorded of the whole table (indices and coordinates together), the indices went past
+    the batch and the replay's process died of a segmentation fault. Each row now holds an image
+    of the batch (the forward op's features', the backward op's ``batch_size``) and a box inside
+    that image (its size over the op's spatial scale): with the capture's records and without."""
+    x, grad = torch.randn(3, 4, 16, 24), torch.randn(32, 4, 2, 2)
+    boxes = torch.rand(32, 2) * torch.tensor([40.0, 24.0])
+    rois = torch.cat([torch.randint(0, 3, (32, 1)).float(), boxes, boxes + 8], 1)  # (32 rows: no column records)
+    later = torch.cat([torch.randint(0, 2, (32, 1)).float(), boxes, boxes + 4], 1)
+
+    def step():
+        pooled = torch.ops.torchvision.roi_align(x, rois, 0.5, 2, 2, 2, True)
+        back = torch.ops.torchvision._roi_align_backward(grad, later, 0.25, 2, 2, 2, 4, 8, 12, 2, True)
+        return pooled.sum() + back.sum()
+
+    replay = _captured(tmp_path, "regions", step, scales=records)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    for name, images, extent in (("torchvision::roi_align", 3, (48.0, 32.0)),
+                                 ("torchvision::_roi_align_backward", 2, (48.0, 32.0))):  # fmt: skip
+        step_ = next(s for s in replay.steps if s.name == name)
+        table = replay.env[dict(step_.fills)[1]]
+        index = table[:, 0]
+        assert table.shape == (32, 5) and torch.equal(index, index.floor()), table
+        assert int(index.min()) >= 0 and int(index.max()) < images and len(index.unique()) > 1, index
+        assert (table[:, 3:] >= table[:, 1:3]).all() and (table[:, 1:] >= 0).all(), table
+        assert (table[:, 3:] <= torch.tensor(extent)).all(), (name, table[:, 3:].amax(0))
+    replay.run()
+
+
 #: The schemas of the operators torch 2.14 removed (``torch.cholesky``, ``torch.qr``), as a trace
 #: recorded before that holds them, and the replacement each records the same call as.
 _REMOVED_SCHEMAS = {
