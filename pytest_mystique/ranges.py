@@ -397,10 +397,13 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
         idx = args.get("indices")
         base = args.get("self")
         if isinstance(idx, ListValue):
-            for dim, ref in enumerate(idx.items):
+            dim = 0  # (the dimension of ``self`` the next index reads: a mask of k dimensions covers k)
+            for ref in idx.items:
+                mask = isinstance(ref, TensorRef) and ref.defined and ref.dtype in ("bool", "uint8")
                 n = _dim_size(base, dim)
-                if isinstance(ref, TensorRef) and ref.defined and n and ref.dtype != "bool":
+                if isinstance(ref, TensorRef) and ref.defined and n and not mask:
                     out[ref] = IntRange(0, n)
+                dim += len(ref.shape) if mask else 1
             mask = _mask_selects(idx.items, base, args.get("values"), node.outputs, name in ("index", "_unsafe_index"))
             if mask is not None:
                 out[mask[0]] = mask[1]

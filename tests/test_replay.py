@@ -901,6 +901,31 @@ def test_values_put_by_a_mask_keep_the_originals_count_of_selected_elements(tmp_
         replay.run()
 
 
+def test_an_index_after_a_mask_of_two_dimensions_reads_the_third(tmp_path):
+    """``targets[mask, classes] = 1`` (FCOS's one-hot class targets: a mask over the images and
+    their anchors, then the class of each anchor it selects): the mask covers the first two
+    dimensions, so the classes index the third. Taken as indexing the second, the seeded classes
+    that stand in for ``labels[mask]`` (its count follows the replay's data) were drawn up to the
+    anchors' count, and the write was skipped with an index error."""
+    logits, scores, labels = torch.randn(2, 50, 6), torch.rand(2, 50), torch.randint(0, 6, (2, 50))
+
+    def step():
+        mask = scores > 0.7
+        targets = torch.zeros_like(logits)
+        targets[mask, labels[mask]] = 1.0
+        return targets.sum()
+
+    replay = _captured(tmp_path, "one_hot", step)
+    rep = replay.report
+    assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    assert any(n.startswith("aten::index: its output's shape depends on the data") for n in rep.notes), rep.notes
+    put = next(s for s in replay.steps if s.name == "aten::index_put_")
+    classes = replay.env[put.list_fills[0][1][1]]
+    assert classes.dtype == torch.int64 and int(classes.min()) >= 0 and int(classes.max()) < 6, classes
+    assert len(classes.unique()) > 1, classes
+    replay.run()
+
+
 def test_ids_hold_the_originals_hottest_values_so_masks_computed_from_them_select_as_many(tmp_path):
     """The capture records an integer input's hottest values themselves, and the replay's ids hold
     them as often as the original's did: a mask computed by comparing the ids with the image token
