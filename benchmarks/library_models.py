@@ -175,7 +175,14 @@ no other part of the project traces.
 * bayesian-torch: a CNN made Bayesian (weights drawn from their posteriors in every forward pass),
   trained by cross-entropy and the KL divergence;
 * torchhd: OnlineHD, hypervector encoding and a single-pass update of class prototypes (inference
-  only).
+  only);
+* torchvision's detectors: Faster R-CNN (a MobileNetV3 FPN), Mask R-CNN, RetinaNet, FCOS and
+  SSDlite, trained by their own losses (anchor matching, sampled proposals, RoIAlign over the
+  pyramid), and their inference with its score thresholds and NMS; and a network of deformable
+  convolutions (DCNv2) whose regions are pooled by position-sensitive RoIAlign and RoI pooling.
+  Their operators are torchvision's own (``torchvision::nms``, ``roi_align``, ``deform_conv2d``
+  and their backward ops), which need torchvision's C library: ``pip install torch==2.14.1
+  torchvision==0.29.1`` (a CUDA build of both, which runs them on the CPU), not the CPU torch.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -210,7 +217,9 @@ torch: the models here do without them, but for ultralytics, segmentation-models
 lightly, denoising-diffusion-pytorch, vit-pytorch, timm and open_clip, which need torchvision, and
 speechbrain, Vocos, asteroid, EnCodec and torchcrepe, which need torchaudio: where it is
 installed, the zoo makes its Python parts importable first (``torchvision_module``,
-``torchaudio_module``), and every library that imports it then imports. torchrec pulls in
+``torchaudio_module``), and every library that imports it then imports. torchvision's own
+operators still do not load there: its detectors are run in an environment of torch 2.14.1 and
+torchvision 0.29.1, CUDA builds of both, whose operators run on the CPU. torchrec pulls in
 fbgemm-gpu, a CUDA build: install fbgemm-gpu-cpu of torch's release in its place.)
 """
 
