@@ -122,6 +122,7 @@ from fidelity_interleaved import op_timer_option, timer_label  # noqa: E402
 from pytest_mystique.measure import inside_operators_alternated, profiled_calls, steady_allocator  # noqa: E402
 from pytest_mystique.recorder import capture_step  # noqa: E402
 from pytest_mystique.replay import Replay  # noqa: E402
+from pytest_mystique.runner import build_canary  # noqa: E402
 from pytest_mystique.sidecar import INPUT_RECORDS, load_sidecar, sidecar_path  # noqa: E402
 from pytest_mystique.trace import load_trace  # noqa: E402
 
@@ -612,7 +613,9 @@ def main() -> int:
                     side = sidecar_path(path)
                     kept = {k: v for k, v in json.loads(side.read_text()).items() if k not in INPUT_RECORDS}
                     side.write_text(json.dumps(kept))
-                replay = Replay(load_trace(path), "cpu").prepare()
+                replay = Replay(load_trace(path), "cpu")
+                build_canary(replay)  # (a kernel that crashes on the replay's data fails this model alone, as in the plugin)
+                replay.prepare()
             except Exception as e:  # noqa: BLE001 - reported in the table
                 print(f"{label:<28} failed: {type(e).__name__}: {str(e)[:120]}")
                 continue

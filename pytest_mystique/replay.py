@@ -262,6 +262,11 @@ class Replay:
                 torch.cuda.synchronize(self.device)
         self._since_reseed += 1
 
+    @property
+    def nonfinite_at(self) -> str | None:
+        """The first op whose output held NaN or inf at the build (``name (node id)``), or None."""
+        return self._first_nonfinite
+
     def inputs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         """The seeded input tensors: (the trace's tensor, the replay's tensor)."""
         return [(ref, self.env[slot]) for (ref, _), slot in self._externals.items()]

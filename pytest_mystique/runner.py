@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import functools
 import gc
 import math
@@ -172,7 +173,12 @@ def build_canary(replay) -> bool:
     """Build ``replay`` first in a forked child process. An op that crashes its process (a
     kernel that trusts an input the trace could not give, such as a packed sequence's batch
     sizes, and reads outside its memory) then ends the child, not the test session: this raises a
-    ReplayError naming the trace and the op. Errors other than crashes are left to the real build,
+    ReplayError naming the trace and the op. Where the build's data went NaN or inf, the child
+    also runs the iterations that start the timing (:data:`CANARY_ITERATIONS`, after the state's
+    reset, as the warm-up does): such data reach kernels that take them for positions (a box's
+    NaN coordinates, which torchvision's RoIAlign turns into indices: a Faster R-CNN trace
+    captured elsewhere, whose target boxes are drawn, took the log of negative widths, and its
+    first iterations' weights were NaN). Errors other than crashes are left to the real build,
     which reports them. Only where the OS forks and for a replay on the CPU (a forked child cannot
     use a GPU its parent opened); a multi-rank replay runs in its own processes already. Returns
     whether the child built."""
@@ -184,9 +190,12 @@ def build_canary(replay) -> bool:
         code = 0
         try:
             os.close(read)
+            faulthandler.disable()  # (its crash is the parent's to report, naming the op: no dump of the child's stack)
             torch.set_num_threads(1)  # a forked child must not wait on the parent's OpenMP threads
             replay.progress = write
             replay.prepare(timed=False)
+            if replay.nonfinite_at:
+                _iterations_canary(replay, write)
         except BaseException:  # noqa: BLE001 - the parent's own build meets it again and reports it
             code = 1
         os._exit(code)
@@ -208,6 +217,34 @@ def build_canary(replay) -> bool:
         raise ReplayError(replay.trace.path, f"replaying op {op} crashed the process ({sig}): the kernel trusted input "
                                              f"data the trace does not hold; nothing was timed")  # fmt: skip
     return True
+
+
+#: Iterations the build canary runs after a build whose data went NaN or inf (see :func:`build_canary`)
+CANARY_ITERATIONS = 2
+
+
+def _iterations_canary(replay, write: int) -> None:
+    """In the canary's child: the replay's state reset and :data:`CANARY_ITERATIONS` iterations
+    run, each op named on ``write`` before it runs."""
+    steps = replay.steps
+    where = (f", in an iteration after the build, whose data had gone NaN or inf (first in the output of "
+             f"{replay.nonfinite_at})")  # fmt: skip
+    done = 0
+
+    def say(i: int) -> None:
+        os.write(write, f"{steps[i].name} (node {steps[i].node_id}){where}\n".encode())
+
+    def after(step, result) -> None:
+        nonlocal done
+        done += 1
+        if done < len(steps):
+            say(done)
+
+    replay.reset_state()
+    for _ in range(CANARY_ITERATIONS if steps else 0):
+        done = 0
+        say(0)
+        replay.run(after)
 
 
 def as_captured(options: Options, trace_path) -> Options:

@@ -4833,6 +4833,49 @@ def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, reg
     replay.run()
 
 
+def test_a_kernel_that_trusts_data_gone_nan_in_the_iterations_fails_the_canary_not_the_process(tmp_path):
+    """A trace captured elsewhere has no record of its data: a detector's target boxes are drawn,
+    a log of their widths' ratios is NaN, so are the gradients, and the optimizer's step makes the
+    weights NaN. The build's own call of each op read the weights before that step; the first
+    iterations read them NaN, and torchvision's RoIAlign took NaN coordinates for positions and
+    ended the process (SIGSEGV) after the build canary had passed. Where the build's data went
+    NaN or inf, the canary's child now also runs the iterations the warm-up starts with, so the
+    crash fails that trace alone, naming the op and the iteration. (Here an op of this test's,
+    whose kernel ends its process on a NaN, stands in for RoIAlign's.)"""
+    import os
+    import signal
+
+    from pytest_mystique.runner import build_canary
+
+    lib = torch.library.Library("mystiquecanary", "DEF")
+
+    def trusting(x):
+        if not bool(torch.isfinite(x).all()):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return x * 2
+
+    lib.define("trusting(Tensor x) -> Tensor")
+    lib.impl("trusting", trusting, "CPU")
+    w = torch.randn(8, requires_grad=True)
+    scale = torch.rand(8) + 3  # (drawn where the inner log's rule puts it, around 1: the outer log's is not met)
+    opt = torch.optim.SGD([w], lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        kept = torch.ops.mystiquecanary.trusting(w.detach())
+        (kept.sum() + (w * torch.log(torch.log(scale))).sum()).backward()
+        opt.step()
+
+    trace = _captured_without_records(step, tmp_path / "nan_weights.json.gz")
+    with pytest.raises(ReplayError, match=r"replaying op mystiquecanary::trusting \(node \d+\), in an iteration after "
+                                          r"the build, whose data had gone NaN or inf \(first in the output of "
+                                          r"aten::log \(node \d+\)\) crashed the process \(SIGSEGV\)"):  # fmt: skip
+        build_canary(Replay(trace, "cpu"))
+    # a build whose data stayed finite runs no iteration in the child: the state the step reads is its own
+    replay = Replay(_captured(tmp_path, "finite", step).trace, "cpu")
+    assert build_canary(replay) and replay.nonfinite_at is None
+
+
 #: The schemas of the operators torch 2.14 removed (``torch.cholesky``, ``torch.qr``), as a trace
 #: recorded before that holds them, and the replacement each records the same call as.
 _REMOVED_SCHEMAS = {
