@@ -182,7 +182,13 @@ no other part of the project traces.
   convolutions (DCNv2) whose regions are pooled by position-sensitive RoIAlign and RoI pooling.
   Their operators are torchvision's own (``torchvision::nms``, ``roi_align``, ``deform_conv2d``
   and their backward ops), which need torchvision's C library: ``pip install torch==2.14.1
-  torchvision==0.29.1`` (a CUDA build of both, which runs them on the CPU), not the CPU torch.
+  torchvision==0.29.1`` (a CUDA build of both, which runs them on the CPU), not the CPU torch;
+* torchaudio's own operators: an Emformer RNN-T trained by its RNN-T loss
+  (``torchaudio::rnnt_loss``), a cascade of learnt biquad filters (``lfilter``'s recursion,
+  ``torchaudio::_lfilter_core_loop``, written in place sample after sample) before a classifier,
+  and CTC forced alignment (``torchaudio::forced_align``, inference only). They need torchaudio's
+  C library: ``pip install torch==2.9.1 torchvision==0.24.1``, then ``torchaudio==2.9.*`` (CUDA
+  builds, whose operators run on the CPU; torch 2.9 is also an older release for the replay).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -3389,6 +3395,107 @@ def torchaudio_module():
     return torchaudio
 
 
+def _torchaudio_operators(*names: str):
+    """torchaudio, imported, where its C library loaded and registers the operators ``names``
+    (``torchaudio::rnnt_loss``...); else ModuleNotFoundError, which the zoo reports: PyPI's 2.11
+    beside the CPU torch loads none (``pip install torch==2.9.1 torchvision==0.24.1``, then
+    ``torchaudio==2.9.*``: a CUDA build of each, whose operators run on the CPU)."""
+    torchaudio = torchaudio_module()
+    for name in names:
+        try:
+            getattr(torch.ops.torchaudio, name)
+        except (AttributeError, RuntimeError):
+            raise ModuleNotFoundError(f"torchaudio's C library did not load beside this torch: no torchaudio::{name} "
+                                      "(a build of torchaudio for it is needed)") from None  # fmt: skip
+    return torchaudio
+
+
+def _torchaudio_rnnt():
+    """torchaudio's Emformer RNN-T (a small one) trained by its RNN-T loss
+    (``torchaudio::rnnt_loss``: the joint network's logits over every frame and label position,
+    the lengths of each utterance's frames and labels), utterances of different lengths. Its
+    inference is the transcriber and predictor's forward pass with the joint network."""
+    ta = _torchaudio_operators("rnnt_loss")
+    torch.manual_seed(0)
+    model = ta.models.emformer_rnnt_model(
+        input_dim=40, encoding_dim=64, num_symbols=32, segment_length=8, right_context_length=2,
+        time_reduction_input_dim=64, time_reduction_stride=2, transformer_num_heads=4, transformer_ffn_dim=128,
+        transformer_num_layers=2, transformer_dropout=0.1, transformer_activation="gelu",
+        transformer_left_context_length=16, transformer_max_memory_size=0, transformer_weight_init_scale_strategy="depthwise",
+        transformer_tanh_on_mem=True, symbol_embedding_dim=64, num_lstm_layers=2, lstm_layer_norm=True,
+        lstm_layer_norm_epsilon=1e-3, lstm_dropout=0.1)  # fmt: skip
+
+    class Transducer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, features, lengths, labels, label_lengths):
+            blanked = F.pad(labels, (1, 0), value=31)  # (the predictor reads the blank, then the labels)
+            logits, frames, _, _ = self.model(features, lengths, blanked, label_lengths + 1)
+            if not self.training:
+                return logits
+            return ta.functional.rnnt_loss(logits, labels.int(), frames.int(), label_lengths.int(), blank=31)
+
+    g = torch.Generator().manual_seed(1)  # (the frames' lengths leave out the 2 of right context)
+    return Transducer(), {"features": torch.randn(4, 66, 40, generator=g), "lengths": torch.tensor([64, 58, 50, 38]),
+                          "labels": torch.randint(0, 31, (4, 12), generator=g),
+                          "label_lengths": torch.tensor([12, 10, 9, 6])}, _identity  # fmt: skip
+
+
+def _torchaudio_biquads():
+    """A cascade of learnt biquad filters (torchaudio's ``lfilter``, its recursion in
+    ``torchaudio::_lfilter_core_loop``, which writes its output in place, sample after sample,
+    and again in the backward pass), their poles kept inside the unit circle by a tanh of their
+    radius, in front of a small convolutional classifier of the filtered audio."""
+    ta = _torchaudio_operators("_lfilter_core_loop")
+    torch.manual_seed(0)
+
+    class Biquads(nn.Module):
+        def __init__(self, sections=3, channels=4):
+            super().__init__()
+            self.radius = nn.Parameter(torch.rand(sections, channels) * 2)
+            self.angle = nn.Parameter(torch.rand(sections, channels) * math.pi)
+            self.zeros = nn.Parameter(torch.randn(sections, channels, 3) * 0.5)
+            self.net = nn.Sequential(nn.Conv1d(channels, 32, 9, stride=4), nn.ReLU(), nn.Conv1d(32, 32, 9, stride=4),
+                                     nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(32, 10))  # fmt: skip
+
+        def forward(self, audio):
+            x = audio.unsqueeze(1).expand(-1, self.radius.shape[1], -1)  # (batch, channels, samples)
+            r = 0.95 * torch.tanh(self.radius)
+            for k in range(self.radius.shape[0]):
+                a = torch.stack([torch.ones_like(r[k]), -2 * r[k] * torch.cos(self.angle[k]), r[k] ** 2], -1)
+                x = ta.functional.lfilter(x, a, self.zeros[k], clamp=False, batching=True)
+            return self.net(x)
+
+    labels = torch.randint(0, 10, (8,))
+    return Biquads(), {"audio": torch.randn(8, 4000) * 0.1}, lambda out: F.cross_entropy(out, labels)
+
+
+def _torchaudio_forced_align():
+    """CTC forced alignment (``torchaudio::forced_align``, inference only): a small acoustic
+    model's log-probabilities over 29 tokens aligned to a transcript by Viterbi, then each token's
+    span and mean score."""
+    ta = _torchaudio_operators("forced_align")
+    torch.manual_seed(0)
+
+    class Aligner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv1d(40, 128, 5, padding=2), nn.GELU(), nn.Conv1d(128, 128, 5, padding=2),
+                                     nn.GELU(), nn.Conv1d(128, 29, 1))  # fmt: skip
+
+        def forward(self, features, transcript):
+            log_probs = self.net(features).transpose(1, 2).log_softmax(-1)  # (1, frames, tokens)
+            path, scores = ta.functional.forced_align(log_probs, transcript, blank=0)
+            spans = ta.functional.merge_tokens(path[0], scores[0].exp())
+            return torch.stack([torch.tensor([s.start, s.end]).float().mean() * s.score for s in spans]).sum()
+
+    g = torch.Generator().manual_seed(1)
+    return Aligner(), {"features": torch.randn(1, 40, 400, generator=g),
+                       "transcript": torch.randint(1, 29, (1, 60), generator=g)}, _identity  # fmt: skip
+
+
 def _captum_ig():
     """captum's integrated gradients of a small CNN's class scores (inference only: an attribution
     trains nothing): the images scaled along 16 steps from a black baseline, the steps batched
@@ -3837,6 +3944,9 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "tv_fcos": lambda: _torchvision_detector("fcos"),
     "tv_ssdlite": lambda: _torchvision_detector("ssdlite"),
     "tv_deformable_rois": _torchvision_deformable,
+    "torchaudio_rnnt": _torchaudio_rnnt,
+    "torchaudio_biquads": _torchaudio_biquads,
+    "torchaudio_forced_align": _torchaudio_forced_align,
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,
