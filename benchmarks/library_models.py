@@ -2444,9 +2444,7 @@ def _torchvision_detector(kind: str):
     (``torchvision::nms``, ``roi_align`` and its backward), which load where torchvision's C library
     does: a CUDA build of torch with torchvision's release for it runs them on the CPU (``pip
     install torch==2.14.1 torchvision==0.29.1``); beside the CPU torch they do not exist."""
-    tv = torchvision_module()
-    if not hasattr(torch.ops.torchvision, "roi_align"):
-        raise ModuleNotFoundError("torchvision's C operators did not load beside this torch (a build of torchvision for it is needed)")
+    tv = _library_operators(torchvision_module, "torchvision", "nms", "roi_align")
     factory, options, size = _DETECTORS[kind]
     torch.manual_seed(0)
     net = getattr(tv.models.detection, factory)(weights=None, weights_backbone=None, num_classes=6, **options)
@@ -2478,10 +2476,7 @@ def _torchvision_deformable():
     boxes over the features, a classifier of the pooled regions (``torchvision::deform_conv2d``,
     ``ps_roi_align``, ``roi_pool`` and their backward operators). They need torchvision's C
     library, as :func:`_torchvision_detector` says."""
-    tv = torchvision_module()
-    if not hasattr(torch.ops.torchvision, "deform_conv2d"):
-        raise ModuleNotFoundError("torchvision's C operators did not load beside this torch (a build of torchvision for it is needed)")
-    ops = tv.ops
+    ops = _library_operators(torchvision_module, "torchvision", "deform_conv2d", "ps_roi_align", "roi_pool").ops
     torch.manual_seed(0)
 
     class Deformable(nn.Module):
@@ -3395,19 +3390,21 @@ def torchaudio_module():
     return torchaudio
 
 
-def _torchaudio_operators(*names: str):
-    """torchaudio, imported, where its C library loaded and registers the operators ``names``
-    (``torchaudio::rnnt_loss``...); else ModuleNotFoundError, which the zoo reports: PyPI's 2.11
-    beside the CPU torch loads none (``pip install torch==2.9.1 torchvision==0.24.1``, then
-    ``torchaudio==2.9.*``: a CUDA build of each, whose operators run on the CPU)."""
-    torchaudio = torchaudio_module()
+def _library_operators(module, namespace: str, *names: str):
+    """``module()`` (:func:`torchvision_module`, :func:`torchaudio_module`), where the library's C
+    part loaded and registers the operators ``names`` of ``namespace`` (``torchaudio::rnnt_loss``);
+    else ModuleNotFoundError, which the zoo reports. PyPI's torchvision and torchaudio beside the
+    CPU torch load none: their CUDA builds with a CUDA build of torch of their release do, and run
+    them on the CPU (``pip install torch==2.14.1 torchvision==0.29.1``; for torchaudio, ``pip
+    install torch==2.9.1 torchvision==0.24.1``, then ``torchaudio==2.9.*``)."""
+    library = module()
     for name in names:
         try:
-            getattr(torch.ops.torchaudio, name)
+            getattr(getattr(torch.ops, namespace), name)
         except (AttributeError, RuntimeError):
-            raise ModuleNotFoundError(f"torchaudio's C library did not load beside this torch: no torchaudio::{name} "
-                                      "(a build of torchaudio for it is needed)") from None  # fmt: skip
-    return torchaudio
+            raise ModuleNotFoundError(f"{namespace}'s C library did not load beside this torch: no {namespace}::{name} "
+                                      f"(a build of {namespace} for it is needed)") from None  # fmt: skip
+    return library
 
 
 def _torchaudio_rnnt():
@@ -3415,7 +3412,7 @@ def _torchaudio_rnnt():
     (``torchaudio::rnnt_loss``: the joint network's logits over every frame and label position,
     the lengths of each utterance's frames and labels), utterances of different lengths. Its
     inference is the transcriber and predictor's forward pass with the joint network."""
-    ta = _torchaudio_operators("rnnt_loss")
+    ta = _library_operators(torchaudio_module, "torchaudio", "rnnt_loss")
     torch.manual_seed(0)
     model = ta.models.emformer_rnnt_model(
         input_dim=40, encoding_dim=64, num_symbols=32, segment_length=8, right_context_length=2,
@@ -3448,7 +3445,7 @@ def _torchaudio_biquads():
     ``torchaudio::_lfilter_core_loop``, which writes its output in place, sample after sample,
     and again in the backward pass), their poles kept inside the unit circle by a tanh of their
     radius, in front of a small convolutional classifier of the filtered audio."""
-    ta = _torchaudio_operators("_lfilter_core_loop")
+    ta = _library_operators(torchaudio_module, "torchaudio", "_lfilter_core_loop")
     torch.manual_seed(0)
 
     class Biquads(nn.Module):
@@ -3476,7 +3473,7 @@ def _torchaudio_forced_align():
     """CTC forced alignment (``torchaudio::forced_align``, inference only): a small acoustic
     model's log-probabilities over 29 tokens aligned to a transcript by Viterbi, then each token's
     span and mean score."""
-    ta = _torchaudio_operators("forced_align")
+    ta = _library_operators(torchaudio_module, "torchaudio", "forced_align")
     torch.manual_seed(0)
 
     class Aligner(nn.Module):
