@@ -188,7 +188,11 @@ no other part of the project traces.
   ``torchaudio::_lfilter_core_loop``, written in place sample after sample) before a classifier,
   and CTC forced alignment (``torchaudio::forced_align``, inference only). They need torchaudio's
   C library: ``pip install torch==2.9.1 torchvision==0.24.1``, then ``torchaudio==2.9.*`` (CUDA
-  builds, whose operators run on the CPU; torch 2.9 is also an older release for the replay).
+  builds, whose operators run on the CPU; torch 2.9 is also an older release for the replay);
+* torch_scatter's own operators over a batch of graphs: ``scatter_max`` and ``scatter_sum`` of
+  messages into their nodes, each graph pooled over its CSR segment (``segment_mean_csr``,
+  ``segment_max_csr``) and gathered back (``gather_csr``). PyPI holds its source, built for the
+  torch installed (``pip install --no-build-isolation torch-scatter``, six minutes here).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -3493,6 +3497,45 @@ def _torchaudio_forced_align():
                        "transcript": torch.randint(1, 29, (1, 60), generator=g)}, _identity  # fmt: skip
 
 
+def _torch_scatter_graphs():
+    """torch_scatter's own operators over a batch of graphs: messages along edges reduced into
+    their destination nodes by ``scatter_max`` (its argmax kept for the backward pass) and a sum,
+    each graph's nodes pooled by a mean over its CSR segment (``segment_mean_csr``, its offsets
+    the batch's pointer) and gathered back to its nodes (``gather_csr``), classified per graph.
+    Its operators exist where torch_scatter was built for this torch (PyPI holds its source:
+    ``pip install --no-build-isolation torch-scatter``)."""
+    ts = _library_operators(lambda: __import__("torch_scatter"), "torch_scatter", "scatter_max", "segment_mean_csr",
+                            "gather_csr")  # fmt: skip
+    torch.manual_seed(0)
+
+    class Readout(nn.Module):
+        def __init__(self, features=32, hidden=64, classes=5):
+            super().__init__()
+            self.embed = nn.Linear(features, hidden)
+            self.message = nn.ModuleList([nn.Linear(2 * hidden, hidden) for _ in range(3)])
+            self.head = nn.Linear(2 * hidden, classes)
+
+        def forward(self, x, src, dst, ptr):
+            h = F.relu(self.embed(x))
+            for layer in self.message:
+                m = F.relu(layer(torch.cat([h[src], h[dst]], 1)))
+                most, _ = ts.scatter_max(m, dst, dim=0, dim_size=h.shape[0])
+                h = h + most + ts.scatter_sum(m, dst, dim=0, dim_size=h.shape[0]) / 8
+            pooled = ts.segment_csr(h, ptr, reduce="mean")
+            h = torch.cat([h, ts.gather_csr(pooled, ptr)], 1)
+            return self.head(ts.segment_csr(h, ptr, reduce="max"))
+
+    g = torch.Generator().manual_seed(1)
+    sizes = torch.randint(20, 60, (16,), generator=g)
+    ptr = F.pad(sizes.cumsum(0), (1, 0))
+    graph = torch.repeat_interleave(torch.arange(16), sizes)  # each node's graph; edges stay inside graphs
+    dst = torch.arange(int(ptr[-1])).repeat_interleave(8)
+    src = ptr[graph[dst]] + (torch.rand(dst.shape[0], generator=g) * sizes[graph[dst]]).long()
+    labels = torch.randint(0, 5, (16,), generator=g)
+    return Readout(), {"x": torch.randn(int(ptr[-1]), 32, generator=g), "src": src, "dst": dst, "ptr": ptr}, \
+        lambda out: F.cross_entropy(out, labels)  # fmt: skip
+
+
 def _captum_ig():
     """captum's integrated gradients of a small CNN's class scores (inference only: an attribution
     trains nothing): the images scaled along 16 steps from a black baseline, the steps batched
@@ -3944,6 +3987,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "torchaudio_rnnt": _torchaudio_rnnt,
     "torchaudio_biquads": _torchaudio_biquads,
     "torchaudio_forced_align": _torchaudio_forced_align,
+    "torch_scatter_graphs": _torch_scatter_graphs,
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,

@@ -673,8 +673,9 @@ def main() -> int:
     left = f"; {skipped_ratios} whose step varies from call to call left out of the ratios" if skipped_ratios else ""
     if unrunnable:
         left += f"; {unrunnable} original step(s) fail in {args.precision} (nothing to capture)"
-    print(f"model zoo: {full}/{total - unrunnable} traces replay every op and run; replay/original "
-          f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2){left}")
+    spread = (f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.3f} (rough: blocks of 2)"
+              if ratios else "none timed")  # fmt: skip
+    print(f"model zoo: {full}/{total - unrunnable} traces replay every op and run; replay/original {spread}{left}")
     for t, got in op_ratios.items():
         if not got:
             continue

@@ -454,9 +454,37 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
         x = args.get("self")
         if isinstance(x, TensorRef):
             put("index", IntRange(0, max(math.prod(x.shape), 1)))
+    if node.name.startswith("torch_scatter::"):
+        out.update(_torch_scatter_ranges(name, node.inputs, node.outputs))
     for ref, rng in recorded.items():
         out[ref] = rng
     return out
+
+
+def _torch_scatter_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef, IntRange]:
+    """What torch_scatter's operators need of their index (its second argument; they are registered
+    without argument names, so by position): positions along ``dim`` of the output
+    (``scatter_max``...), offsets of each segment into the source (``segment_mean_csr``...) or into
+    the output (``gather_csr``), sorted and from 0 to its length, the segment of each source row
+    (``segment_sum_coo``...), a source row for each output row (``gather_coo``). Their kernels trust
+    the index: ``gather_csr`` given offsets drawn as any integers read outside its memory."""
+    src, index = (inputs[0], inputs[1]) if len(inputs) > 1 else (None, None)
+    if not (isinstance(src, TensorRef) and isinstance(index, TensorRef) and index.defined and integral(index)
+            and src.shape and index.shape):  # fmt: skip
+        return {}
+    result = outputs[0] if outputs and isinstance(outputs[0], TensorRef) else None
+    if name.startswith("scatter_"):
+        dim = getattr(inputs[2], "value", None) if len(inputs) > 2 else None
+        size = _dim_size(result, dim % len(src.shape)) if isinstance(dim, int) else None
+        return {index: IntRange(0, size)} if size else {}
+    along = len(index.shape) - 1  # (the dimension its segments run along)
+    if name.endswith("_csr"):
+        total = _dim_size(result if name == "gather_csr" else src, along)
+        return {index: IntRange(0, total, "cuts")} if total is not None and len(index.shape) == 1 else {}
+    if name.endswith("_coo"):
+        size = _dim_size(src if name == "gather_coo" else result, along)
+        return {index: IntRange(0, size)} if size else {}
+    return {}
 
 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}

@@ -4833,6 +4833,70 @@ def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, reg
     replay.run()
 
 
+@pytest.fixture(scope="module")
+def scatter_ops():
+    """torch_scatter's ``scatter_sum``, ``segment_sum_csr`` and ``gather_csr``: its own where it is
+    installed (built for this torch); else, in a library of this module's, operators of the same
+    schemas (registered without argument names, as torch_scatter's are) whose kernels raise where
+    torch_scatter's would read or write outside their memory: an index outside the output, offsets
+    that are not sorted or run past their source or output."""
+    if importlib.util.find_spec("torch_scatter") is not None:
+        import torch_scatter  # noqa: F401
+
+        yield
+        return
+
+    def offsets(ptr, total):
+        if int(ptr[0]) != 0 or bool((ptr.diff() < 0).any()) or int(ptr[-1]) > total:
+            raise IndexError(f"offsets that do not cut {total} rows: {ptr.tolist()}")
+
+    def scatter_sum(src, index, dim, out, dim_size):
+        if int(index.min()) < 0 or int(index.max()) >= dim_size:
+            raise IndexError(f"an index outside the {dim_size} rows: {index.min()}..{index.max()}")
+        return torch.zeros(dim_size, *src.shape[1:]).index_add_(0, index, src)
+
+    def segment_sum_csr(src, ptr, out):
+        offsets(ptr, src.shape[0])
+        return torch.stack([src[a:b].sum(0) for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist())])
+
+    def gather_csr(src, ptr, out):
+        offsets(ptr, 1 << 30)
+        return src.repeat_interleave(ptr.diff(), 0)
+
+    lib = torch.library.Library("torch_scatter", "DEF")
+    for schema, kernel in (("scatter_sum(Tensor _0, Tensor _1, int _2, Tensor? _3, int? _4) -> Tensor", scatter_sum),
+                           ("segment_sum_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor", segment_sum_csr),
+                           ("gather_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor", gather_csr)):  # fmt: skip
+        lib.define(schema)
+        lib.impl(schema.split("(")[0], kernel, "CPU")
+    yield
+    lib._destroy()
+
+
+def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, scatter_ops):
+    """torch_scatter's operators take their index by position (registered without argument names)
+    and trust it. A trace captured elsewhere records no values: drawn as any small integers, the
+    offsets of a batch's graphs were not sorted, and ``gather_csr`` read outside its memory (the
+    process died). Now a scatter's index lies in the output's rows, and the offsets are sorted cuts
+    from 0 to the rows they split (the source's for a segment reduction, the output's for a
+    gather)."""
+    x, ptr = torch.randn(40, 8), torch.tensor([0, 7, 19, 30, 40])
+    index = torch.randint(0, 12, (40,))
+
+    def step():
+        pooled = torch.ops.torch_scatter.segment_sum_csr(x, ptr, None)
+        spread = torch.ops.torch_scatter.gather_csr(pooled, ptr, None)
+        return torch.ops.torch_scatter.scatter_sum(spread, index, 0, None, 12).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "scatter.json.gz")
+    taken = {s.name: [replay.env[slot] for _, slot in sorted(s.fills)] for s in replay.steps if "torch_scatter" in s.name}
+    for name, rows in (("torch_scatter::segment_sum_csr", 40), ("torch_scatter::gather_csr", 40)):
+        offsets = taken[name][1]
+        assert offsets[0] == 0 and offsets[-1] == rows and (offsets.diff() >= 0).all(), (name, offsets)
+    drawn = taken["torch_scatter::scatter_sum"][1]
+    assert int(drawn.min()) >= 0 and int(drawn.max()) < 12 and len(drawn.unique()) > 2, drawn
+
+
 def test_a_kernel_that_trusts_data_gone_nan_in_the_iterations_fails_the_canary_not_the_process(tmp_path):
     """A trace captured elsewhere has no record of its data: a detector's target boxes are drawn,
     a log of their widths' ratios is NaN, so are the gradients, and the optimizer's step makes the
