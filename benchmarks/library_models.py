@@ -192,7 +192,10 @@ no other part of the project traces.
 * torch_scatter's own operators over a batch of graphs: ``scatter_max`` and ``scatter_sum`` of
   messages into their nodes, each graph pooled over its CSR segment (``segment_mean_csr``,
   ``segment_max_csr``) and gathered back (``gather_csr``). PyPI holds its source, built for the
-  torch installed (``pip install --no-build-isolation torch-scatter``, six minutes here).
+  torch installed (``pip install --no-build-isolation torch-scatter``, six minutes here);
+* torch_sparse's own operators: a graph network over a ``SparseTensor`` adjacency, its sparse-dense
+  products with sum, mean and max reductions (``spmm_sum``, ``spmm_mean``, ``spmm_max``, the
+  transpose's pointers by ``ind2ptr``), built from source as torch_scatter is (nine minutes here).
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.
@@ -3536,6 +3539,43 @@ def _torch_scatter_graphs():
         lambda out: F.cross_entropy(out, labels)  # fmt: skip
 
 
+def _torch_sparse_gcn():
+    """torch_sparse's own operators: a graph network over a ``SparseTensor`` adjacency made in the
+    step from the edges' CSR layout (its transpose's pointers by ``ind2ptr``), propagated by its
+    sparse-dense products with sum, mean and max reductions (``spmm_sum``, ``spmm_mean``,
+    ``spmm_max``; the backward of the sum through the transpose). Its operators exist where
+    torch_sparse was built for this torch (``pip install --no-build-isolation torch-sparse``,
+    nine minutes here)."""
+    tsp = _library_operators(lambda: __import__("torch_sparse"), "torch_sparse", "spmm_sum", "spmm_max", "ind2ptr")
+    torch.manual_seed(0)
+    nodes = 600
+
+    class Propagate(nn.Module):
+        def __init__(self, features=32, hidden=64, classes=7):
+            super().__init__()
+            self.embed = nn.Linear(features, hidden)
+            self.layers = nn.ModuleList([nn.Linear(3 * hidden, hidden) for _ in range(2)])
+            self.head = nn.Linear(hidden, classes)
+
+        def forward(self, x, row, rowptr, col, weight):
+            adj = tsp.SparseTensor(row=row, rowptr=rowptr, col=col, value=weight, sparse_sizes=(nodes, nodes),
+                                   is_sorted=True, trust_data=True)  # fmt: skip
+            h = F.relu(self.embed(x))
+            for layer in self.layers:
+                h = h + F.relu(layer(torch.cat([adj.matmul(h), tsp.matmul(adj, h, reduce="mean"),
+                                                tsp.matmul(adj, h, reduce="max")], 1)))  # fmt: skip
+            return self.head(h)
+
+    g = torch.Generator().manual_seed(1)
+    degree = torch.randint(2, 12, (nodes,), generator=g)
+    row = torch.repeat_interleave(torch.arange(nodes), degree)
+    col = torch.randint(0, nodes, (row.shape[0],), generator=g)
+    labels = torch.randint(0, 7, (nodes,), generator=g)
+    return Propagate(), {"x": torch.randn(nodes, 32, generator=g), "row": row, "rowptr": F.pad(degree.cumsum(0), (1, 0)),
+                         "col": col, "weight": torch.rand(row.shape[0], generator=g)}, \
+        lambda out: F.cross_entropy(out, labels)  # fmt: skip
+
+
 def _captum_ig():
     """captum's integrated gradients of a small CNN's class scores (inference only: an attribution
     trains nothing): the images scaled along 16 steps from a black baseline, the steps batched
@@ -3988,6 +4028,7 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "torchaudio_biquads": _torchaudio_biquads,
     "torchaudio_forced_align": _torchaudio_forced_align,
     "torch_scatter_graphs": _torch_scatter_graphs,
+    "torch_sparse_gcn": _torch_sparse_gcn,
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,

@@ -85,7 +85,8 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: nonsingular even where it is kept packed (PSGD's triangular factors as lines: 1e-4 in every element);
 #: 26 = a table of regions that torchvision's RoI operators pool holds an image of the batch and a box
 #: inside it in each row, an index after a boolean mask of k dimensions indexes the dimension after
-#: those k (``targets[mask, classes]``), and torch_scatter's indices and offsets are valid for its kernels.
+#: those k (``targets[mask, classes]``), and torch_scatter's and torch_sparse's indices and offsets are
+#: valid for their kernels.
 REPLAY_VERSION = 26
 
 

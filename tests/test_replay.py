@@ -4833,44 +4833,54 @@ def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, reg
     replay.run()
 
 
-@pytest.fixture(scope="module")
-def scatter_ops():
-    """torch_scatter's ``scatter_sum``, ``segment_sum_csr`` and ``gather_csr``: its own where it is
-    installed (built for this torch); else, in a library of this module's, operators of the same
-    schemas (registered without argument names, as torch_scatter's are) whose kernels raise where
-    torch_scatter's would read or write outside their memory: an index outside the output, offsets
-    that are not sorted or run past their source or output."""
-    if importlib.util.find_spec("torch_scatter") is not None:
-        import torch_scatter  # noqa: F401
-
+def _extension_stand_ins(module: str, schemas: dict):
+    """The operators of the extension ``module`` (torch_scatter, torch_sparse: registered without
+    argument names): its own where it is installed (built for this torch); else, in a library of
+    this module's, operators of the same ``schemas`` (schema -> kernel) whose kernels raise where
+    the extension's would read or write outside their memory."""
+    if importlib.util.find_spec(module) is not None:
+        importlib.import_module(module)
         yield
         return
-
-    def offsets(ptr, total):
-        if int(ptr[0]) != 0 or bool((ptr.diff() < 0).any()) or int(ptr[-1]) > total:
-            raise IndexError(f"offsets that do not cut {total} rows: {ptr.tolist()}")
-
-    def scatter_sum(src, index, dim, out, dim_size):
-        if int(index.min()) < 0 or int(index.max()) >= dim_size:
-            raise IndexError(f"an index outside the {dim_size} rows: {index.min()}..{index.max()}")
-        return torch.zeros(dim_size, *src.shape[1:]).index_add_(0, index, src)
-
-    def segment_sum_csr(src, ptr, out):
-        offsets(ptr, src.shape[0])
-        return torch.stack([src[a:b].sum(0) for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist())])
-
-    def gather_csr(src, ptr, out):
-        offsets(ptr, 1 << 30)
-        return src.repeat_interleave(ptr.diff(), 0)
-
-    lib = torch.library.Library("torch_scatter", "DEF")
-    for schema, kernel in (("scatter_sum(Tensor _0, Tensor _1, int _2, Tensor? _3, int? _4) -> Tensor", scatter_sum),
-                           ("segment_sum_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor", segment_sum_csr),
-                           ("gather_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor", gather_csr)):  # fmt: skip
+    lib = torch.library.Library(module, "DEF")
+    for schema, kernel in schemas.items():
         lib.define(schema)
         lib.impl(schema.split("(")[0], kernel, "CPU")
     yield
     lib._destroy()
+
+
+def _check_offsets(ptr, total):
+    if int(ptr[0]) != 0 or bool((ptr.diff() < 0).any()) or int(ptr[-1]) > total:
+        raise IndexError(f"offsets that do not cut {total} rows: {ptr.tolist()}")
+
+
+def _check_index(index, size):
+    if int(index.min()) < 0 or int(index.max()) >= size:
+        raise IndexError(f"an index outside the {size} rows: {index.min()}..{index.max()}")
+
+
+@pytest.fixture(scope="module")
+def scatter_ops():
+    """torch_scatter's ``scatter_sum``, ``segment_sum_csr`` and ``gather_csr`` (stand-ins that raise
+    for an index outside the output, or offsets that are not sorted or run past their rows)."""
+
+    def scatter_sum(src, index, dim, out, dim_size):
+        _check_index(index, dim_size)
+        return torch.zeros(dim_size, *src.shape[1:]).index_add_(0, index, src)
+
+    def segment_sum_csr(src, ptr, out):
+        _check_offsets(ptr, src.shape[0])
+        return torch.stack([src[a:b].sum(0) for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist())])
+
+    def gather_csr(src, ptr, out):
+        _check_offsets(ptr, 1 << 30)
+        return src.repeat_interleave(ptr.diff(), 0)
+
+    yield from _extension_stand_ins("torch_scatter", {
+        "scatter_sum(Tensor _0, Tensor _1, int _2, Tensor? _3, int? _4) -> Tensor": scatter_sum,
+        "segment_sum_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor": segment_sum_csr,
+        "gather_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor": gather_csr})  # fmt: skip
 
 
 def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, scatter_ops):
@@ -4895,6 +4905,61 @@ def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, 
         assert offsets[0] == 0 and offsets[-1] == rows and (offsets.diff() >= 0).all(), (name, offsets)
     drawn = taken["torch_scatter::scatter_sum"][1]
     assert int(drawn.min()) >= 0 and int(drawn.max()) < 12 and len(drawn.unique()) > 2, drawn
+
+
+@pytest.fixture(scope="module")
+def sparse_ops():
+    """torch_sparse's ``spmm_sum`` and ``ind2ptr`` (stand-ins that raise for row pointers that are
+    not sorted or run past the nonzeros, or columns and indices outside their range)."""
+
+    def spmm_sum(row, rowptr, col, value, colptr, csr2csc, mat):
+        _check_index(row, rowptr.numel() - 1)
+        _check_offsets(rowptr, col.numel())
+        if int(rowptr[-1]) != col.numel():
+            raise IndexError(f"row pointers that end at {int(rowptr[-1])}, not at the {col.numel()} nonzeros")
+        _check_index(col, mat.shape[-2])
+        rows = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff())
+        return torch.zeros(rowptr.numel() - 1, mat.shape[-1]).index_add_(0, rows, mat[col] * value.unsqueeze(1))
+
+    def ind2ptr(ind, m):
+        _check_index(ind, m)
+        return torch.searchsorted(ind.sort().values, torch.arange(m + 1))
+
+    yield from _extension_stand_ins("torch_sparse", {
+        "spmm_sum(Tensor? _0, Tensor _1, Tensor _2, Tensor? _3, Tensor? _4, Tensor? _5, Tensor _6) -> Tensor": spmm_sum,
+        "ind2ptr(Tensor _0, int _1) -> Tensor": ind2ptr})  # fmt: skip
+
+
+def test_torch_sparses_layout_is_valid_and_sorted_for_its_kernels(tmp_path, sparse_ops):
+    """torch_sparse's sparse-dense product reads a matrix's row pointers, columns and values by
+    position. Its row pointers, drawn with the original's spread as the capture recorded it but
+    unsorted, made a graph network's products walk thousands of nonzeros for some rows and none for
+    others (its training step took 12.8 times its original's); drawn as any small integers (no
+    record), they end short of the nonzeros. Now the row pointers are sorted from 0 to the
+    nonzeros, the columns lie within the dense matrix's rows, and ``ind2ptr``'s indices within its
+    count: with the capture's records and without."""
+    degree = torch.randint(2, 12, (300,))
+    rowptr = torch.nn.functional.pad(degree.cumsum(0), (1, 0))
+    col, value, mat = torch.randint(0, 300, (int(rowptr[-1]),)), torch.rand(int(rowptr[-1])), torch.randn(300, 16)
+    sorted_col, row = col.sort().values, torch.repeat_interleave(torch.arange(300), degree)
+
+    @torch.no_grad()  # (torch_sparse's autograd node, made with grad mode on, asks for the transpose's layout)
+    def step():
+        out = torch.ops.torch_sparse.spmm_sum(row, rowptr, col, value, None, None, mat)
+        return out.sum() + torch.ops.torch_sparse.ind2ptr(sorted_col, 300).sum()
+
+    for records in (True, False):
+        replay = (_captured(tmp_path, "spmm", step) if records
+                  else _replayed_without_records(step, tmp_path / "spmm_bare.json.gz"))  # fmt: skip
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        spmm = next(s for s in replay.steps if s.name == "torch_sparse::spmm_sum")
+        got = dict(spmm.fills)
+        rows, pointers, columns = replay.env[got[0]], replay.env[got[1]], replay.env[got[2]]
+        assert pointers[0] == 0 and pointers[-1] == columns.numel() and (pointers.diff() >= 0).all(), pointers
+        assert int(rows.min()) >= 0 and int(rows.max()) < 300, rows
+        assert int(columns.min()) >= 0 and int(columns.max()) < 300 and len(columns.unique()) > 10, columns
+        replay.run()
 
 
 def test_a_kernel_that_trusts_data_gone_nan_in_the_iterations_fails_the_canary_not_the_process(tmp_path):
