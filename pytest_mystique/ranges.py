@@ -530,10 +530,10 @@ def _torch_sparse_ranges(name: str, inputs: list, outputs: list) -> dict[TensorR
             out[col] = IntRange(0, columns)
         if row is not None and rowptr is not None and rowptr.shape[0] > 1:
             out[row] = IntRange(0, rowptr.shape[0] - 1)
-    elif name == "ind2ptr" and ref(0) is not None and number(1):
-        out[ref(0)] = IntRange(0, number(1))
-    elif name == "ptr2ind" and ref(0) is not None and number(1) and len(ref(0).shape) == 1:
-        out[ref(0)] = IntRange(0, number(1), "cuts")
+    elif name in ("ind2ptr", "ptr2ind"):
+        index, count = ref(0), number(1)
+        if index is not None and count and (name == "ind2ptr" or len(index.shape) == 1):
+            out[index] = IntRange(0, count) if name == "ind2ptr" else IntRange(0, count, "cuts")
     return out
 
 

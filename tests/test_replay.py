@@ -4755,21 +4755,31 @@ def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
     assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
 
 
+def _extension_stand_ins(module: str, schemas: dict):
+    """The operators of the extension ``module`` (torchvision, torch_scatter, torch_sparse): its own
+    where it is installed (built for this torch; installed but built for another, the test is
+    skipped); else, in a library of this module's, operators of the same ``schemas`` (schema ->
+    kernel) whose kernels raise where the extension's would read or write outside their memory.
+    (Defined once a module: torch keeps the operators it resolved.)"""
+    if importlib.util.find_spec(module) is not None:
+        try:
+            importlib.import_module(module)
+        except (ImportError, RuntimeError):  # (a build for another torch: PyPI's torchvision beside the CPU one)
+            pytest.skip(f"{module} is installed but its operators do not load beside this torch")
+        yield
+        return
+    lib = torch.library.Library(module, "DEF")
+    for schema, kernel in schemas.items():
+        lib.define(schema)
+        lib.impl(schema.split("(")[0], kernel, "CPU")
+    yield
+    lib._destroy()
+
+
 @pytest.fixture(scope="module")
 def region_ops():
-    """``torchvision::roi_align`` and ``torchvision::_roi_align_backward``: torchvision's own where
-    its C library loads beside this torch; else, in a library of this module's, operators of the
-    same schemas whose kernels raise, where torchvision's would read or write outside the
-    features' memory, for a row whose image index is outside the batch or whose box is turned
-    inside out. (Defined once: torch keeps the operators it resolved.)"""
-    if importlib.util.find_spec("torchvision") is not None:
-        try:
-            import torchvision  # noqa: F401
-
-            yield
-            return
-        except (ImportError, RuntimeError):  # (a build of torchvision for another torch)
-            pytest.skip("torchvision is installed but its operators do not load beside this torch")
+    """``torchvision::roi_align`` and ``torchvision::_roi_align_backward`` (stand-ins that raise for
+    a row whose image index is outside the batch or whose box is turned inside out)."""
 
     def rows(rois, images):
         index = rois[:, 0]
@@ -4788,16 +4798,12 @@ def region_ops():
         return torch.zeros(images, channels, height, width).index_add_(0, index, grad.mean((2, 3), keepdim=True).expand(
             -1, -1, height, width).contiguous())  # fmt: skip
 
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
-               "int sampling_ratio, bool aligned) -> Tensor")  # fmt: skip
-    lib.define("_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, "
-               "SymInt pooled_width, SymInt batch_size, SymInt channels, SymInt height, SymInt width, "
-               "int sampling_ratio, bool aligned) -> Tensor")  # fmt: skip
-    lib.impl("roi_align", roi_align, "CPU")
-    lib.impl("_roi_align_backward", backward, "CPU")
-    yield
-    lib._destroy()
+    yield from _extension_stand_ins("torchvision", {
+        "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+        "int sampling_ratio, bool aligned) -> Tensor": roi_align,
+        "_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+        "SymInt batch_size, SymInt channels, SymInt height, SymInt width, int sampling_ratio, bool aligned) -> Tensor":
+            backward})  # fmt: skip
 
 
 @pytest.mark.parametrize("records", [True, False])
@@ -4831,23 +4837,6 @@ def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, reg
         assert (table[:, 3:] >= table[:, 1:3]).all() and (table[:, 1:] >= 0).all(), table
         assert (table[:, 3:] <= torch.tensor(extent)).all(), (name, table[:, 3:].amax(0))
     replay.run()
-
-
-def _extension_stand_ins(module: str, schemas: dict):
-    """The operators of the extension ``module`` (torch_scatter, torch_sparse: registered without
-    argument names): its own where it is installed (built for this torch); else, in a library of
-    this module's, operators of the same ``schemas`` (schema -> kernel) whose kernels raise where
-    the extension's would read or write outside their memory."""
-    if importlib.util.find_spec(module) is not None:
-        importlib.import_module(module)
-        yield
-        return
-    lib = torch.library.Library(module, "DEF")
-    for schema, kernel in schemas.items():
-        lib.define(schema)
-        lib.impl(schema.split("(")[0], kernel, "CPU")
-    yield
-    lib._destroy()
 
 
 def _check_offsets(ptr, total):
