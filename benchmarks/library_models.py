@@ -3576,6 +3576,171 @@ def _torch_sparse_gcn():
         lambda out: F.cross_entropy(out, labels)  # fmt: skip
 
 
+def _torch_cluster_pointnet2():
+    """PointNet++ over a batch of point clouds with torch_cluster's own operators: each set
+    abstraction samples its centres by farthest point sampling (``torch_cluster::fps``, per cloud by
+    the batch's pointer), groups the points within a radius of each (``radius``: pairs whose count
+    the positions decide, at most 32 a centre) through PyG's PointNet convolution; features are
+    interpolated back to the first level's points from their 3 nearest (``knn``), the clouds
+    classified. Its operators exist where torch_cluster was built for this torch (PyPI holds its
+    source: ``pip install --no-build-isolation torch-cluster``, ten minutes here)."""
+    tc = _library_operators(lambda: __import__("torch_cluster"), "torch_cluster", "fps", "radius", "knn")
+    import torch_geometric.nn as gnn
+
+    torch.manual_seed(0)
+
+    def mlp(*sizes):
+        return nn.Sequential(*[m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())])
+
+    class Abstraction(nn.Module):
+        def __init__(self, ratio, r, net):
+            super().__init__()
+            self.ratio, self.r, self.conv = ratio, r, gnn.PointNetConv(net, add_self_loops=False)
+
+        def forward(self, x, pos, batch):
+            idx = tc.fps(pos, batch, ratio=self.ratio)
+            row, col = tc.radius(pos, pos[idx], self.r, batch, batch[idx], max_num_neighbors=32)
+            x = self.conv((x, None if x is None else x[idx]), (pos, pos[idx]), torch.stack([col, row]))
+            return x, pos[idx], batch[idx]
+
+    class PointNet2(nn.Module):
+        def __init__(self, classes=10):
+            super().__init__()
+            self.sa1 = Abstraction(0.5, 0.2, mlp(3, 32, 32, 64))
+            self.sa2 = Abstraction(0.25, 0.4, mlp(64 + 3, 64, 64, 128))
+            self.fp = mlp(128 + 64, 128)
+            self.head = nn.Linear(128, classes)
+
+        def forward(self, pos, batch):
+            x1, pos1, batch1 = self.sa1(None, pos, batch)
+            x2, pos2, batch2 = self.sa2(x1, pos1, batch1)
+            # each first-level point's features from its 3 nearest second-level ones, by inverse squared distance
+            near, far = tc.knn(pos2, pos1, 3, batch2, batch1)
+            w = 1 / ((pos1[near] - pos2[far]).pow(2).sum(1, keepdim=True) + 1e-8)
+            up = torch.zeros(pos1.shape[0], x2.shape[1]).index_add_(0, near, x2[far] * w) / torch.zeros(
+                pos1.shape[0], 1).index_add_(0, near, w)  # fmt: skip
+            h = self.fp(torch.cat([up, x1], 1))
+            return self.head(gnn.global_max_pool(h, batch1))
+
+    g = torch.Generator().manual_seed(1)
+    clouds, points = 8, 512
+    pos = F.normalize(torch.randn(clouds * points, 3, generator=g), dim=1) * (
+        1 + 0.05 * torch.randn(clouds * points, 1, generator=g))  # (points near a sphere's surface)
+    batch = torch.arange(clouds).repeat_interleave(points)
+    labels = torch.randint(0, 10, (clouds,), generator=g)
+    return PointNet2(), {"pos": pos, "batch": batch}, lambda out: F.cross_entropy(out, labels)
+
+
+def _torch_cluster_dgcnn():
+    """A dynamic graph CNN (DGCNN) over a batch of point clouds: each edge convolution links every
+    point to its 16 nearest in the current features' space, within its cloud (``torch_cluster::knn``
+    over the batch's pointers), and takes the max of an MLP of each pair; the clouds classified by
+    a global max pool."""
+    tc = _library_operators(lambda: __import__("torch_cluster"), "torch_cluster", "knn")
+    import torch_geometric.nn as gnn
+
+    torch.manual_seed(0)
+
+    def mlp(*sizes):
+        return nn.Sequential(*[m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())])
+
+    class DGCNN(nn.Module):
+        def __init__(self, classes=10, k=16):
+            super().__init__()
+            self.k = k
+            self.conv1, self.conv2 = gnn.EdgeConv(mlp(6, 64, 64), aggr="max"), gnn.EdgeConv(mlp(128, 64), aggr="max")
+            self.lin = mlp(128, 256)
+            self.head = nn.Linear(256, classes)
+
+        def forward(self, pos, batch):
+            x1 = self.conv1(pos, tc.knn_graph(pos, self.k, batch, loop=False, flow="source_to_target"))
+            x2 = self.conv2(x1, tc.knn_graph(x1, self.k, batch, loop=False, flow="source_to_target"))
+            return self.head(gnn.global_max_pool(self.lin(torch.cat([x1, x2], 1)), batch))
+
+    g = torch.Generator().manual_seed(1)
+    clouds, points = 8, 256
+    pos = torch.rand(clouds * points, 3, generator=g)
+    batch = torch.arange(clouds).repeat_interleave(points)
+    labels = torch.randint(0, 10, (clouds,), generator=g)
+    return DGCNN(), {"pos": pos, "batch": batch}, lambda out: F.cross_entropy(out, labels)
+
+
+def _torch_spline_conv():
+    """SplineCNN with torch_spline_conv's own operators: two spline convolutions over a graph
+    whose edges carry Cartesian pseudo-coordinates in [0, 1]^2 (``torch_spline_conv::spline_basis``:
+    each edge's B-spline basis over a 5 x 5 kernel and the kernel weights it reads;
+    ``spline_weighting``: the weighted messages), summed into their destinations. Its operators
+    exist where torch_spline_conv was built for this torch (``pip install --no-build-isolation
+    torch-spline-conv``)."""
+    _library_operators(lambda: __import__("torch_spline_conv"), "torch_spline_conv", "spline_basis", "spline_weighting")
+    from torch_spline_conv import spline_conv
+
+    torch.manual_seed(0)
+
+    class Spline(nn.Module):
+        def __init__(self, features, out, kernel=5):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(kernel * kernel, features, out) / features**0.5)
+            self.root = nn.Parameter(torch.randn(features, out) / features**0.5)
+            self.bias = nn.Parameter(torch.zeros(out))
+            self.register_buffer("kernel_size", torch.tensor([kernel, kernel]))
+            self.register_buffer("is_open_spline", torch.tensor([1, 1], dtype=torch.uint8))
+
+        def forward(self, x, edge_index, pseudo):
+            return spline_conv(x, edge_index, pseudo, self.weight, self.kernel_size, self.is_open_spline, 1, True,
+                               self.root, self.bias)  # fmt: skip
+
+    class SplineCNN(nn.Module):
+        def __init__(self, features=16, classes=7):
+            super().__init__()
+            self.conv1, self.conv2 = Spline(features, 32), Spline(32, 64)
+            self.head = nn.Linear(64, classes)
+
+        def forward(self, x, edge_index, pseudo):
+            return self.head(F.elu(self.conv2(F.elu(self.conv1(x, edge_index, pseudo)), edge_index, pseudo)))
+
+    g = torch.Generator().manual_seed(1)
+    nodes = 2000
+    pos = torch.rand(nodes, 2, generator=g)
+    src = torch.randint(0, nodes, (nodes * 8,), generator=g)
+    dst = torch.arange(nodes).repeat_interleave(8)
+    d = pos[dst] - pos[src]
+    pseudo = (d / (2 * d.abs().max()) + 0.5).clamp(0, 1)
+    labels = torch.randint(0, 7, (nodes,), generator=g)
+    return SplineCNN(), {"x": torch.randn(nodes, 16, generator=g), "edge_index": torch.stack([src, dst]),
+                         "pseudo": pseudo}, lambda out: F.cross_entropy(out, labels)  # fmt: skip
+
+
+def _torch_cluster_node2vec():
+    """node2vec's skip-gram step with torch_cluster's biased random walks
+    (``torch_cluster::random_walk`` over a graph's CSR layout, return parameter 1, in-out 0.5) from
+    256 start nodes drawn in the data, negative walks drawn in the step, windows of 5 scored by
+    the embeddings' dot products (inference: the walks and the loss, no update)."""
+    _library_operators(lambda: __import__("torch_cluster"), "torch_cluster", "random_walk")
+    torch.manual_seed(0)
+    nodes, walk, context = 1000, 10, 5
+
+    class Walks(nn.Module):
+        def __init__(self, dim=64):
+            super().__init__()
+            self.embedding = nn.Embedding(nodes, dim)
+
+        def score(self, windows):
+            return (self.embedding(windows[:, :1]) * self.embedding(windows[:, 1:])).sum(-1)
+
+        def forward(self, rowptr, col, start):
+            walks, _ = torch.ops.torch_cluster.random_walk(rowptr, col, start, walk - 1, 1.0, 0.5)
+            negative = torch.cat([walks[:, :1], torch.randint(0, nodes, (walks.shape[0], walk - 1))], 1)
+            near = walks.unfold(1, context, 1).reshape(-1, context)
+            far = negative.unfold(1, context, 1).reshape(-1, context)
+            return -F.logsigmoid(self.score(near)).mean() - F.logsigmoid(-self.score(far)).mean()
+
+    g = torch.Generator().manual_seed(1)
+    degree = torch.randint(1, 10, (nodes,), generator=g)
+    return Walks(), {"rowptr": F.pad(degree.cumsum(0), (1, 0)), "col": torch.randint(0, nodes, (int(degree.sum()),), generator=g),
+                     "start": torch.randint(0, nodes, (256,), generator=g)}, lambda out: out  # fmt: skip
+
+
 def _captum_ig():
     """captum's integrated gradients of a small CNN's class scores (inference only: an attribution
     trains nothing): the images scaled along 16 steps from a black baseline, the steps batched
@@ -4029,6 +4194,10 @@ LIBRARIES: dict[str, Callable[[], tuple]] = {
     "torchaudio_forced_align": _torchaudio_forced_align,
     "torch_scatter_graphs": _torch_scatter_graphs,
     "torch_sparse_gcn": _torch_sparse_gcn,
+    "torch_cluster_pointnet2": _torch_cluster_pointnet2,
+    "torch_cluster_dgcnn": _torch_cluster_dgcnn,
+    "torch_spline_conv": _torch_spline_conv,
+    "torch_cluster_node2vec": _torch_cluster_node2vec,
     "lightly_dino": _lightly_dino,
     "ddpm": _ddpm,
     "efficientnet": _efficientnet,

@@ -350,7 +350,7 @@ class InputRecords:
         counts lie between the original's lowest and highest, as other counts that sum to a size).
         Runs of an input with ranges of their own (several tables' ids) are drawn each with the
         spread the capture recorded for it (``runs``)."""
-        skewed = bagged = by_rows = parted = numbers = exact = 0
+        skewed = bagged = by_rows = parted = numbers = exact = ordered = 0
         for ref, record in int_records:
             rng = self.factory.ranges.get(ref)
             pieces = self.factory.pieces.get(ref, {})
@@ -362,6 +362,13 @@ class InputRecords:
                 # read the grid's first rows)
                 rng = None
                 self.factory.pieces.pop(ref, None)
+            if (rng is not None and rng.derived and rng.kind == "uniform" and record.get("values") is not None
+                    and rng.low <= record.get("low", rng.low - 1)):  # fmt: skip
+                # (the replay's guess of a range, the least a kernel takes (a spline's size a dimension):
+                # the original's own values, which the capture recorded, instead)
+                self.factory.values[ref] = tuple(record["values"])
+                exact += 1
+                continue
             if record.get("values") is not None and self.factory.values.get(ref) == tuple(record["values"]):
                 # (taken from small_ints' by a requirement that passed through them: kept where
                 # they meet the ops' range, as the original's did)
@@ -429,6 +436,15 @@ class InputRecords:
                         for c, col in zip(record["columns"], columns))  # fmt: skip
                 skewed += not number  # (numbers are counted as such)
                 by_rows += bool(rows)
+                steps = record.get("steps")
+                if (steps is not None and steps[0] >= 0 and steps[1] > 0 and len(ref.shape) == 1 and not runs_drawn
+                        and ref not in self.factory.apart):  # fmt: skip
+                    # (held in order by the original: a batch of graphs' vector of each node's graph,
+                    # whose runs the ops cut by its counts; drawn in random order, the nodes of a
+                    # graph's range were another graph's, and farthest point sampling per graph took
+                    # 514 points of 2,048 where the original took 512)
+                    self.factory.ordered.add(ref)
+                    ordered += 1
         if exact:
             self.report.notes[f"{exact} small integer input(s) hold the original's values, as the capture recorded"] += 1
         if numbers:
@@ -438,6 +454,9 @@ class InputRecords:
             rows_said = f"; {by_rows} row by row, rows of coordinates that spread unlike each other" if by_rows else ""
             self.report.notes[f"{skewed} index input(s) spread as the original's were, as the capture recorded (as many "
                               f"distinct values, the most frequent as frequent{rows_said})"] += 1  # fmt: skip
+        if ordered:
+            self.report.notes[f"{ordered} index input(s) held in order (sorted), as the original's were, as the capture "
+                              f"recorded (a batch vector: each node's graph)"] += 1  # fmt: skip
         if bagged:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip

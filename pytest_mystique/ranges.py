@@ -151,6 +151,12 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         r = tensor(arg)
         if r is not None:
             out[r] = (0.5, 1.5)
+    if node.name == "torch_spline_conv::spline_basis" and node.inputs:
+        # (pseudo-coordinates, by position: its kernel takes them in [0, 1], and a negative one
+        # makes a negative weight index, which the weighting reads outside its weights by)
+        pseudo = node.inputs[0]
+        if isinstance(pseudo, TensorRef) and pseudo.defined and floating(pseudo):
+            out[pseudo] = (0.0, 1.0)
     return out
 
 
@@ -537,8 +543,73 @@ def _torch_sparse_ranges(name: str, inputs: list, outputs: list) -> dict[TensorR
     return out
 
 
+#: torch_cluster's operators that take a batch's pointers: the positions of (points, pointers) pairs
+_CLUSTER_POINTERS = {"fps": ((0, 1),), "knn": ((0, 2), (1, 3)), "radius": ((0, 2), (1, 3)), "nearest": ((0, 2), (1, 3))}
+
+
+def _torch_cluster_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef, IntRange]:
+    """What torch_cluster's operators need (by position, as for :func:`_torch_scatter_ranges`): a
+    batch's pointers into its points (``fps``'s, and ``knn``'s, ``radius``'s and ``nearest``'s
+    into each of their two sets) sorted from 0 to the points' count, as the graphs of a batch lie
+    one after another; a graph's CSR layout for ``random_walk`` and ``graclus``, its row pointers
+    sorted from 0 to the edges, its columns and ``random_walk``'s start nodes within its nodes;
+    ``neighbor_sampler``'s start nodes within the nodes. Their kernels trust them: a pointer past
+    its points reads outside them."""
+
+    def ref(i: int) -> TensorRef | None:
+        v = inputs[i] if i < len(inputs) else None
+        return v if isinstance(v, TensorRef) and v.defined and v.shape else None
+
+    out: dict[TensorRef, IntRange] = {}
+    for points, pointers in _CLUSTER_POINTERS.get(name, ()):
+        x, ptr = ref(points), ref(pointers)
+        if x is not None and ptr is not None and integral(ptr) and len(ptr.shape) == 1:
+            out[ptr] = IntRange(0, x.shape[0], "cuts")
+    if name in ("random_walk", "graclus"):
+        rowptr, col = ref(0), ref(1)
+        if rowptr is not None and col is not None and integral(rowptr) and integral(col) and len(rowptr.shape) == 1:
+            nodes = rowptr.shape[0] - 1
+            out[rowptr] = IntRange(0, math.prod(col.shape), "cuts")
+            if nodes > 0:
+                out[col] = IntRange(0, nodes)
+                start = ref(2) if name == "random_walk" else None
+                if start is not None and integral(start):
+                    out[start] = IntRange(0, nodes)
+    elif name == "neighbor_sampler":
+        start, rowptr = ref(0), ref(1)
+        if start is not None and rowptr is not None and integral(start) and rowptr.shape[0] > 1:
+            out[start] = IntRange(0, rowptr.shape[0] - 1)
+    return out
+
+
+def _torch_spline_conv_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef, IntRange]:
+    """What torch_spline_conv's operators need (by position): ``spline_basis``'s kernel sizes,
+    one a dimension, at least the B-splines' degree plus one (a size of 0 is a division by zero
+    in its kernel: the process ended on SIGFPE), and whether each dimension is open, 0 or 1; drawn
+    at that least, the weight indices it makes lie within any kernel's weights (which hold the
+    product of the original's sizes, each above the degree); ``spline_weighting``'s weight indices
+    within its weights' rows."""
+    if name == "spline_basis" and len(inputs) > 3:
+        size, is_open, degree = inputs[1], inputs[2], getattr(inputs[3], "value", None)
+        out: dict[TensorRef, IntRange] = {}
+        if isinstance(degree, int) and not isinstance(degree, bool) and degree >= 0:
+            if isinstance(size, TensorRef) and size.defined and integral(size):
+                # (a guess: the original's sizes where the capture recorded them, see InputRecords.skew_indices)
+                out[size] = IntRange(degree + 1, degree + 2, derived=True)
+            if isinstance(is_open, TensorRef) and is_open.defined and integral(is_open):
+                out[is_open] = IntRange(0, 2)
+        return out
+    if name == "spline_weighting" and len(inputs) > 3:
+        weight, index = inputs[1], inputs[3]
+        if isinstance(weight, TensorRef) and isinstance(index, TensorRef) and index.defined and integral(index) \
+                and weight.shape and weight.shape[0]:  # fmt: skip
+            return {index: IntRange(0, weight.shape[0])}
+    return {}
+
+
 #: Extensions whose operators :func:`index_ranges` knows, by namespace
-_EXTENSION_RANGES = {"torch_scatter": _torch_scatter_ranges, "torch_sparse": _torch_sparse_ranges}
+_EXTENSION_RANGES = {"torch_scatter": _torch_scatter_ranges, "torch_sparse": _torch_sparse_ranges,
+                     "torch_cluster": _torch_cluster_ranges, "torch_spline_conv": _torch_spline_conv_ranges}  # fmt: skip
 
 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}

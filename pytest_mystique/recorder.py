@@ -11,6 +11,7 @@ that is not a single callable. Files appear atomically; a failed capture leaves 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import os
@@ -237,6 +238,7 @@ def _record_inputs(step, result: Captured) -> None:
     Only where the trace's operators read such inputs; a step that fails under the mode (or a
     compiler that refuses it) leaves the sidecar as it was, with a warning."""
     from torch._ops import HigherOrderOperator
+    from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
     from .measure import OperatorWatch
@@ -274,8 +276,40 @@ def _record_inputs(step, result: Captured) -> None:
     fresh = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift.default}
     fresh_values = [0]  # (the values recorded of such tensors so far)
 
+    inside = [0]  # (how deep in extensions' operators the step is)
+
+    def look(t: torch.Tensor) -> None:
+        """Record ``t``, a tensor an operator reads and none made, at its first read."""
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        record = _input_record(t)
+        if record is None:
+            return
+        kind = ("sparse_inputs" if "layout" in record else "float_inputs" if t.dtype.is_floating_point else
+                "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
+        if kind == "float_inputs":  # (a weight of an inference run with grad mode on, or data)
+            record["requires_grad"] = t.requires_grad
+        if kind == "index_inputs" and t.dim() == 1 and t.layout == torch.strided and "low" in record:
+            partner = _differs_from(t, record, lists, found[kind])
+            if partner is not None:
+                record["differs_from"] = partner
+            lists.append((len(found[kind]), t))
+        found[kind].append(record)
+        if kind == "index_inputs" and t.is_contiguous() and t.layout == torch.strided:
+            viewed[(t.untyped_storage().data_ptr(), t.dtype)] = (record, t.storage_offset(), t.numel())
+
+    def made(out, also=()) -> None:
+        for t in [*tree_leaves(out), *also]:
+            if isinstance(t, torch.Tensor):
+                outputs[id(t)] = weakref.ref(t)
+
     class Inputs(OperatorWatch):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if inside[0]:  # (in an extension's operator, which Extensions looked at: its own tensors)
+                out = func(*args, **(kwargs or {}))
+                made(out)
+                return out
             leaves = tree_leaves((args, kwargs or {}))
             scalars = []
             for t in leaves if func not in fresh else ():
@@ -285,24 +319,7 @@ def _record_inputs(step, result: Captured) -> None:
                     if t.dim() == 0 and type(t) in (torch.Tensor, torch.nn.Parameter):
                         scalars.append(t)  # (at every read: a writer may give another 0-dim tensor its ids)
                         continue
-                    if id(t) in seen:
-                        continue
-                    seen.add(id(t))
-                    record = _input_record(t)
-                    if record is not None:
-                        kind = ("sparse_inputs" if "layout" in record else
-                                "float_inputs" if t.dtype.is_floating_point else
-                                "mask_inputs" if t.dtype == torch.bool else "index_inputs")  # fmt: skip
-                        if kind == "float_inputs":  # (a weight of an inference run with grad mode on, or data)
-                            record["requires_grad"] = t.requires_grad
-                        if kind == "index_inputs" and t.dim() == 1 and t.layout == torch.strided and "low" in record:
-                            partner = _differs_from(t, record, lists, found[kind])
-                            if partner is not None:
-                                record["differs_from"] = partner
-                            lists.append((len(found[kind]), t))
-                        found[kind].append(record)
-                        if kind == "index_inputs" and t.is_contiguous() and t.layout == torch.strided:
-                            viewed[(t.untyped_storage().data_ptr(), t.dtype)] = (record, t.storage_offset(), t.numel())
+                    look(t)
             if func not in fresh and not isinstance(func, HigherOrderOperator):  # (no schema to place them by)
                 found["scalar_inputs"].extend(_scalar_records(func, args, kwargs or {}, scalars))
             elif func in fresh:
@@ -314,13 +331,38 @@ def _record_inputs(step, result: Captured) -> None:
             found["packed_weights"].extend(packed_record(func, x) for x in leaves
                                            if isinstance(x, torch.ScriptObject) and is_packed(x._type().qualified_name()))  # fmt: skip
             out = func(*args, **(kwargs or {}))
-            for t in tree_leaves(out) + (leaves if func in fresh else []):
-                if isinstance(t, torch.Tensor):
-                    outputs[id(t)] = weakref.ref(t)
+            made(out, leaves if func in fresh else ())
             return out
 
+    class Extensions(TorchFunctionMode):
+        """The operators of extensions (torch_cluster's, torch_spline_conv's) whose kernels run
+        before any dispatch mode: registered whole for every key (``m.def(name, fn)``), they read
+        their tensors' memory in C++, so the dispatch mode above sees nothing of what they read
+        and takes what they return for inputs of the ops after them. Called from Python (through
+        ``torch.ops``), they reach this mode first: their tensors are recorded here, at the point
+        the trace reads them, and their outputs are known as made. (Those called from TorchScript
+        reach neither: their rules by position stand in.)"""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if not _extension_op(func):
+                return func(*args, **(kwargs or {}))
+            for t in tree_leaves((args, kwargs or {})):
+                if isinstance(t, torch.Tensor) and t.dim() and not made_here(t):
+                    look(t)
+            inside[0] += 1
+            try:
+                out = func(*args, **(kwargs or {}))
+            finally:
+                inside[0] -= 1
+            made(out)
+            return out
+
+    # (only where the trace holds such operators: torch.compile'd code under a function mode may
+    # be traced otherwise, or refused)
+    extensions = Extensions() if any(node.name.partition("::")[0] not in _CORE for node in ops if "::" in node.name) \
+        else contextlib.nullcontext()  # fmt: skip
     try:
-        with Inputs():
+        with extensions, Inputs():
             step()
         _sync()
     except Exception as e:  # noqa: BLE001 - the record is an aid: the capture stands without it
@@ -331,6 +373,23 @@ def _record_inputs(step, result: Captured) -> None:
     found = {k: v for k, v in found.items() if v}
     if found:
         add_to_sidecar(path, **found)
+
+
+#: Namespaces of operators that reach the dispatch modes (torch's own)
+_CORE = frozenset({"aten", "prim", "prims", "c10d", "_c10d_functional", "profiler", "inductor", "quantized",
+                   "_quantized", "fbgemm"})  # fmt: skip
+
+
+def _extension_op(func) -> bool:
+    """``func`` (what a function mode is given) is an operator of an extension's namespace, called
+    through ``torch.ops``."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        namespace = func._qualified_op_name.partition("::")[0]
+    elif isinstance(func, torch._ops.OpOverload):
+        namespace = func.namespace
+    else:
+        return False
+    return namespace not in _CORE
 
 
 def _differs_from(t: torch.Tensor, record: dict, lists: list[tuple[int, torch.Tensor]], records: list[dict]) -> int | None:

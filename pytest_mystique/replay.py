@@ -778,6 +778,13 @@ class Replay:
             if not out.defined or not isinstance(value, torch.Tensor):
                 return None
             if not as_recorded(out, value):
+                # Its consumers read a seeded stand-in, in an allocation of its own: where the
+                # original's allocator gave a later output the same block (and so the same storage
+                # id), a stand-in for that one too shared the memory of this one, and the later
+                # draw wrote over the earlier, whose readers needed another range (PointNet++'s
+                # radius pairs, their centres' indices under 512, overwritten by a k-NN's pairs
+                # drawn under 2,048: an index_select went out of range)
+                self._stand_ins.add(out.key)
                 self.report.notes[f"{node.name}: an output's shape or dtype differs from the trace (data-dependent?); "
                                   f"its consumers get fresh inputs"] += 1  # fmt: skip
                 return None

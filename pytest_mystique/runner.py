@@ -262,11 +262,15 @@ def as_captured(options: Options, trace_path) -> Options:
 
 
 def replay_file(path, options: Options) -> ReplayRun:
-    """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling)."""
+    """Replay ``path`` for ``options.iters`` timed iterations (no baseline, no adaptive sampling).
+    The build runs first in a child process (:func:`build_canary`), as the plugin's does: an op
+    whose kernel crashes on the replay's data (torch_spline_conv's basis, given a kernel size of
+    0, ended ``mystique replay`` on SIGFPE) is then an error naming the trace and the op."""
     options = as_captured(options, path)
     with deadline(options.timeout_s, path):
         first, ranks, name = resolve_job(path)
         replay, load_s = prepare_file(first, options, ranks=ranks, name=name)
+        build_canary(replay)
         m = measure(replay, warmup=options.warmup, iters=options.iters or DEFAULT_ITERS, threads=options.threads)
     return ReplayRun(replay, m, load_s)
 

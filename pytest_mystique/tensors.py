@@ -185,6 +185,7 @@ class TensorFactory:
     # one, and reuses freed ones), so host tensors get allocations of their own.
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
+    ordered: set[TensorRef] = field(default_factory=set)  # index inputs drawn in order (sorted), as the original's were
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
     # counts that must sum to a size ("parts": segment lengths, repeats) -> the original's smallest and largest
     parts: dict[TensorRef, tuple[int, int]] = field(default_factory=dict)
@@ -551,6 +552,8 @@ class TensorFactory:
             values = self.float_values.get(ref)
             if values is None or len(values) != t.numel():  # (not the original's own, as recorded)
                 self._draw_regions(t, self.regions[ref])
+        if ref in self.ordered and device.type != "meta" and t.dim() == 1 and t.is_contiguous():
+            t.copy_(t.sort().values)
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":

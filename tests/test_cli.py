@@ -166,3 +166,36 @@ def test_capture_cli_records_a_replayable_trace(tmp_path):
     data = json.loads(res.stdout)
     assert data["ops_total"] > 5 and data["ops_replayed"] == data["ops_total"]
     assert "fidelity_ratio" in data
+
+
+def test_replay_names_an_op_whose_kernel_crashed_the_build_and_lives_on(tmp_path, capsys):
+    """``mystique replay`` builds in a child process first, as the plugin does: an op whose kernel
+    crashes its process on the replay's data (torch_spline_conv's basis given a kernel size of 0
+    ended on SIGFPE) is an error naming the trace and the op, and the command returns 2. (Here an
+    op of this test's ends its process on a negative number, which the original never gave it.)"""
+    import signal
+
+    import torch
+
+    from pytest_mystique.recorder import capture_step
+    from pytest_mystique.sidecar import sidecar_path
+
+    lib = torch.library.Library("mystiquecli", "DEF")
+
+    def fragile(x):
+        if bool((x < 0).any()):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return x * 2
+
+    lib.define("fragile(Tensor x) -> Tensor")
+    lib.impl("fragile", fragile, "CPU")
+    try:
+        x = torch.rand(64)
+        path = tmp_path / "fragile.json.gz"
+        capture_step(lambda: torch.ops.mystiquecli.fragile(x).sum(), path, warmup=1, runs=1, min_warmup_s=0)
+        sidecar_path(path).unlink()  # (a trace captured elsewhere: its input is drawn, negative numbers too)
+        assert main(["replay", str(path), "--iters", "2", "--warmup", "1"]) == 2
+    finally:
+        lib._destroy()
+    err = capsys.readouterr().err
+    assert "fragile.json.gz: replaying op mystiquecli::fragile (node" in err and "crashed the process (SIGSEGV)" in err, err

@@ -2,6 +2,7 @@
 
 import collections
 import copy
+import gzip
 import importlib.util
 import json
 import math
@@ -4755,12 +4756,14 @@ def test_cholesky_reads_a_positive_definite_matrix(tmp_path):
     assert (info == 0).all()  # cholesky_ex's own report: every matrix of the batch factorised
 
 
-def _extension_stand_ins(module: str, schemas: dict):
+def _extension_stand_ins(module: str, schemas: dict, key: str = "CPU"):
     """The operators of the extension ``module`` (torchvision, torch_scatter, torch_sparse): its own
     where it is installed (built for this torch; installed but built for another, the test is
     skipped); else, in a library of this module's, operators of the same ``schemas`` (schema ->
-    kernel) whose kernels raise where the extension's would read or write outside their memory.
-    (Defined once a module: torch keeps the operators it resolved.)"""
+    kernel) whose kernels raise where the extension's would read or write outside their memory,
+    registered for the dispatch ``key`` (``CompositeImplicitAutograd``: whole, for every key, as
+    an extension's ``m.def(name, fn)`` registers them). (Defined once a module: torch keeps the
+    operators it resolved.)"""
     if importlib.util.find_spec(module) is not None:
         try:
             importlib.import_module(module)
@@ -4771,7 +4774,7 @@ def _extension_stand_ins(module: str, schemas: dict):
     lib = torch.library.Library(module, "DEF")
     for schema, kernel in schemas.items():
         lib.define(schema)
-        lib.impl(schema.split("(")[0], kernel, "CPU")
+        lib.impl(schema.split("(")[0], kernel, key)
     yield
     lib._destroy()
 
@@ -4950,6 +4953,232 @@ def test_torch_sparses_layout_is_valid_and_sorted_for_its_kernels(tmp_path, spar
         assert int(columns.min()) >= 0 and int(columns.max()) < 300 and len(columns.unique()) > 10, columns
         replay.run()
 
+
+def _raw(t: torch.Tensor):
+    """``t``'s elements as an extension's C++ kernel reads them: its memory, through no operator
+    (which a dispatch mode would see)."""
+    return t.detach().numpy()
+
+
+def _pointers(ptr: torch.Tensor, rows: int, op: str):
+    got = _raw(ptr)
+    if len(got) < 2 or got[0] != 0 or got[-1] != rows or (got[1:] < got[:-1]).any():
+        raise IndexError(f"{op}: pointers that do not cut {rows} points: {got.tolist()}")
+    return got.tolist()
+
+
+@pytest.fixture(scope="module")
+def cluster_ops():
+    """torch_cluster's ``fps``, ``knn`` and ``random_walk``: stand-ins registered as torch_cluster's
+    own are (whole, for every dispatch key), which read their tensors' memory as its C++ kernels
+    do, and raise for pointers that do not cut their points, or nodes outside the graph."""
+    import numpy as np
+
+    def fps(src, ptr, ratio, random_start):
+        cuts, share = _pointers(ptr, src.shape[0], "fps"), float(_raw(ratio).reshape(-1)[0])
+        picked = [np.arange(a, a + math.ceil((b - a) * share)) for a, b in zip(cuts[:-1], cuts[1:])]
+        return torch.from_numpy(np.concatenate(picked).astype(np.int64))
+
+    def knn(x, y, ptr_x, ptr_y, k, cosine, workers):
+        cx, cy, a, b = _pointers(ptr_x, x.shape[0], "knn"), _pointers(ptr_y, y.shape[0], "knn"), _raw(x), _raw(y)
+        pairs = [(j, a0 + int(i)) for a0, a1, b0, b1 in zip(cx[:-1], cx[1:], cy[:-1], cy[1:]) for j in range(b0, b1)
+                 for i in np.argsort(((a[a0:a1] - b[j]) ** 2).sum(1))[:k]]  # fmt: skip
+        return torch.from_numpy(np.array(pairs, dtype=np.int64).reshape(-1, 2).T.copy())
+
+    def random_walk(rowptr, col, start, length, p, q):
+        cuts, to, walk = _pointers(rowptr, col.shape[0], "random_walk"), _raw(col), [_raw(start)]
+        nodes = len(cuts) - 1
+        if ((to < 0) | (to >= nodes)).any() or ((walk[0] < 0) | (walk[0] >= nodes)).any():
+            raise IndexError(f"random_walk: nodes outside the graph's {nodes}")
+        for _ in range(length):  # (each step to the first neighbour, where there is one)
+            at = walk[-1]
+            walk.append(np.array([to[cuts[v]] if cuts[v + 1] > cuts[v] else v for v in at], dtype=np.int64))
+        return torch.from_numpy(np.stack(walk, 1)), torch.zeros(len(walk[0]), length, dtype=torch.int64)
+
+    yield from _extension_stand_ins("torch_cluster", {
+        "fps(Tensor _0, Tensor _1, Tensor _2, bool _3) -> Tensor": fps,
+        "knn(Tensor _0, Tensor _1, Tensor? _2, Tensor? _3, int _4, bool _5, int _6) -> Tensor": knn,
+        "random_walk(Tensor _0, Tensor _1, Tensor _2, int _3, float _4, float _5) -> (Tensor, Tensor)": random_walk},
+        key="CompositeImplicitAutograd")  # fmt: skip
+
+
+def test_torch_clusters_pointers_and_nodes_are_valid_for_its_kernels(tmp_path, cluster_ops):
+    """torch_cluster's operators take a batch's pointers into its points (farthest point sampling
+    and k-NN per point cloud), and a graph's CSR layout for its random walks, by position, and
+    trust them. Drawn as any small integers (a trace captured elsewhere records no values), the
+    pointers did not cut the points and the walks' nodes lay outside the graph. Now pointers are
+    sorted cuts from 0 to their points' count, as each set's, and the graph's columns and the
+    walks' start nodes lie within its nodes."""
+    pos, ptr, query, qptr = torch.rand(40, 3), torch.tensor([0, 12, 25, 40]), torch.rand(15, 3), torch.tensor([0, 5, 9, 15])
+    degree = torch.randint(1, 5, (30,))
+    rowptr = torch.nn.functional.pad(degree.cumsum(0), (1, 0))
+    col, start = torch.randint(0, 30, (int(rowptr[-1]),)), torch.randint(0, 30, (8,))
+
+    def step():
+        picked = torch.ops.torch_cluster.fps(pos, ptr, torch.tensor(0.5), False)
+        pairs = torch.ops.torch_cluster.knn(pos, query, ptr, qptr, 3, False, 1)
+        walks, _ = torch.ops.torch_cluster.random_walk(rowptr, col, start, 4, 1.0, 1.0)
+        return pos[picked].sum() + query[pairs[0]].sum() + pos[pairs[1]].sum() + walks.sum()
+
+    replay = _replayed_without_records(step, tmp_path / "cluster.json.gz")
+    taken = {s.name: dict(s.fills) for s in replay.steps if s.name.startswith("torch_cluster::")}
+    for op, pointers in (("fps", ((0, 1),)), ("knn", ((0, 2), (1, 3))), ("random_walk", ())):
+        for points, at in pointers:
+            cuts, rows = replay.env[taken[f"torch_cluster::{op}"][at]], replay.env[taken[f"torch_cluster::{op}"][points]]
+            assert cuts[0] == 0 and cuts[-1] == rows.shape[0] and (cuts.diff() >= 0).all(), (op, cuts)
+    walked = taken["torch_cluster::random_walk"]
+    cuts, to, starts = (replay.env[walked[i]] for i in range(3))
+    assert cuts[0] == 0 and cuts[-1] == to.numel() and (cuts.diff() >= 0).all(), cuts
+    for nodes in (to, starts):
+        assert int(nodes.min()) >= 0 and int(nodes.max()) < cuts.numel() - 1 and len(nodes.unique()) > 2, nodes
+
+
+@pytest.fixture(scope="module")
+def spline_ops():
+    """torch_spline_conv's ``spline_basis`` (linear B-splines) and ``spline_weighting``: stand-ins
+    registered whole, as torch_spline_conv's own are, which raise where its kernels crash: a kernel
+    size below 1 (a division by zero: SIGFPE) or a weight index outside the weights."""
+    import numpy as np
+
+    def spline_basis(pseudo, kernel_size, is_open, degree):
+        sizes, opened, v = _raw(kernel_size), _raw(is_open).astype(np.int64), _raw(pseudo).astype(np.float64)
+        if (sizes < 1).any():
+            raise ZeroDivisionError(f"spline_basis: kernel sizes {sizes.tolist()} (its kernel divides by each)")
+        at = v * (sizes - degree * opened)
+        low, frac = np.floor(at).astype(np.int64), at - np.floor(at)
+        corners = 2 ** v.shape[1]
+        basis, index = np.ones((len(v), corners), np.float32), np.zeros((len(v), corners), np.int64)
+        for s in range(corners):
+            step = 1
+            for d in range(v.shape[1]):
+                bit = (s >> d) & 1
+                basis[:, s] *= frac[:, d] if bit else 1 - frac[:, d]
+                index[:, s] += (low[:, d] + bit) % sizes[d] * step
+                step *= int(sizes[d])
+        return torch.from_numpy(basis), torch.from_numpy(index)
+
+    def spline_weighting(x, weight, basis, index):
+        at = _raw(index)
+        if ((at < 0) | (at >= weight.shape[0])).any():
+            raise IndexError(f"spline_weighting: weight indices {at.min()}..{at.max()} outside its {weight.shape[0]} weights")
+        return torch.einsum("es,esio,ei->eo", basis, weight[index], x)
+
+    yield from _extension_stand_ins("torch_spline_conv", {
+        "spline_basis(Tensor _0, Tensor _1, Tensor _2, int _3) -> (Tensor, Tensor)": spline_basis,
+        "spline_weighting(Tensor _0, Tensor _1, Tensor _2, Tensor _3) -> Tensor": spline_weighting},
+        key="CompositeImplicitAutograd")  # fmt: skip
+
+
+def test_spline_bases_kernel_sizes_are_the_originals_or_the_least_a_spline_takes(tmp_path, spline_ops):
+    """A spline convolution's basis takes the kernel's size in each dimension, and its weighting
+    reads the weights by the indices the basis made of them, both by position. The capture did not
+    see the sizes: torch_spline_conv's operators, registered whole, read their tensors' memory in
+    C++ before any dispatch mode, and only a function mode sees them called. Drawn as any small
+    integers, a size of 0 ended the replay's process (SIGFPE), ``mystique replay``'s too. Now the
+    capture records what such operators read, and the replay takes the original's sizes; without
+    a record, the least the splines' degree takes (the weight indices then lie within any
+    kernel's weights), whether each dimension is open 0 or 1, and the pseudo-coordinates within
+    [0, 1]."""
+    pseudo, sizes, opened = torch.rand(200, 2), torch.tensor([5, 5]), torch.tensor([1, 1], dtype=torch.uint8)
+    x, weight = torch.randn(200, 4), torch.randn(25, 4, 8)
+
+    @torch.no_grad()
+    def step():
+        basis, index = torch.ops.torch_spline_conv.spline_basis(pseudo, sizes, opened, 1)
+        return torch.ops.torch_spline_conv.spline_weighting(x, weight, basis, index).sum()
+
+    for records in (True, False):
+        replay = (_captured(tmp_path, "spline", step) if records
+                  else _replayed_without_records(step, tmp_path / "spline_bare.json.gz"))  # fmt: skip
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        basis = next(s for s in replay.steps if s.name == "torch_spline_conv::spline_basis")
+        coordinates, drawn, open_drawn = (replay.env[dict(basis.fills)[i]] for i in range(3))
+        assert drawn.tolist() == ([5, 5] if records else [2, 2]), drawn
+        assert set(open_drawn.tolist()) <= {0, 1} and 0 <= float(coordinates.min()) and float(coordinates.max()) <= 1
+        replay.run()
+    side = load_sidecar(tmp_path / "spline.json.gz")
+    assert [r["values"] for r in side["index_inputs"] if r["shape"] == [2]] == [[5, 5], [1, 1]], side["index_inputs"]
+    # what the basis returned is known as made: no record of it as an input of the weighting
+    assert not [r for r in side["float_inputs"] if r["shape"] == [200, 4] and "values" not in r][1:], side["float_inputs"]
+
+
+def test_an_index_input_the_original_held_in_order_is_drawn_in_order(tmp_path):
+    """A batch of graphs numbers each node's graph in order (PyG's batch vector); operators cut its
+    runs by their counts (farthest point sampling per graph, over the pointers its counts make).
+    The capture records that an integer input was sorted (its smallest and largest step); drawn
+    with the original's spread but out of order, the nodes of one graph's range were another's,
+    and a point cloud's sampling took 514 points where the original took 512. An input the
+    original held in order is now drawn in order; one it did not, is not."""
+    batch = torch.arange(6).repeat_interleave(torch.tensor([5, 9, 3, 12, 7, 4]))
+    ids, x = torch.randint(0, 6, (40,)), torch.randn(40, 8)
+
+    def step():
+        return torch.zeros(6, 8).index_add_(0, batch, x).sum() + torch.zeros(6, 8).index_add_(0, ids, x).sum()
+
+    replay = _captured(tmp_path, "batch", step)
+    assert any("held in order (sorted)" in n for n in replay.report.notes), replay.report.notes
+    given = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (40,)]
+    assert len(given) == 2 and sorted(given[0].tolist()) == given[0].tolist(), given
+    assert given[0].unique().numel() == 6 and sorted(given[1].tolist()) != given[1].tolist(), given
+
+
+@pytest.fixture(scope="module")
+def pairs_op():
+    """``mystiquepairs::near(x, y, r)``: the pairs of a row of ``y`` and a row of ``x`` nearer than
+    ``r`` (rows of ``y``, then rows of ``x``), as many as the data give (a radius graph's)."""
+    lib = torch.library.Library("mystiquepairs", "DEF")
+
+    def near(x, y, r):
+        close = torch.cdist(y, x) < r
+        return torch.stack(torch.nonzero(close, as_tuple=True))
+
+    lib.define("near(Tensor x, Tensor y, float r) -> Tensor")
+    lib.impl("near", near, "CPU")
+    yield
+    lib._destroy()
+
+
+def test_a_stand_in_for_an_output_of_another_shape_has_memory_of_its_own(tmp_path, pairs_op):
+    """An operator whose output's shape follows the data without saying so (an extension's radius
+    graph) returns another count of pairs in the replay: its readers get a seeded stand-in. The
+    original's allocator gave a later such output the first one's block, so the trace gives both
+    one storage id; their stand-ins shared one allocation, and the later one's draw (indices under
+    40) wrote over the earlier's, whose centres index 8 rows: PointNet++'s index_select went out
+    of range in the first iteration. Each stand-in now has an allocation of its own."""
+    a, b = torch.rand(40, 3), torch.rand(8, 3)
+
+    def step():
+        first = torch.ops.mystiquepairs.near(a, b, 0.4)
+        centre, point = first.unbind(0)
+        total = b.index_select(0, centre).sum() + a.index_select(0, point).sum()
+        del first, centre, point
+        second = torch.ops.mystiquepairs.near(b, a, 0.4)
+        centre, point = second.unbind(0)
+        return total + a.index_select(0, centre).sum() + b.index_select(0, point).sum()
+
+    path = tmp_path / "pairs.json.gz"
+    trace = _captured_without_records(step, path)
+    made = [n for n in trace.nodes if n.name == "mystiquepairs::near"]
+    kept, reused = (n.outputs[0].storage_id for n in made)
+    if kept != reused:  # (as the original's allocator gave the second the first one's block)
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        for node in data["nodes"]:
+            for side in ("inputs", "outputs"):
+                node[side]["values"] = _storage_renamed(node[side]["values"], reused, kept)
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    replay = Replay(load_trace(path), "cpu").prepare()
+    assert sum(n.startswith("mystiquepairs::near: an output's shape") for n in replay.report.notes) == 1
+    assert replay.report.ops_skipped == 0, replay.report.skipped_list()
+    for _ in range(2):
+        replay.run()
+
+
+def _storage_renamed(values, old: int, new: int):
+    """A node's recorded argument values with the storage id ``old`` of each tensor written ``new``."""
+    if isinstance(values, list) and len(values) == 6 and all(isinstance(v, int) for v in values[:5]) and isinstance(values[5], str):
+        return [values[0], new if values[1] == old else values[1], *values[2:]]
+    return [_storage_renamed(v, old, new) for v in values] if isinstance(values, list) else values
 
 def test_a_kernel_that_trusts_data_gone_nan_in_the_iterations_fails_the_canary_not_the_process(tmp_path):
     """A trace captured elsewhere has no record of its data: a detector's target boxes are drawn,
