@@ -195,7 +195,16 @@ no other part of the project traces.
   torch installed (``pip install --no-build-isolation torch-scatter``, six minutes here);
 * torch_sparse's own operators: a graph network over a ``SparseTensor`` adjacency, its sparse-dense
   products with sum, mean and max reductions (``spmm_sum``, ``spmm_mean``, ``spmm_max``, the
-  transpose's pointers by ``ind2ptr``), built from source as torch_scatter is (nine minutes here).
+  transpose's pointers by ``ind2ptr``), built from source as torch_scatter is (nine minutes here);
+* torch_cluster's own operators: PointNet++ over a batch of point clouds (farthest point sampling,
+  ``torch_cluster::fps``; pairs within a radius, ``radius``, whose count the positions decide;
+  features interpolated from the 3 nearest, ``knn``), a dynamic graph CNN (DGCNN: k-NN graphs in
+  the features' space, ``knn``, per cloud) and node2vec's skip-gram over biased random walks
+  (``random_walk``); torch_spline_conv's: SplineCNN (``spline_basis``, ``spline_weighting``). Both
+  built from source as torch_scatter is (``pip install --no-build-isolation torch-cluster
+  torch-spline-conv``, thirteen minutes here). PyG's own wrappers of them (``fps``,
+  ``DynamicEdgeConv``, ``SplineConv``) ask for pyg-lib, which PyPI lacks: the models call the two
+  libraries' functions, and PyG's ``PointNetConv`` and ``EdgeConv``.
 
 torchkbnufft is left out: torch_geometric, which the zoo imports, replaces ``torch.index_select``
 with a Python function that its TorchScript code cannot call.

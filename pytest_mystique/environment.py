@@ -86,8 +86,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: 26 = a table of regions that torchvision's RoI operators pool holds an image of the batch and a box
 #: inside it in each row, an index after a boolean mask of k dimensions indexes the dimension after
 #: those k (``targets[mask, classes]``), and torch_scatter's and torch_sparse's indices and offsets are
-#: valid for their kernels.
-REPLAY_VERSION = 26
+#: valid for their kernels; 27 = an index input the original held in order is drawn in order, pointers
+#: from 0 to a size span as the original's did, a stand-in for an output of another shape has memory
+#: of its own, and torch_cluster's and torch_spline_conv's inputs are valid for their kernels.
+REPLAY_VERSION = 27
 
 
 @lru_cache(maxsize=1)

@@ -671,6 +671,55 @@ OPTIMIZER_STEP = "Optimizer.step#"
 BACKWARD = "autograd::engine::evaluate_function"
 
 
+#: The name the profiler gives the autograd node of a C++ extension's ``torch::autograd::Function``
+CPP_NODE = "torch::autograd::CppNode<"
+
+#: Operators a C++ backward allocates its gradients with: where a node holds only these, its work
+#: ran in C++ outside any operator
+_ALLOCATING = frozenset({"aten::zeros", "aten::empty", "aten::zeros_like", "aten::empty_like", "aten::new_zeros",
+                         "aten::new_empty", "aten::empty_strided", "aten::full", "aten::zero_", "aten::fill_"})  # fmt: skip
+
+
+def opaque_autograd_nodes(trace: Trace) -> dict[int, tuple[int, list[int]]]:
+    """The autograd nodes of C++ extensions' Functions whose backward pass computes outside any
+    operator (torch_spline_conv's ``CppNode<SplineWeighting>`` loops over its edges in C++: the
+    trace holds only the ``aten::zeros`` its gradients start as, and the node's time, half of a
+    SplineCNN's training step, was missing from the replay): node id -> (the selected operator
+    whose call made the node, found by the autograd sequence number both record; the selected
+    operators inside the node, allocations only). The replay calls such a node itself
+    (:meth:`.replay.Replay._call_node`)."""
+    nodes = [n for n in trace.nodes if not n.is_op and n.name.startswith(CPP_NODE)]
+    if not nodes:
+        return {}
+    selected = select_ops(trace)
+    backward = backward_ops(trace)
+    made_by: dict[int, int] = {}
+    for op in selected:
+        seq = op.attr("seq_id")
+        if isinstance(seq, int) and seq >= 0 and op.id not in backward:
+            # (the last forward op of the number: the ops before the one that made a node read the
+            # same number without taking it, as an index of data that requires no grad does)
+            made_by[seq] = op.id
+    chosen = {op.id for op in selected}
+    by_id = trace.by_id
+    inside: dict[int, list[int]] = {n.id: [] for n in nodes}
+    for op in selected:
+        cur = by_id.get(op.parent)
+        while cur is not None and cur.id not in inside:
+            nxt = by_id.get(cur.parent)
+            cur = nxt if nxt is not None and nxt.id != cur.id else None
+        if cur is not None:
+            inside[cur.id].append(op.id)
+    found: dict[int, tuple[int, list[int]]] = {}
+    for n in nodes:
+        seq, ops = n.attr("seq_id"), inside[n.id]
+        forward = made_by.get(seq) if isinstance(seq, int) else None
+        if (forward is not None and forward < n.id and forward in chosen
+                and all(by_id[i].name in _ALLOCATING for i in ops)):  # fmt: skip
+            found[n.id] = (forward, ops)
+    return found
+
+
 def optimizer_step_ops(trace: Trace) -> set[int]:
     """Ids of the selected operators that ran inside an optimizer's ``step``."""
     return _inside(trace, OPTIMIZER_STEP)

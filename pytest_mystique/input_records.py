@@ -408,6 +408,14 @@ class InputRecords:
                 self.factory.bags[ref] = Bags(steps[0], steps[1], int(record["high"]))
                 bagged += 1
                 continue
+            if (rng is not None and rng.kind == "cuts" and steps is not None and len(ref.shape) == 1
+                    and record.get("low") == 0 and record.get("high") == rng.high):  # fmt: skip
+                # (cuts from 0 to the size, as the original's ran: each span between its smallest and
+                # largest step; a graph's row pointers cut at uniform random points gave some rows
+                # many times the nonzeros of others, and a max over each row took 1.2 times as long)
+                self.factory.parts[ref] = (int(steps[0]), int(steps[1]))
+                parted += 1
+                continue
             if ((rng is not None and rng.kind == "parts" or "parts" in runs)
                     and 0 <= record.get("low", -1) <= record.get("high", -1)):  # fmt: skip
                 # (counts that sum to a size: segment lengths, repeats) between the original's smallest and largest
@@ -461,7 +469,7 @@ class InputRecords:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
         if parted:
-            self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats) each between the "
+            self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats, the spans between pointers) each between the "
                               f"original's smallest and largest, as the capture recorded"] += 1  # fmt: skip
 
 

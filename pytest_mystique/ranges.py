@@ -3,12 +3,14 @@
 * Floating ranges (:func:`float_ranges`): a weight's initialisation range, +-1/sqrt(fan_in), for
   linear layers, matrix products, einsums, convolutions and recurrent layers; normalisation scales
   around 1; positive values where a square root, a logarithm or a variance reads them; the domains
-  of samplers, probabilities and fractional powers (:data:`_DOMAINS`).
+  of samplers, probabilities and fractional powers (:data:`_DOMAINS`); a spline basis's
+  pseudo-coordinates in [0, 1].
 * Integer ranges and layouts (:class:`IntRange`, :func:`index_ranges`): an index valid for its
   consumer (an embedding table's rows, the indexed dimension's size, a loss's classes, a divisor
   that is not zero, the trace's ``tensor_range``), offsets, cuts, parts, masks with a count of
   true elements; the indices and sparse layouts of extensions whose operators have no argument
-  names (torch_scatter, torch_sparse: :data:`_EXTENSION_RANGES`), by position.
+  names (torch_scatter, torch_sparse, torch_cluster, torch_spline_conv: :data:`_EXTENSION_RANGES`),
+  by position.
 * Where a derived tensor's values come from (:func:`value_sources`): a view, a copy, a pick, a
   shift or a scale of an input, so that a requirement on the derived tensor is passed back to the
   input the program made it from (:meth:`.tensors.TensorFactory.pass_back`).

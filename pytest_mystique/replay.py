@@ -33,7 +33,7 @@ import torch
 
 from .collectives import Comms
 from .errors import ReplayError, reason
-from .graph import RESIZES, UNINITIALISED
+from .graph import RESIZES, UNINITIALISED, opaque_autograd_nodes
 from .measure import gc_paused
 from .memory import Limit, allocation_limit, default_memory_limit, out_of_memory
 from .nonfinite import (
@@ -150,6 +150,7 @@ class Replay:
         # tensors the original computed whose readers get seeded inputs in their place (all the build
         # adds to _seeded, and the outputs of data-dependent shape): each in an allocation of its own
         self._stand_ins: set[tuple[int, int]] = set()
+        self._called: set[int] = set()  # autograd nodes the replay calls itself (see _call_node)
         # (op id, ids) -> the slot of seeded indices that op reads in place of a stand-in written since
         self._fresh: dict[tuple[int, tuple[int, int]], int] = {}
         self._host_kept = False
@@ -542,6 +543,51 @@ class Replay:
                           f"indices of its own"] += 1  # fmt: skip
         self._build_step(p)
 
+    def _keep_node(self, p: PlannedOp, node_id: int, handles: dict[int, int]) -> None:
+        """After the forward op ``p`` that made the autograd node ``node_id`` of a C++ Function
+        (:func:`.graph.opaque_autograd_nodes`): a step that keeps the node its output holds, which
+        the backward pass then calls (:meth:`_call_node`); its slot goes in ``handles``."""
+        step = self.steps[-1] if self.steps and self.steps[-1].node_id == p.node.id else None
+        name = self.trace.by_id[node_id].name
+        for _, out in step.outs if step is not None else ():
+            for slot in out if isinstance(out, tuple) else (out,):
+                node = getattr(self.env[slot], "grad_fn", None) if slot >= 0 else None
+                if node is not None and node.name() == name:
+                    handles[node_id] = self._new_slot(node)
+                    self.steps.append(Step(_grad_fn_of, [None], [(0, slot)], [], 1, (), [(0, handles[node_id])], True,
+                                           name=f"{p.node.name} (its autograd node)", node_id=p.node.id,
+                                           op="grad_fn"))  # fmt: skip
+                    return
+
+    def _call_node(self, node_id: int, handles: dict[int, int]) -> None:
+        """Call the autograd node ``node_id`` that a forward op's output holds (see :meth:`_keep_node`)
+        on the gradients the trace shows it given, where the original's engine ran it: its C++
+        backward computes outside any operator, and the trace holds nothing of that work but the
+        allocations of its gradients, which run inside the call (they are not replayed apart). Where
+        the replay's forward op made no such node, those allocations are replayed as they are."""
+        node = self.trace.by_id[node_id]
+        handle = handles.get(node_id)
+        if handle is None:
+            return
+        grads = [self._slot_for(ref) for ref in tensors_of(node.inputs)]
+        step = Step(_call_autograd_node, [None] * (1 + len(grads)), [(0, handle)] + [(i + 1, g) for i, g in enumerate(grads)],
+                    [], 1 + len(grads), (), [], True, name=node.name, node_id=node_id, op=node.name)  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            step.fn(*filled_args(step, self.env))
+        except Exception as e:  # noqa: BLE001 - the allocations inside it are then replayed apart
+            self.report.notes[f"{node.name}: the replay's call of this autograd node failed ({reason(e)[:80]}); the "
+                              f"operators inside it are replayed apart, its C++ backward's own work is not"] += 1  # fmt: skip
+            return
+        finally:
+            self.probe_s += time.perf_counter() - t0
+        self.steps.append(step)
+        self._backward.add(node_id)
+        self._called.add(node_id)
+        self.report.notes[f"{node.name}: an autograd node of a C++ extension's Function, whose backward computes outside "
+                          f"any operator (the trace holds only its gradients' allocations), called as the original's "
+                          f"engine ran it, on the output its forward op made"] += 1  # fmt: skip
+
     def _release(self, slot: int) -> None:
         if slot not in self.permanent and self.env[slot] is not None:
             t0 = time.perf_counter()
@@ -911,6 +957,10 @@ class Replay:
         dying: list[list[tuple[int, int]]] = [[] for _ in planned]  # the ids each op reads for the last time
         for (key, _), i in last_read.items():
             dying[i].append(key)
+        opaque = opaque_autograd_nodes(self.trace)  # (C++ autograd nodes the replay calls itself)
+        made_node = {forward: node for node, (forward, _) in opaque.items()}
+        inner = {op: node for node, (_, ops) in opaque.items() for op in ops}
+        waiting, handles = sorted(opaque), {}
         try:
             torch.set_grad_enabled(False)
             with allocation_limit(self.device, self.max_memory) as self._limit, warnings.catch_warnings(record=True) as warned:
@@ -918,7 +968,14 @@ class Replay:
                 for i, p in enumerate(planned):
                     # (their slots, found before the op's own outputs take their ids)
                     done = [hit.slot for key in dying[i] if (hit := self._produced.get(key)) is not None]
-                    self._build_step(p)
+                    while waiting and waiting[0] < p.node.id:  # (an autograd node the trace ran before this op)
+                        self._call_node(waiting.pop(0), handles)
+                    if inner.get(p.node.id) in self._called:
+                        self.report.ops_replayed += 1  # (it ran inside the node's call)
+                    else:
+                        self._build_step(p)
+                        if p.node.id in made_node:
+                            self._keep_node(p, made_node[p.node.id], handles)
                     if warned:
                         self._warned.update((p.node.name, _warning_text(w)) for w in warned)
                         warned.clear()
@@ -927,6 +984,8 @@ class Replay:
                             self._release(hit.slot)  # (read by no op)
                     for slot in done:
                         self._release(slot)
+                for node in waiting:
+                    self._call_node(node, handles)
         except MemoryError:  # (the replay's own work, not an op's, found no memory left)
             where = f": {self._limit.by} was reached" if self._limit is not None else ""
             raise ReplayError(self.trace.path, f"the build ran out of memory{where}") from None
@@ -1119,6 +1178,16 @@ def _dynamic_here(p: PlannedOp) -> bool:
     if name == "aten::one_hot":
         return not any(isinstance(v, int) and v > 0 for v in p.values[1:])
     return True
+
+
+def _grad_fn_of(t: torch.Tensor) -> Any:
+    """The autograd node ``t`` holds (a step of :meth:`Replay._keep_node`)."""
+    return t.grad_fn
+
+
+def _call_autograd_node(node, *grads: torch.Tensor) -> Any:
+    """``node`` (an autograd node) called on the gradients of its outputs, as the engine calls it."""
+    return node(*grads)
 
 
 def _address(v: Any) -> int:

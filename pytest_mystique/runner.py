@@ -180,9 +180,11 @@ def build_canary(replay) -> bool:
     captured elsewhere, whose target boxes are drawn, took the log of negative widths, and its
     first iterations' weights were NaN). Errors other than crashes are left to the real build,
     which reports them. Only where the OS forks and for a replay on the CPU (a forked child cannot
-    use a GPU its parent opened); a multi-rank replay runs in its own processes already. Returns
-    whether the child built."""
-    if not hasattr(os, "fork") or not isinstance(replay, Replay) or replay.device.type != "cpu" or replay.prepared:
+    use a GPU its parent opened); a multi-rank replay runs in its own processes already, and a
+    single-rank one with collectives runs them on its process group, whose threads a forked child
+    does not have (its first collective waited forever). Returns whether the child built."""
+    if (not hasattr(os, "fork") or not isinstance(replay, Replay) or replay.device.type != "cpu" or replay.prepared
+            or replay.comms is not None):  # fmt: skip
         return False
     read, write = os.pipe()
     pid = os.fork()

@@ -187,7 +187,8 @@ class TensorFactory:
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
     ordered: set[TensorRef] = field(default_factory=set)  # index inputs drawn in order (sorted), as the original's were
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
-    # counts that must sum to a size ("parts": segment lengths, repeats) -> the original's smallest and largest
+    # counts that must sum to a size ("parts": segment lengths, repeats), or pointers whose spans must ("cuts": a
+    # sparse matrix's row pointers) -> the original's smallest and largest count or span
     parts: dict[TensorRef, tuple[int, int]] = field(default_factory=dict)
     # integer tensors whose runs of elements have layouts of their own: (start, stop) of the
     # flattened elements -> its layout (a jagged batch's lengths, each key's summing to its ids)
@@ -845,6 +846,11 @@ class TensorFactory:
             return torch.tensor(rng.values or (0,), dtype=torch.int64, device=dev).repeat(reps)[:n].to(dtype)
         if rng.kind == "parts" and ref in self.parts:
             return bounded_parts(n, *self.parts[ref], max(rng.high, 0), g, dev).to(dtype)
+        if rng.kind == "cuts" and ref in self.parts and n > 1:
+            # (each span between the original's smallest and largest: a sparse matrix's rows as
+            # many nonzeros as the original's, not cut at uniform random points)
+            spans = bounded_parts(n - 1, *self.parts[ref], max(rng.high, 0), g, dev)
+            return torch.nn.functional.pad(spans.cumsum(0), (1, 0)).to(dtype)
         if rng.kind in ("cuts", "parts"):
             # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts);
             # parts of at least ``low`` (where they can be) are ``low`` each plus parts of the rest
