@@ -4842,6 +4842,16 @@ def test_regions_a_torchvision_op_pools_lie_in_its_images(tmp_path, records, reg
     replay.run()
 
 
+def _with_records_and_without(tmp_path, name: str, step):
+    """``step``'s prepared replay with the capture's records, then as a trace captured elsewhere
+    (no sidecar), each with every op replayed: ``(records, replay)``."""
+    for records in (True, False):
+        replay = _captured(tmp_path, name, step) if records else _replayed_without_records(step, tmp_path / f"{name}_bare.json.gz")
+        rep = replay.report
+        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+        yield records, replay
+
+
 def _check_offsets(ptr, total):
     if int(ptr[0]) != 0 or bool((ptr.diff() < 0).any()) or int(ptr[-1]) > total:
         raise IndexError(f"offsets that do not cut {total} rows: {ptr.tolist()}")
@@ -4942,11 +4952,7 @@ def test_torch_sparses_layout_is_valid_and_sorted_for_its_kernels(tmp_path, spar
         out = torch.ops.torch_sparse.spmm_sum(row, rowptr, col, value, None, None, mat)
         return out.sum() + torch.ops.torch_sparse.ind2ptr(sorted_col, 300).sum()
 
-    for records in (True, False):
-        replay = (_captured(tmp_path, "spmm", step) if records
-                  else _replayed_without_records(step, tmp_path / "spmm_bare.json.gz"))  # fmt: skip
-        rep = replay.report
-        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    for records, replay in _with_records_and_without(tmp_path, "spmm", step):
         spmm = next(s for s in replay.steps if s.name == "torch_sparse::spmm_sum")
         got = dict(spmm.fills)
         rows, pointers, columns = replay.env[got[0]], replay.env[got[1]], replay.env[got[2]]
@@ -5091,11 +5097,7 @@ def test_spline_bases_kernel_sizes_are_the_originals_or_the_least_a_spline_takes
         basis, index = torch.ops.torch_spline_conv.spline_basis(pseudo, sizes, opened, 1)
         return torch.ops.torch_spline_conv.spline_weighting(x, weight, basis, index).sum()
 
-    for records in (True, False):
-        replay = (_captured(tmp_path, "spline", step) if records
-                  else _replayed_without_records(step, tmp_path / "spline_bare.json.gz"))  # fmt: skip
-        rep = replay.report
-        assert rep.ops_skipped == 0 and rep.ops_replayed == rep.ops_total, rep.skipped_list()
+    for records, replay in _with_records_and_without(tmp_path, "spline", step):
         basis = next(s for s in replay.steps if s.name == "torch_spline_conv::spline_basis")
         coordinates, drawn, open_drawn = (replay.env[dict(basis.fills)[i]] for i in range(3))
         assert drawn.tolist() == ([5, 5] if records else [2, 2]), drawn
