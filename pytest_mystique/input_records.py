@@ -469,8 +469,9 @@ class InputRecords:
             self.report.notes[f"{bagged} offsets input(s) cut bags between the original's smallest and largest, as the "
                               f"capture recorded, the last one beginning where the original's did"] += 1  # fmt: skip
         if parted:
-            self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats, the spans between pointers) each between the "
-                              f"original's smallest and largest, as the capture recorded"] += 1  # fmt: skip
+            self.report.notes[f"{parted} input(s) of counts that sum to a size (segment lengths, repeats, the spans between "
+                              f"pointers) each between the original's smallest and largest, as the capture "
+                              f"recorded"] += 1  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)

@@ -100,8 +100,9 @@ def resolve(op_schema: str) -> torch._ops.OpOverload:
 #: functional collectives' ``_wrap_tensor_autograd``, defined in Python beside the ones in C++.)
 OP_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision", "torchaudio": "torchaudio",
                 "torchrec": "torchrec", "torch_scatter": "torch_scatter", "torch_sparse": "torch_sparse",
-                "torch_cluster": "torch_cluster", "torch_spline_conv": "torch_spline_conv", "torchao": "torchao", "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
-                "fsdp": "torch.distributed.fsdp", "_c10d_functional": "torch.distributed._functional_collectives"}  # fmt: skip
+                "torch_cluster": "torch_cluster", "torch_spline_conv": "torch_spline_conv", "torchao": "torchao",
+                "quantized_decomposed": "torch.ao.quantization.fx._decomposed", "fsdp": "torch.distributed.fsdp",
+                "_c10d_functional": "torch.distributed._functional_collectives"}  # fmt: skip
 _loaded: dict[str, bool | str | None] = {}
 
 

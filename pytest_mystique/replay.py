@@ -568,6 +568,9 @@ class Replay:
         node = self.trace.by_id[node_id]
         handle = handles.get(node_id)
         if handle is None:
+            self.report.notes[f"{node.name}: the replay's forward op made no such autograd node (its output was skipped, "
+                              f"or required no grad here); the operators inside it are replayed apart, its C++ "
+                              f"backward's own work is not"] += 1  # fmt: skip
             return
         grads = [self._slot_for(ref) for ref in tensors_of(node.inputs)]
         step = Step(_call_autograd_node, [None] * (1 + len(grads)), [(0, handle)] + [(i + 1, g) for i, g in enumerate(grads)],
