@@ -88,7 +88,9 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: those k (``targets[mask, classes]``), and torch_scatter's and torch_sparse's indices and offsets are
 #: valid for their kernels; 27 = an index input the original held in order is drawn in order, pointers
 #: from 0 to a size span as the original's did, a stand-in for an output of another shape has memory
-#: of its own, and torch_cluster's and torch_spline_conv's inputs are valid for their kernels.
+#: of its own, torch_cluster's and torch_spline_conv's inputs are valid for their kernels, a C++ autograd
+#: node whose backward computes outside operators is called, and an operator whose parts read memory its
+#: own code made is not replayed through them.
 REPLAY_VERSION = 27
 
 

@@ -244,10 +244,15 @@ def _not_in_this_torch(trace: Trace, above: dict[int, int | None], device_type: 
 
 def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
     """``node`` gives or writes a tensor, and each of those was last returned, inside it, by one
-    of ``parts`` that computes (not an allocation nor a fill): the parts did its work, as a custom
-    operator written in Python does. An extension's kernel that allocates its output, or zeroes a
-    counter, through an operator and computes in its own code does not pass: replayed through
-    those parts, its work would be missing, where a skip says so."""
+    of ``parts`` that computes (not an allocation nor a fill), and no part read memory (of
+    more than a number) that neither ``node``'s inputs nor an earlier part held: the parts did its
+    work, as a custom operator written in Python does. An extension's kernel that allocates its
+    output, or zeroes a counter, through an operator and computes in its own code does not pass,
+    nor one that computes into memory of its own and then reorders it through operators
+    (torch_cluster's ``knn``: its pairs, found by a k-d tree, transposed and gathered by
+    ``aten::t`` and ``index_select``): replayed through those parts, its work would be missing.
+    (A 0-dim int64 of an optimizer's, in memory the writer had given one of ``knn``'s parts, made a
+    DGCNN's first ``knn`` look opened for the backward pass, and its search left the replay.)"""
     try:
         results = tensors_of(node.outputs)
         if "!" in node.op_schema:
@@ -258,9 +263,17 @@ def _parts_made_its_results(node: Node, parts: list[Node]) -> bool:
     except (RuntimeError, TraceError, RecursionError):  # (a schema torch cannot read: nothing known)
         return False
     last: dict[int, str] = {}  # storage id -> the last part that returned a tensor in it
+    held = storages_of(node.inputs)  # (the memory the parts may read: the node's inputs', and what they made)
     for part in parts:
-        for ref in tensors_of(part.outputs):
+        try:
+            if any(ref.shape and ref.storage_id not in held for ref in tensors_of(part.inputs)):
+                return False  # (its own code made what the part read)
+            outputs = tensors_of(part.outputs)
+        except (TraceError, RecursionError):
+            return False
+        for ref in outputs:
             last[ref.storage_id] = part.name
+            held.add(ref.storage_id)
     return bool(results) and all(last.get(ref.storage_id, _ALLOCATING) not in _NOT_COMPUTING for ref in results)
 
 

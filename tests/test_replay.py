@@ -5497,6 +5497,49 @@ def test_an_op_whose_parts_do_not_make_its_output_is_replayed_whole(tmp_path):
     assert torch.equal(diff, summed - 1)
 
 
+def test_an_op_whose_parts_read_memory_its_own_code_made_is_not_opened(tmp_path):
+    """torch_cluster's ``knn`` finds its pairs with a k-d tree in C++ memory of its own, then
+    transposes and gathers them through operators (``aten::t``, ``index_select``): those parts
+    return its result, but its work is not among them. A 0-dim int64 of an optimizer's, in memory
+    the writer had given one of the parts, looked like a tensor the op made inside and kept for
+    the backward pass, and the op was opened: DGCNN's first ``knn`` left the replay (its time
+    inside operators 0.89 of the original's). An op whose parts read memory that neither its
+    inputs nor an earlier part held (here a table the kernel keeps, sliced by its first part;
+    the trace edited so that the backward pass reads its ``arange``'s memory) stays whole."""
+    lib = torch.library.Library("mystiqueparts", "DEF")
+    table = torch.randperm(100)  # (the kernel's own memory, as a C++ kernel's)
+
+    def pairs(x):
+        return table[: 2 * x.shape[0]].view(2, -1).index_select(1, torch.arange(x.shape[0] - 1, -1, -1))
+
+    lib.define("pairs(Tensor x) -> Tensor")
+    lib.impl("pairs", pairs, "CompositeImplicitAutograd")
+    x, w = torch.randn(50, 2), torch.nn.Parameter(torch.ones(100))
+    path = tmp_path / "pairs.json.gz"
+
+    def step():
+        (w[torch.ops.mystiqueparts.pairs(x)[0]] * 2).sum().backward()
+
+    try:
+        capture_step(step, path, warmup=1, runs=1, min_warmup_s=0)
+        data = read_json(path)
+        nodes = {n["id"]: n for n in data["nodes"]}
+        [op] = [n for n in nodes.values() if n["name"] == "mystiqueparts::pairs"]
+        [made] = [n for n in nodes.values() if n["name"] == "aten::arange" and n["ctrl_deps"] == op["id"]]
+        backward = min(i for i, n in nodes.items() if n["name"].startswith("autograd::engine::evaluate_function"))
+        returned, inside = op["outputs"]["values"][0][1], made["outputs"]["values"][0][1]
+        for i, n in nodes.items():  # (the backward pass's read of the pairs, in the arange's memory: a recycled address)
+            if i > backward:
+                n["inputs"]["values"] = _storage_renamed(n["inputs"]["values"], returned, inside)
+        write_json(path, data)
+        trace = load_trace(path)
+        replay = Replay(trace, "cpu").prepare()
+        assert op["id"] not in trace.opened, trace.opened
+        assert "mystiqueparts::pairs" in [s.name for s in replay.steps]
+        replay.run()
+    finally:
+        lib._destroy()
+
 @pytest.mark.parametrize("reader", ["forward", "backward"])
 def test_a_forward_op_reading_recycled_memory_does_not_open_the_op_that_used_it(tmp_path, reader):
     """``masked_select`` counts its mask into a 0-dim int64 tensor inside it and frees it; a
