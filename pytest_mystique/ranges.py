@@ -499,6 +499,13 @@ def _torch_scatter_ranges(name: str, inputs: list, outputs: list) -> dict[Tensor
     return {}
 
 
+def _at(inputs: list, i: int | None) -> TensorRef | None:
+    """The defined tensor of at least one dimension at position ``i`` of an operator's ``inputs``
+    (an extension's operators, registered without argument names, are read by position), or None."""
+    v = inputs[i] if i is not None and i < len(inputs) else None
+    return v if isinstance(v, TensorRef) and v.defined and v.shape else None
+
+
 #: torch_sparse's sparse-dense products (registered without argument names): the position of each
 #: argument, (row, rowptr, col, colptr, csr2csc, mat)
 _SPMM = {"spmm_sum": (0, 1, 2, 4, 5, 6), "spmm_mean": (0, 1, 2, 5, 6, 7), "spmm_min": (None, 0, 1, None, None, 3),
@@ -515,8 +522,8 @@ def _torch_sparse_ranges(name: str, inputs: list, outputs: list) -> dict[TensorR
     nonzeros for some rows and none for others: its training step took 12.8 times its original's."""
 
     def ref(i: int | None) -> TensorRef | None:
-        v = inputs[i] if i is not None and i < len(inputs) else None
-        return v if isinstance(v, TensorRef) and v.defined and integral(v) and v.shape else None
+        t = _at(inputs, i)
+        return t if t is not None and integral(t) else None
 
     def number(i: int) -> int | None:
         v = getattr(inputs[i], "value", None) if i < len(inputs) else None
@@ -558,27 +565,23 @@ def _torch_cluster_ranges(name: str, inputs: list, outputs: list) -> dict[Tensor
     ``neighbor_sampler``'s start nodes within the nodes. Their kernels trust them: a pointer past
     its points reads outside them."""
 
-    def ref(i: int) -> TensorRef | None:
-        v = inputs[i] if i < len(inputs) else None
-        return v if isinstance(v, TensorRef) and v.defined and v.shape else None
-
     out: dict[TensorRef, IntRange] = {}
     for points, pointers in _CLUSTER_POINTERS.get(name, ()):
-        x, ptr = ref(points), ref(pointers)
+        x, ptr = _at(inputs, points), _at(inputs, pointers)
         if x is not None and ptr is not None and integral(ptr) and len(ptr.shape) == 1:
             out[ptr] = IntRange(0, x.shape[0], "cuts")
     if name in ("random_walk", "graclus"):
-        rowptr, col = ref(0), ref(1)
+        rowptr, col = _at(inputs, 0), _at(inputs, 1)
         if rowptr is not None and col is not None and integral(rowptr) and integral(col) and len(rowptr.shape) == 1:
             nodes = rowptr.shape[0] - 1
             out[rowptr] = IntRange(0, math.prod(col.shape), "cuts")
             if nodes > 0:
                 out[col] = IntRange(0, nodes)
-                start = ref(2) if name == "random_walk" else None
+                start = _at(inputs, 2) if name == "random_walk" else None
                 if start is not None and integral(start):
                     out[start] = IntRange(0, nodes)
     elif name == "neighbor_sampler":
-        start, rowptr = ref(0), ref(1)
+        start, rowptr = _at(inputs, 0), _at(inputs, 1)
         if start is not None and rowptr is not None and integral(start) and rowptr.shape[0] > 1:
             out[start] = IntRange(0, rowptr.shape[0] - 1)
     return out
