@@ -159,6 +159,16 @@ def float_ranges(node: Node, arg_names: list[str]) -> dict[TensorRef, tuple[floa
         pseudo = node.inputs[0]
         if isinstance(pseudo, TensorRef) and pseudo.defined and floating(pseudo):
             out[pseudo] = (0.0, 1.0)
+    if node.name == "torch_cluster::fps" and len(node.inputs) > 2 and node.outputs:
+        # (the share of each cloud's points it samples, a 0-dim tensor the program made of a number:
+        # the share of the points its recorded output holds, as it took ceil(points * ratio) of each
+        # cloud; drawn in [-1, 1), it had sampled 3,072 points of 4,096 where the original took 2,048)
+        src, ratio, sampled = node.inputs[0], node.inputs[2], node.outputs[0]
+        if (isinstance(src, TensorRef) and isinstance(ratio, TensorRef) and isinstance(sampled, TensorRef)
+                and ratio.defined and floating(ratio) and not ratio.shape and src.shape and src.shape[0]):  # fmt: skip
+            share = math.prod(sampled.shape) / src.shape[0]
+            if 0 < share <= 1:
+                out[ratio] = (share, share)
     return out
 
 

@@ -165,6 +165,7 @@ class TensorFactory:
     # tensors the program made from its own numbers (torch.tensor(list)): the original's values, as recorded
     values: dict[TensorRef, tuple] = field(default_factory=dict)
     _storages: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype[, "host"])
+    _alone: int = 0  # stand-ins made (see make's ``alone``)
     _quantized: dict[tuple, torch.Tensor] = field(default_factory=dict)  # (storage id, dtype) -> a flat quantized tensor
     _constrained: dict[tuple, bool] = field(default_factory=dict)  # keyed as _storages
     # per allocation: the element spans that views with an index range were filled for, and the range
@@ -185,7 +186,7 @@ class TensorFactory:
     # one, and reuses freed ones), so host tensors get allocations of their own.
     host: set[TensorRef] = field(default_factory=set)
     skews: dict[TensorRef, Skew] = field(default_factory=dict)  # index inputs drawn with the original's spread
-    ordered: set[TensorRef] = field(default_factory=set)  # index inputs drawn in order (sorted), as the original's were
+    ordered: set[TensorRef] = field(default_factory=set)  # inputs drawn in order (sorted along the last dim)
     bags: dict[TensorRef, Bags] = field(default_factory=dict)  # offsets drawn with the original's bag sizes
     # counts that must sum to a size ("parts": segment lengths, repeats), or pointers whose spans must ("cuts": a
     # sparse matrix's row pointers) -> the original's smallest and largest count or span
@@ -466,11 +467,17 @@ class TensorFactory:
             return torch.full((), self.exact[ref], dtype=dtype, device=device)
         key = (ref.storage_id, ref.dtype)
         nbytes = max(self.storage_bytes.get(key, 0), ref.reach_bytes())
-        if alone or (not ref.shape and nbytes <= ref.itemsize):
-            # (stand-ins: GLPN's loss subtracts the logarithms of a target and a prediction indexed by
+        if alone:
+            # Stand-ins: GLPN's loss subtracts the logarithms of a target and a prediction indexed by
             # one mask, each read in place of an indexing's output the original had put in one block
             # in turn; in one allocation the two were equal, the difference 0, and its square root's
-            # backward divided by zero)
+            # backward divided by zero. Each has an allocation of its own, under a key no other
+            # takes: a writer that gave a later output an earlier one's block may give it the
+            # earlier one's tensor id too (PointNet++'s k-NN pairs took its radius pairs'), and the
+            # k-NN's draw, indices of 2,048 points, wrote over the radius pairs' centres, of 512.
+            self._alone += 1
+            key = (*key, ref.tensor_id, -self._alone)
+        elif not ref.shape and nbytes <= ref.itemsize:
             # Numbers alone in their storage (0-dim inputs: a program's Python numbers) under other
             # tensor ids are numbers made at different times at an address the writer recycled,
             # each read by its own ops. In one allocation, a later one's draw replaced the value
@@ -553,13 +560,30 @@ class TensorFactory:
             values = self.float_values.get(ref)
             if values is None or len(values) != t.numel():  # (not the original's own, as recorded)
                 self._draw_regions(t, self.regions[ref])
-        if ref in self.ordered and device.type != "meta" and t.dim() == 1 and t.is_contiguous():
-            t.copy_(t.sort().values)
+        if ref in self.ordered and device.type != "meta" and t.dim() >= 1 and t.is_contiguous():
+            self._in_order(t, ref)
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":
             self._keep_apart(ref, t)
         return t
+
+    def _in_order(self, t: torch.Tensor, ref: TensorRef) -> None:
+        """``t`` (of :attr:`ordered`) sorted along its last dimension. An integer one drawn uniform
+        in its range without a record of the original's spread holds each value of the range
+        equally often instead: a sorted uniform draw's expected counts. Sorted, the draw's own counts
+        vary by their square root, and what an op takes by them varies too: a batch vector of 8
+        point clouds of 512 points drawn so had clouds of 480 to 540, farthest point sampling took
+        half of each, rounded up, and its output was two points longer than the trace's."""
+        rng = self.ranges.get(ref)
+        if (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or rng is None
+                or rng.kind != "uniform" or rng.high <= rng.low or ref in self.skews or ref in self.values
+                or ref in self.run_skews or ref in self.column_skews):  # fmt: skip
+            t.copy_(t.sort(dim=-1).values)  # (along the last dimension: each row a sorted sequence)
+            return
+        n = t.shape[-1]
+        even = torch.arange(n, device=t.device, dtype=torch.int64).mul_(rng.high - rng.low).div_(n, rounding_mode="floor")
+        t.copy_(even.add_(rng.low).to(t.dtype).expand_as(t))
 
     def _draw_regions(self, t: torch.Tensor, regions: Regions) -> None:
         """``t``, a table of regions (:class:`.ranges.Regions`), drawn row by row: an image's index

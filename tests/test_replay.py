@@ -5043,6 +5043,51 @@ def test_torch_clusters_pointers_and_nodes_are_valid_for_its_kernels(tmp_path, c
         assert int(nodes.min()) >= 0 and int(nodes.max()) < cuts.numel() - 1 and len(nodes.unique()) > 2, nodes
 
 
+def test_a_batch_vector_cut_into_clouds_by_bucketize_samples_as_the_original_did(tmp_path, cluster_ops):
+    """torch_cluster's Python turns a batch vector (each point's cloud, sorted) into pointers with
+    ``bucketize(arange(clouds + 1), batch)``, and samples ``ceil(points * ratio)`` of each cloud
+    with a ratio it made a 0-dim tensor of. A trace captured elsewhere records neither: the batch
+    was drawn in random order, its pointers cut clouds of 25 to 1,312 points where the original's
+    held 256 (DGCNN's k-NN took 2.4 times its time), and the ratio drawn at random sampled 3,072
+    points of 4,096 where the original took 2,048 (PointNet++'s first iteration then went out of
+    range). The batch is now drawn sorted, each cloud as large, and the ratio is the share of the
+    points that the trace's output holds."""
+    pos, batch = torch.rand(40, 3), torch.arange(4).repeat_interleave(10)
+
+    def step():
+        ptr = torch.bucketize(torch.arange(5), batch)
+        picked = torch.ops.torch_cluster.fps(pos, ptr, torch.tensor(0.5), False)
+        return pos[picked].sum() + torch.zeros(4, 3).index_add_(0, batch, pos).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "clouds.json.gz")
+    assert not any("an output's shape" in n for n in replay.report.notes), replay.report.notes
+    assert any("reads as a sorted sequence" in n for n in replay.report.notes), replay.report.notes
+    drawn = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (40,)]
+    assert len(drawn) == 1 and drawn[0].tolist() == batch.tolist(), drawn
+    assert [float(t) for _, t in replay.inputs() if t.dim() == 0 and t.is_floating_point()] == [0.5]
+
+
+def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sorted(tmp_path):
+    """``bucketize``'s boundaries and ``searchsorted``'s sorted sequence (along its last dimension)
+    are sorted, or their results are not positions in them; a trace captured elsewhere does not
+    say so, and they were drawn in random order. They are drawn sorted now, integer boundaries
+    evenly in their range; a sequence that searchsorted reads through a ``sorter`` is not."""
+    edges, rows, loose = torch.rand(16).sort().values, torch.rand(3, 9).sort().values, torch.rand(12)
+    perm = loose.argsort()
+
+    def step():
+        a = torch.bucketize(torch.rand(50), edges).sum()
+        b = torch.searchsorted(rows, torch.rand(3, 5)).sum()
+        c = torch.searchsorted(loose, torch.rand(7), sorter=perm).sum()
+        return a + b + c
+
+    replay = _replayed_without_records(step, tmp_path / "sorted.json.gz")
+    drawn = {tuple(t.shape): t for _, t in replay.inputs() if t.dtype.is_floating_point}
+    assert (drawn[(16,)].diff() >= 0).all() and (drawn[(3, 9)].diff(dim=-1) >= 0).all(), drawn
+    assert not (drawn[(12,)].diff() >= 0).all(), drawn[(12,)]
+    assert any("2 input(s) that an op reads as a sorted sequence" in n for n in replay.report.notes), replay.report.notes
+
+
 @pytest.fixture(scope="module")
 def spline_ops():
     """torch_spline_conv's ``spline_basis`` (linear B-splines) and ``spline_weighting``: stand-ins
@@ -5145,13 +5190,16 @@ def pairs_op():
     lib._destroy()
 
 
-def test_a_stand_in_for_an_output_of_another_shape_has_memory_of_its_own(tmp_path, pairs_op):
+@pytest.mark.parametrize("ids", ["storage", "storage and tensor"])
+def test_a_stand_in_for_an_output_of_another_shape_has_memory_of_its_own(tmp_path, pairs_op, ids):
     """An operator whose output's shape follows the data without saying so (an extension's radius
     graph) returns another count of pairs in the replay: its readers get a seeded stand-in. The
     original's allocator gave a later such output the first one's block, so the trace gives both
     one storage id; their stand-ins shared one allocation, and the later one's draw (indices under
     40) wrote over the earlier's, whose centres index 8 rows: PointNet++'s index_select went out
-    of range in the first iteration. Each stand-in now has an allocation of its own."""
+    of range in the first iteration. Each stand-in now has an allocation of its own, also where
+    the writer gave the later one the earlier's tensor id too (PointNet++'s k-NN pairs and its
+    radius pairs, in a trace without the capture's records: tensor 95 in storage 30892 both)."""
     a, b = torch.rand(40, 3), torch.rand(8, 3)
 
     def step():
@@ -5159,32 +5207,34 @@ def test_a_stand_in_for_an_output_of_another_shape_has_memory_of_its_own(tmp_pat
         centre, point = first.unbind(0)
         total = b.index_select(0, centre).sum() + a.index_select(0, point).sum()
         del first, centre, point
-        second = torch.ops.mystiquepairs.near(b, a, 0.4)
+        second = torch.ops.mystiquepairs.near(b, a[:30], 0.3)  # (fewer: its stand-in fits in the first's block)
         centre, point = second.unbind(0)
         return total + a.index_select(0, centre).sum() + b.index_select(0, point).sum()
 
     path = tmp_path / "pairs.json.gz"
     trace = _captured_without_records(step, path)
     made = [n for n in trace.nodes if n.name == "mystiquepairs::near"]
-    kept, reused = (n.outputs[0].storage_id for n in made)
-    if kept != reused:  # (as the original's allocator gave the second the first one's block)
-        data = json.loads(gzip.decompress(path.read_bytes()))
-        for node in data["nodes"]:
-            for side in ("inputs", "outputs"):
-                node[side]["values"] = _storage_renamed(node[side]["values"], reused, kept)
-        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    (kept, reused), (first, second) = ([getattr(n.outputs[0], f) for n in made] for f in ("storage_id", "tensor_id"))
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    for node in data["nodes"]:  # (as the original's allocator gave the second the first one's block)
+        for side in ("inputs", "outputs"):
+            node[side]["values"] = _storage_renamed(node[side]["values"], reused, kept)
+            if ids == "storage and tensor":  # (and the writer the first one's id)
+                node[side]["values"] = _storage_renamed(node[side]["values"], second, first, at=0)
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
     replay = Replay(load_trace(path), "cpu").prepare()
-    assert sum(n.startswith("mystiquepairs::near: an output's shape") for n in replay.report.notes) == 1
+    assert [n for k, n in replay.report.notes.items() if k.startswith("mystiquepairs::near: an output's shape")] == [2]
     assert replay.report.ops_skipped == 0, replay.report.skipped_list()
     for _ in range(2):
         replay.run()
 
 
-def _storage_renamed(values, old: int, new: int):
-    """A node's recorded argument values with the storage id ``old`` of each tensor written ``new``."""
+def _storage_renamed(values, old: int, new: int, at: int = 1):
+    """A node's recorded argument values with the storage id ``old`` of each tensor written ``new``
+    (its tensor id, with ``at=0``)."""
     if isinstance(values, list) and len(values) == 6 and all(isinstance(v, int) for v in values[:5]) and isinstance(values[5], str):
-        return [values[0], new if values[1] == old else values[1], *values[2:]]
-    return [_storage_renamed(v, old, new) for v in values] if isinstance(values, list) else values
+        return [new if i == at and v == old else v for i, v in enumerate(values)]
+    return [_storage_renamed(v, old, new, at) for v in values] if isinstance(values, list) else values
 
 _CPP_FUNCTION = r"""
 #include <torch/extension.h>
