@@ -90,8 +90,10 @@ HARDWARE_KEYS = ("device_name", "cpu_model", "threads")
 #: from 0 to a size span as the original's did, a stand-in for an output of another shape has memory
 #: of its own, torch_cluster's and torch_spline_conv's inputs are valid for their kernels, a C++ autograd
 #: node whose backward computes outside operators is called, and an operator whose parts read memory its
-#: own code made is not replayed through them.
-REPLAY_VERSION = 27
+#: own code made is not replayed through them; 28 = an input an op reads as a sorted sequence (bucketize's
+#: boundaries, searchsorted's) is drawn sorted, an integer one evenly over its range, torch_cluster's
+#: ``fps`` samples the share of points its recorded output holds, and stand-ins never share memory.
+REPLAY_VERSION = 28
 
 
 @lru_cache(maxsize=1)
