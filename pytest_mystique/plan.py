@@ -412,9 +412,9 @@ class Planner:
         held = {ref for ref in refs if ref not in self.factory.apart and ref not in self.factory.ordered}
         self.factory.ordered.update(held)
         if held:
-            ops = ", ".join(sorted({name.removeprefix("aten::") for name in _SORTED_READS}))
-            self.report.notes[f"{len(held)} input(s) that an op reads as a sorted sequence ({ops}) drawn sorted along "
-                              f"their last dimension, as the op takes them"] += 1  # fmt: skip
+            self.report.notes[f"{len(held)} input(s) that an op reads as a sorted sequence (bucketize's boundaries, "
+                              f"searchsorted's, a sparse matrix's row indices made pointers, torch_scatter's "
+                              f"segments) drawn sorted along their last dimension, as the op takes them"] += 1  # fmt: skip
 
     def _zero_state(self, refs: set[TensorRef], factorised: set[TensorRef]) -> None:
         """The optimizer's state (moments, momentum buffers: inputs only its step uses, and
@@ -943,8 +943,13 @@ def _within(part: TensorRef, whole: TensorRef) -> bool:
 #: that argument and of the permutation that sorts it instead, where they take one (searchsorted's
 #: ``sorter``): their results are positions within that order, and out of order they are not the
 #: positions the original's ops went on with (a batch vector's pointers, ``bucketize(arange(n + 1),
-#: batch)`` in torch_cluster, cut its points into clouds of other sizes).
-_SORTED_READS = {"aten::bucketize": (1, None), "aten::searchsorted": (0, 5)}
+#: batch)`` in torch_cluster, cut its points into clouds of other sizes), or their kernels walk
+#: it as runs (a sparse matrix's row indices made row pointers; torch_scatter's segments by index).
+_SORTED_READS = {
+    "aten::bucketize": (1, None), "aten::searchsorted": (0, 5), "aten::_convert_indices_from_coo_to_csr": (0, None),
+    "torch_sparse::ind2ptr": (0, None), "torch_scatter::gather_coo": (1, None),
+    **{f"torch_scatter::segment_{r}_coo": (1, None) for r in ("sum", "mean", "min", "max")},
+}  # fmt: skip
 
 
 def _reads_sorted(op: str, pos: int, values: list) -> bool:

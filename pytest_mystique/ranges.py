@@ -433,6 +433,11 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             put("lengths", IntRange(0, size, "parts"))
         if size is not None and isinstance(args.get("offsets"), TensorRef) and len(args["offsets"].shape) == 1:
             put("offsets", IntRange(0, size, "cuts"))
+    elif name == "_convert_indices_from_coo_to_csr":
+        # a sparse matrix's row indices (sorted: see plan._SORTED_READS), made its row pointers
+        rows_count = scalar("size")
+        if rows_count:
+            put("self", IntRange(0, rows_count))
     elif name == "repeat_interleave":
         # repeats that sum to the output's length (``output_size`` where given; else the one recorded)
         reps, x = args.get("repeats"), args.get("self")

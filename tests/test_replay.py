@@ -4879,10 +4879,15 @@ def scatter_ops():
         _check_offsets(ptr, 1 << 30)
         return src.repeat_interleave(ptr.diff(), 0)
 
+    def segment_sum_coo(src, index, out, dim_size):
+        _check_index(index, dim_size)
+        return torch.zeros(dim_size, *src.shape[1:]).index_add_(0, index, src)
+
     yield from _extension_stand_ins("torch_scatter", {
         "scatter_sum(Tensor _0, Tensor _1, int _2, Tensor? _3, int? _4) -> Tensor": scatter_sum,
         "segment_sum_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor": segment_sum_csr,
-        "gather_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor": gather_csr})  # fmt: skip
+        "gather_csr(Tensor _0, Tensor _1, Tensor? _2) -> Tensor": gather_csr,
+        "segment_sum_coo(Tensor _0, Tensor _1, Tensor? _2, int? _3) -> Tensor": segment_sum_coo})  # fmt: skip
 
 
 def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, scatter_ops):
@@ -4891,14 +4896,16 @@ def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, 
     offsets of a batch's graphs were not sorted, and ``gather_csr`` read outside its memory (the
     process died). Now a scatter's index lies in the output's rows, and the offsets are sorted cuts
     from 0 to the rows they split (the source's for a segment reduction, the output's for a
-    gather)."""
+    gather); a segment reduction's index by row (``segment_sum_coo``: each row's segment, sorted,
+    as its kernel takes it) holds each segment's rows together, as many for each."""
     x, ptr = torch.randn(40, 8), torch.tensor([0, 7, 19, 30, 40])
-    index = torch.randint(0, 12, (40,))
+    index, segments = torch.randint(0, 12, (40,)), torch.arange(4).repeat_interleave(ptr.diff())
 
     def step():
         pooled = torch.ops.torch_scatter.segment_sum_csr(x, ptr, None)
         spread = torch.ops.torch_scatter.gather_csr(pooled, ptr, None)
-        return torch.ops.torch_scatter.scatter_sum(spread, index, 0, None, 12).sum()
+        by_row = torch.ops.torch_scatter.segment_sum_coo(x, segments, None, 4)
+        return torch.ops.torch_scatter.scatter_sum(spread, index, 0, None, 12).sum() + by_row.sum()
 
     replay = _replayed_without_records(step, tmp_path / "scatter.json.gz")
     taken = {s.name: [replay.env[slot] for _, slot in sorted(s.fills)] for s in replay.steps if "torch_scatter" in s.name}
@@ -4907,6 +4914,7 @@ def test_torch_scatters_indices_and_offsets_are_valid_for_its_kernels(tmp_path, 
         assert offsets[0] == 0 and offsets[-1] == rows and (offsets.diff() >= 0).all(), (name, offsets)
     drawn = taken["torch_scatter::scatter_sum"][1]
     assert int(drawn.min()) >= 0 and int(drawn.max()) < 12 and len(drawn.unique()) > 2, drawn
+    assert taken["torch_scatter::segment_sum_coo"][1].tolist() == [i // 10 for i in range(40)]
 
 
 @pytest.fixture(scope="module")
@@ -4961,6 +4969,8 @@ def test_torch_sparses_layout_is_valid_and_sorted_for_its_kernels(tmp_path, spar
             assert 2 <= int(pointers.diff().min()) and int(pointers.diff().max()) <= 11, pointers.diff()
         assert int(rows.min()) >= 0 and int(rows.max()) < 300, rows
         assert int(columns.min()) >= 0 and int(columns.max()) < 300 and len(columns.unique()) > 10, columns
+        indices = replay.env[dict(next(s for s in replay.steps if s.name == "torch_sparse::ind2ptr").fills)[0]]
+        assert (indices.diff() >= 0).all() and int(indices.max()) < 300, indices  # (its kernel walks them in order)
         replay.run()
 
 
@@ -5069,23 +5079,29 @@ def test_a_batch_vector_cut_into_clouds_by_bucketize_samples_as_the_original_did
 
 def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sorted(tmp_path):
     """``bucketize``'s boundaries and ``searchsorted``'s sorted sequence (along its last dimension)
-    are sorted, or their results are not positions in them; a trace captured elsewhere does not
-    say so, and they were drawn in random order. They are drawn sorted now, integer boundaries
-    evenly in their range; a sequence that searchsorted reads through a ``sorter`` is not."""
+    are sorted, or their results are not positions in them, and a sparse matrix's row indices
+    that ``_convert_indices_from_coo_to_csr`` makes row pointers of (PyG's ``index2ptr``) are
+    sorted, or its pointers do not cut the nonzeros; a trace captured elsewhere does not say so,
+    and they were drawn in random order (the row indices in [0, 2)). They are drawn sorted now,
+    integers evenly over their range (the row indices over the matrix's rows); a sequence that
+    searchsorted reads through a ``sorter`` is not."""
     edges, rows, loose = torch.rand(16).sort().values, torch.rand(3, 9).sort().values, torch.rand(12)
-    perm = loose.argsort()
+    perm, coo_rows = loose.argsort(), torch.randint(0, 6, (30,)).sort().values
 
     def step():
         a = torch.bucketize(torch.rand(50), edges).sum()
         b = torch.searchsorted(rows, torch.rand(3, 5)).sum()
         c = torch.searchsorted(loose, torch.rand(7), sorter=perm).sum()
-        return a + b + c
+        pointers = torch._convert_indices_from_coo_to_csr(coo_rows, 6)
+        return a + b + c + pointers.diff().float().square().sum()
 
     replay = _replayed_without_records(step, tmp_path / "sorted.json.gz")
     drawn = {tuple(t.shape): t for _, t in replay.inputs() if t.dtype.is_floating_point}
     assert (drawn[(16,)].diff() >= 0).all() and (drawn[(3, 9)].diff(dim=-1) >= 0).all(), drawn
     assert not (drawn[(12,)].diff() >= 0).all(), drawn[(12,)]
-    assert any("2 input(s) that an op reads as a sorted sequence" in n for n in replay.report.notes), replay.report.notes
+    indices = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (30,)]
+    assert len(indices) == 1 and indices[0].tolist() == [i // 5 for i in range(30)], indices
+    assert any(n.startswith("3 input(s) that an op reads as a sorted sequence") for n in replay.report.notes), replay.report.notes
 
 
 @pytest.fixture(scope="module")
