@@ -388,9 +388,12 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
         v = args.get(arg)
         return v.value if v is not None and hasattr(v, "value") and isinstance(v.value, int) else None
 
-    if name in ("embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"):
+    if name in ("embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only",
+                "_embedding_bag_per_sample_weights_backward"):  # fmt: skip
         put("indices", rows("weight"))
         put("offsets", _offsets(args))
+    elif name == "embedding_renorm_":  # (the rows a max_norm lookup renormalises first, in place)
+        put("indices", rows("self"))
     elif name in ("embedding_bag_byte", "embedding_bag_4bit", "embedding_bag_2bit"):
         put("offsets", _offsets(args))  # (a quantized table's rows: its packed weights', see plan)
     elif name in ("embedding_backward", "embedding_dense_backward", "_embedding_bag_backward",
@@ -401,7 +404,8 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
         put("offsets", _offsets(args))
     elif name in ("index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
                   "scatter_reduce", "scatter_reduce_", "index_add", "index_add_", "index_copy",
-                  "index_copy_", "index_fill", "index_fill_", "take_along_dim"):  # fmt: skip
+                  "index_copy_", "index_fill", "index_fill_", "index_reduce", "index_reduce_",
+                  "take_along_dim"):  # fmt: skip
         dim = scalar("dim") or 0
         put("index", rows("self", dim))
     elif name in ("nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d", "nll_loss2d_forward",
@@ -474,7 +478,7 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
     elif name in _CTC:
         for arg, rng in _ctc_ranges(args, scalar("blank") or 0).items():
             put(arg, rng)
-    elif name == "take":
+    elif name in ("take", "put", "put_"):  # (positions in the flattened tensor)
         x = args.get("self")
         if isinstance(x, TensorRef):
             put("index", IntRange(0, max(math.prod(x.shape), 1)))

@@ -5077,6 +5077,28 @@ def test_a_batch_vector_cut_into_clouds_by_bucketize_samples_as_the_original_did
     assert [float(t) for _, t in replay.inputs() if t.dim() == 0 and t.is_floating_point()] == [0.5]
 
 
+def test_indices_of_index_reduce_put_and_renormalised_rows_span_their_tensors(tmp_path):
+    """``index_reduce_``'s index (along ``dim`` of ``self``), ``put_``'s and ``take``'s positions (in
+    the flattened tensor) and ``embedding_renorm_``'s rows (the lookup rows a ``max_norm``
+    embedding renormalises) had no rule: a trace captured elsewhere drew them as 0s and 1s, so
+    each read two rows of its tensor. They span their tensors now."""
+    i1, i2, i3, i4 = (torch.randint(0, n, (k,)) for n, k in ((300, 500), (3000, 400), (250, 64), (3000, 90)))
+    src, table, w = torch.randn(500, 8), torch.randn(300, 8), torch.randn(250, 16)
+
+    def step():
+        reduced = table.clone().index_reduce_(0, i1, src, "amax")
+        put = torch.zeros(3000).put_(i2, torch.ones(400), accumulate=True)
+        with torch.no_grad():
+            torch.embedding_renorm_(w, i3, 1.0, 2.0)
+        return reduced.sum() + put.take(i4).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "indices.json.gz")
+    drawn = {t.numel(): t for _, t in replay.inputs() if t.dtype == torch.int64}
+    for count, rows in ((500, 300), (400, 3000), (64, 250), (90, 3000)):
+        got = drawn[count]
+        assert int(got.min()) >= 0 and int(got.max()) < rows and got.unique().numel() > count // 4, (count, got)
+
+
 def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sorted(tmp_path):
     """``bucketize``'s boundaries and ``searchsorted``'s sorted sequence (along its last dimension)
     are sorted, or their results are not positions in them, and a sparse matrix's row indices
