@@ -478,6 +478,14 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
     elif name in _CTC:
         for arg, rng in _ctc_ranges(args, scalar("blank") or 0).items():
             put(arg, rng)
+    elif name in ("sparse_coo_tensor", "_sparse_coo_tensor_unsafe", "_sparse_coo_tensor_with_dims_and_tensors"):
+        # a sparse tensor's indices, row i a position along its dimension i: within the least of the
+        # sparse dimensions' sizes (one range holds for the whole tensor; torch checks each bound)
+        idx, size = args.get("indices"), args.get("size")
+        if isinstance(idx, TensorRef) and len(idx.shape) == 2 and isinstance(size, ListValue):
+            sizes = [getattr(v, "value", None) for v in size.items[: idx.shape[0]]]
+            if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+                put("indices", IntRange(0, min(sizes)))
     elif name in ("take", "put", "put_"):  # (positions in the flattened tensor)
         x = args.get("self")
         if isinstance(x, TensorRef):

@@ -5099,6 +5099,24 @@ def test_indices_of_index_reduce_put_and_renormalised_rows_span_their_tensors(tm
         assert int(got.min()) >= 0 and int(got.max()) < rows and got.unique().numel() > count // 4, (count, got)
 
 
+def test_a_sparse_tensors_indices_given_with_the_step_span_its_dimensions(tmp_path):
+    """A sparse COO tensor built in the step from index tensors it was given (a graph's rows and
+    columns stacked, ``torch.sparse_coo_tensor(indices, values, size)``): its indices had no rule,
+    and a trace captured elsewhere drew the columns as 0s and 1s, every nonzero in two columns of a
+    200 x 200 matrix. They span its dimensions now (the least of them: one range for the whole)."""
+    row, col, val, x = torch.randint(0, 200, (800,)), torch.randint(0, 200, (800,)), torch.rand(800), torch.randn(200, 16)
+
+    def step():
+        a = torch.sparse_coo_tensor(torch.stack([row, col]), val, (200, 200)).coalesce()
+        return (a @ x).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "coo.json.gz")
+    drawn = [t for _, t in replay.inputs() if t.dtype == torch.int64 and t.layout == torch.strided]
+    assert len(drawn) == 2, drawn
+    for t in drawn:
+        assert int(t.min()) >= 0 and int(t.max()) < 200 and t.unique().numel() > 100, t
+
+
 def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sorted(tmp_path):
     """``bucketize``'s boundaries and ``searchsorted``'s sorted sequence (along its last dimension)
     are sorted, or their results are not positions in them, and a sparse matrix's row indices
