@@ -9,7 +9,7 @@
   consumer (an embedding table's rows, the indexed dimension's size, a loss's classes, a divisor
   that is not zero, the trace's ``tensor_range``), offsets, cuts, parts, masks with a count of
   true elements; the indices and sparse layouts of extensions whose operators have no argument
-  names (torch_scatter, torch_sparse, torch_cluster, torch_spline_conv: :data:`_EXTENSION_RANGES`),
+  names (torch_scatter, torch_sparse, torch_cluster, torch_spline_conv, torchaudio: :data:`_EXTENSION_RANGES`),
   by position.
 * Where a derived tensor's values come from (:func:`value_sources`): a view, a copy, a pick, a
   shift or a scale of an input, so that a requirement on the derived tensor is passed back to the
@@ -640,8 +640,35 @@ def _torch_spline_conv_ranges(name: str, inputs: list, outputs: list) -> dict[Te
 
 
 #: Extensions whose operators :func:`index_ranges` knows, by namespace
+def _torchaudio_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef, IntRange]:
+    """What torchaudio's alignment losses need (by position: ``rnnt_loss_forward`` is registered
+    without argument names; ``rnnt_loss`` and ``forced_align`` have the same order), as a speech
+    batch has them, and as CTC's (:func:`_ctc_ranges`): every input sequence as long as the padded
+    time axis and every target as long as its padded length, which the RNN-T kernel checks (the
+    longest must be the logits' frames, and their label positions less one: drawn as 0s and 1s,
+    "input length mismatch" skipped the loss), and the targets' labels in the class range but the
+    blank."""
+    if name not in ("rnnt_loss", "rnnt_loss_forward", "forced_align") or len(inputs) < 5:
+        return {}
+    scores, targets, lengths, target_lengths = (_at(inputs, i) for i in range(4))
+    blank = getattr(inputs[4], "value", None)
+    if scores is None or targets is None or not integral(targets) or not isinstance(blank, int) or isinstance(blank, bool):
+        return {}
+    rnnt = name != "forced_align"
+    if len(scores.shape) != (4 if rnnt else 3) or len(targets.shape) != 2:
+        return {}
+    classes, steps = scores.shape[-1], scores.shape[1]
+    labelled = scores.shape[2] - 1 if rnnt else targets.shape[1]
+    out = {targets: IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, max(blank, 1))}
+    for ref, size in ((lengths, steps), (target_lengths, labelled)):
+        if ref is not None and integral(ref) and size >= 0:
+            out[ref] = IntRange(size, size + 1)
+    return out
+
+
 _EXTENSION_RANGES = {"torch_scatter": _torch_scatter_ranges, "torch_sparse": _torch_sparse_ranges,
-                     "torch_cluster": _torch_cluster_ranges, "torch_spline_conv": _torch_spline_conv_ranges}  # fmt: skip
+                     "torch_cluster": _torch_cluster_ranges, "torch_spline_conv": _torch_spline_conv_ranges,
+                     "torchaudio": _torchaudio_ranges}  # fmt: skip
 
 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}

@@ -1230,7 +1230,8 @@ def _miscounted(e: BaseException) -> bool:
 
 def _out_of_range(e: BaseException) -> bool:
     """``e`` is an op's complaint about the values of an index or a divisor (``one_hot``'s about its
-    classes: "Class values must be smaller than num_classes")."""
+    classes: "Class values must be smaller than num_classes"), or of lengths (torchaudio's RNN-T
+    loss: "input length mismatch", where the longest is not the logits' frames)."""
     text = str(e)
     return isinstance(e, IndexError) or any(w in text for w in ("out of bounds", "out of range", "ZeroDivisionError",
-                                                                 "Class values must"))
+                                                                 "Class values must", "length mismatch"))

@@ -561,21 +561,21 @@ class TensorFactory:
             if values is None or len(values) != t.numel():  # (not the original's own, as recorded)
                 self._draw_regions(t, self.regions[ref])
         if ref in self.ordered and device.type != "meta" and t.dim() >= 1 and t.is_contiguous():
-            self._in_order(t, ref)
+            self._in_order(t, ref, want if rng is not None and rng.kind == "uniform" else None)
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":
             self._keep_apart(ref, t)
         return t
 
-    def _in_order(self, t: torch.Tensor, ref: TensorRef) -> None:
+    def _in_order(self, t: torch.Tensor, ref: TensorRef, rng: IntRange | None) -> None:
         """``t`` (of :attr:`ordered`) sorted along its last dimension. An integer one drawn uniform
-        in its range without a record of the original's spread holds each value of the range
-        equally often instead: a sorted uniform draw's expected counts. Sorted, the draw's own counts
-        vary by their square root, and what an op takes by them varies too: a batch vector of 8
-        point clouds of 512 points drawn so had clouds of 480 to 540, farthest point sampling took
-        half of each, rounded up, and its output was two points longer than the trace's."""
-        rng = self.ranges.get(ref)
+        in ``rng`` (its range, narrowed by the views it overlaps) without a record of the original's
+        spread holds each value of the range equally often instead: a sorted uniform draw's
+        expected counts. Sorted, the draw's own counts vary by their square root, and what an op
+        takes by them varies too: a batch vector of 8 point clouds of 512 points drawn so had
+        clouds of 480 to 540, farthest point sampling took half of each, rounded up, and its output
+        was two points longer than the trace's."""
         if (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or rng is None
                 or rng.kind != "uniform" or rng.high <= rng.low or ref in self.skews or ref in self.values
                 or ref in self.run_skews or ref in self.column_skews):  # fmt: skip

@@ -5145,6 +5145,56 @@ def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sort
 
 
 @pytest.fixture(scope="module")
+def rnnt_op():
+    """torchaudio's ``rnnt_loss_forward`` (registered without argument names): a stand-in that
+    checks its lengths and labels as torchaudio's kernel does and raises where it would."""
+
+    def rnnt_loss_forward(logits, targets, logit_lengths, target_lengths, blank, clamp, fused):
+        frames, positions, classes = logits.shape[1:]
+        if int(_raw(logit_lengths).max()) != frames:
+            raise RuntimeError("input length mismatch")
+        if int(_raw(target_lengths).max()) + 1 != positions:
+            raise RuntimeError("output length mismatch")
+        labels = _raw(targets)
+        if ((labels < 0) | (labels >= classes) | (labels == blank)).any():
+            raise IndexError(f"target labels outside the {classes} classes or blank")
+        return logits.logsumexp(-1).sum((1, 2)), None
+
+    yield from _extension_stand_ins("torchaudio", {
+        "rnnt_loss_forward(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4, float _5, bool _6) -> (Tensor, Tensor?)":
+            rnnt_loss_forward})  # fmt: skip
+
+
+def test_rnnt_lengths_and_labels_are_a_speech_batchs(tmp_path, rnnt_op):
+    """torchaudio's RNN-T loss checks that the longest input is the logits' frames and the longest
+    target their label positions less one. A trace captured elsewhere drew both as 0s and 1s:
+    "input length mismatch", and the loss was skipped. As CTC's, every input now is as long as
+    the frames and every target as its label positions, whose labels lie in the classes but the
+    blank. Lengths the step computes (an encoder's frames, its inputs' lengths divided by its
+    stride, by a number a trace records without its value) are read as seeded ones where the
+    loss refuses the replay's."""
+    logits = torch.randn(3, 20, 6, 9)
+    targets = torch.randint(0, 8, (3, 5), dtype=torch.int32)
+    frames, labelled = torch.full((3,), 20, dtype=torch.int32), torch.full((3,), 5, dtype=torch.int32)
+    samples = torch.tensor([40, 36, 30])
+
+    def step():
+        costs, _ = torch.ops.torchaudio.rnnt_loss_forward(logits, targets, frames, labelled, 8, -1.0, True)
+        subsampled = torch.div(samples, 2, rounding_mode="trunc").int()
+        again, _ = torch.ops.torchaudio.rnnt_loss_forward(logits, targets, subsampled, labelled, 8, -1.0, True)
+        return costs.sum() + again.sum()
+
+    replay = _replayed_without_records(step, tmp_path / "rnnt.json.gz")
+    assert any(n.startswith("torchaudio::rnnt_loss_forward: ") and "seeded" in n for n in replay.report.notes), replay.report.notes
+    drawn = [t for _, t in replay.inputs() if t.dtype == torch.int32]
+    assert sorted(t.shape for t in drawn) == [(3,), (3,), (3,), (3, 5)], drawn  # (the seeded frames too)
+    lengths = sorted(t.tolist() for t in drawn if t.dim() == 1)
+    assert lengths == [[5, 5, 5], [20, 20, 20], [20, 20, 20]], lengths
+    labels = next(t for t in drawn if t.dim() == 2)
+    assert int(labels.min()) >= 0 and int(labels.max()) < 8 and labels.unique().numel() > 2, labels
+
+
+@pytest.fixture(scope="module")
 def spline_ops():
     """torch_spline_conv's ``spline_basis`` (linear B-splines) and ``spline_weighting``: stand-ins
     registered whole, as torch_spline_conv's own are, which raise where its kernels crash: a kernel
