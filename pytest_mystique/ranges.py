@@ -302,9 +302,10 @@ class IntRange:
 
     low: int = 0
     high: int = 2
-    # or "offsets" (sorted, starting at 0), "cuts" (sorted, from 0 to ``high``), "parts" (summing
-    # to ``high``), "values" (exactly ``values``, repeated to fill), "trues" (a boolean mask with
-    # exactly ``values[0]`` of its distinct elements true, as many as an op it indexes selects)
+    # or "offsets" (sorted, starting at 0), "cuts" (sorted, from 0 to ``high``; with ``values``, the
+    # smallest and largest span the op takes), "parts" (summing to ``high``), "values" (exactly
+    # ``values``, repeated to fill), "trues" (a boolean mask with exactly ``values[0]`` of its
+    # distinct elements true, as many as an op it indexes selects)
     kind: str = "uniform"
     values: tuple[int, ...] = ()
     # bounds the replay worked out where the trace records none (a table-batched lookup's tables,
@@ -437,6 +438,24 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             put("lengths", IntRange(0, size, "parts"))
         if size is not None and isinstance(args.get("offsets"), TensorRef) and len(args["offsets"].shape) == 1:
             put("offsets", IntRange(0, size, "cuts"))
+    elif name in ("_jagged_to_padded_dense_forward", "_padded_dense_to_jagged_forward", "_nested_view_from_jagged"):
+        # a jagged batch's offsets (one ragged dimension), sorted from 0 to its rows: the values'
+        # (a nested tensor's), or the jagged output's count (``total_L``), which its kernel checks
+        # (spans at most the padded length, which the padded-to-jagged kernel checks)
+        offsets, most = args.get("offsets"), None
+        offsets = offsets.items if isinstance(offsets, ListValue) else (offsets,)
+        if name == "_padded_dense_to_jagged_forward":
+            total = scalar("total_L") or _dim_size(node.outputs[0] if node.outputs else None, 0)
+            most = _dim_size(args.get("dense"), 1)
+        else:
+            total = _dim_size(args.get("values" if name == "_jagged_to_padded_dense_forward" else "self"), 0)
+            lengths = args.get("max_lengths")
+            if isinstance(lengths, ListValue) and len(lengths.items) == 1:
+                most = getattr(lengths.items[0], "value", None)
+        if (len(offsets) == 1 and isinstance(offsets[0], TensorRef) and offsets[0].defined and len(offsets[0].shape) == 1
+                and total and (name != "_nested_view_from_jagged" or scalar("ragged_idx") in (None, 1))):  # fmt: skip
+            spans = (0, most) if isinstance(most, int) and not isinstance(most, bool) and most > 0 else ()
+            out[offsets[0]] = IntRange(0, total, "cuts", spans)
     elif name == "_convert_indices_from_coo_to_csr":
         # a sparse matrix's row indices (sorted: see plan._SORTED_READS), made its row pointers
         rows_count = scalar("size")

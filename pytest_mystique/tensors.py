@@ -870,10 +870,11 @@ class TensorFactory:
             return torch.tensor(rng.values or (0,), dtype=torch.int64, device=dev).repeat(reps)[:n].to(dtype)
         if rng.kind == "parts" and ref in self.parts:
             return bounded_parts(n, *self.parts[ref], max(rng.high, 0), g, dev).to(dtype)
-        if rng.kind == "cuts" and ref in self.parts and n > 1:
+        if rng.kind == "cuts" and (ref in self.parts or len(rng.values) == 2) and n > 1:
             # (each span between the original's smallest and largest: a sparse matrix's rows as
-            # many nonzeros as the original's, not cut at uniform random points)
-            spans = bounded_parts(n - 1, *self.parts[ref], max(rng.high, 0), g, dev)
+            # many nonzeros as the original's, not cut at uniform random points; or within the
+            # bounds the op sets, a jagged batch's padded length)
+            spans = bounded_parts(n - 1, *self.parts.get(ref, rng.values), max(rng.high, 0), g, dev)
             return torch.nn.functional.pad(spans.cumsum(0), (1, 0)).to(dtype)
         if rng.kind in ("cuts", "parts"):
             # bag boundaries from 0 to high (n of them, or n + 1 whose differences are the parts);

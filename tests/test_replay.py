@@ -5117,6 +5117,27 @@ def test_a_sparse_tensors_indices_given_with_the_step_span_its_dimensions(tmp_pa
         assert int(t.min()) >= 0 and int(t.max()) < 200 and t.unique().numel() > 100, t
 
 
+def test_a_jagged_batchs_offsets_cut_its_rows_within_the_padded_length(tmp_path):
+    """A jagged batch (nested tensors' layout, a recommender's sequences) is padded and unpadded
+    by its offsets: sorted from 0 to its rows, each span at most the padded length, which the
+    unpadding kernel checks. A trace captured elsewhere drew them as 0s and 1s, and both ops were
+    skipped ("The size of tensor a (29) must match...", "final offset should match total_L").
+    They are cuts from 0 to the rows now, each span within the padded length."""
+    lengths = torch.randint(1, 30, (16,))
+    offsets = torch.nn.functional.pad(lengths.cumsum(0), (1, 0))
+    values = torch.randn(int(offsets[-1]), 32)
+
+    def step():
+        dense = torch.ops.aten._jagged_to_padded_dense_forward(values, [offsets], [30], 0.0)
+        back = torch.ops.aten._padded_dense_to_jagged_forward(dense * 2, [offsets], values.shape[0])
+        return dense.sum() + back.sum()
+
+    replay = _replayed_without_records(step, tmp_path / "jagged.json.gz")
+    cuts = next(t for _, t in replay.inputs() if t.dtype == torch.int64 and t.shape == (17,))
+    spans = cuts.diff()
+    assert cuts[0] == 0 and cuts[-1] == values.shape[0] and int(spans.min()) >= 0 and int(spans.max()) <= 30, cuts
+
+
 def test_sequences_that_bucketize_and_searchsorted_read_as_sorted_are_drawn_sorted(tmp_path):
     """``bucketize``'s boundaries and ``searchsorted``'s sorted sequence (along its last dimension)
     are sorted, or their results are not positions in them, and a sparse matrix's row indices
