@@ -411,9 +411,10 @@ def _wraps(node: Node, parts: list[Node] | None, all_parts: dict[int, list[Node]
     such part). Nor where they only allocated its output (``empty``) and ``node`` is no allocation
     itself: its own kernel did the work, as an MKL-DNN convolution's on that layout's opaque tensors
     does. ``all_parts``: every operator's parts, by its id."""
-    if not parts or any(_STRUCTURE.search(p.name) for p in parts):
+    if not parts or any(_STRUCTURE.search(p.name) and p.name not in WRAPPING for p in parts):
         return False
-    if any(_STRUCTURE.search(q.name) for p in _parts_reading_its_own(node, parts) for q in all_parts.get(p.id, ())):
+    if any(_STRUCTURE.search(q.name) and q.name not in WRAPPING
+           for p in _parts_reading_its_own(node, parts) for q in all_parts.get(p.id, ())):  # fmt: skip
         return False
     return not ({p.name for p in parts} <= UNINITIALISED and node.name not in UNINITIALISED)
 

@@ -5117,6 +5117,24 @@ def test_a_sparse_tensors_indices_given_with_the_step_span_its_dimensions(tmp_pa
         assert int(t.min()) >= 0 and int(t.max()) < 200 and t.unique().numel() > 100, t
 
 
+def test_a_nested_jagged_tensor_padded_replays_through_its_values(tmp_path):
+    """``to_padded_tensor`` of a nested jagged tensor (a Python tensor subclass, recorded without
+    storage) runs ``_nested_get_values``, which takes the wrapper apart, and the padding on its
+    values and offsets. A part that reads a nested tensor's structure kept the call whole, and the
+    replay, which has no wrapper to give it, skipped it; the wrapper's own accessors no longer
+    do, and the padding replays on the values."""
+    torch.manual_seed(0)
+    lin, rows = torch.nn.Linear(32, 32), [torch.randn(n, 32) for n in (17, 40, 9, 23)]
+
+    @torch.no_grad()
+    def step():
+        x = torch.nested.nested_tensor(rows, layout=torch.jagged)
+        return lin(x).relu().to_padded_tensor(0.0).sum()
+
+    replay = _replayed_without_records(step, tmp_path / "padded.json.gz")
+    assert "aten::_jagged_to_padded_dense_forward" in {s.name for s in replay.steps}
+
+
 def test_a_jagged_batchs_offsets_cut_its_rows_within_the_padded_length(tmp_path):
     """A jagged batch (nested tensors' layout, a recommender's sequences) is padded and unpadded
     by its offsets: sorted from 0 to its rows, each span at most the padded length, which the
