@@ -505,6 +505,14 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             sizes = [getattr(v, "value", None) for v in size.items[: idx.shape[0]]]
             if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
                 put("indices", IntRange(0, min(sizes)))
+    elif name in ("linalg_lu_solve", "lu_unpack", "lu_solve", "linalg_ldl_solve"):
+        # an LU (or LDL) factorisation's pivots, LAPACK's rows from 1 to the matrix's, which these
+        # check ("pivots ... must be between 1 and LU.size(-2)"): drawn as 0s and 1s, both skipped
+        matrix, pivots = ("LU_data", "LU_pivots") if name in ("lu_unpack", "lu_solve") else (
+            "LD" if name == "linalg_ldl_solve" else "LU", "pivots")  # fmt: skip
+        n = _dim_size(args.get(matrix), -2)
+        if n:
+            put(pivots, IntRange(1, n + 1))
     elif name in ("take", "put", "put_"):  # (positions in the flattened tensor)
         x = args.get("self")
         if isinstance(x, TensorRef):

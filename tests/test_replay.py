@@ -5099,6 +5099,24 @@ def test_indices_of_index_reduce_put_and_renormalised_rows_span_their_tensors(tm
         assert int(got.min()) >= 0 and int(got.max()) < rows and got.unique().numel() > count // 4, (count, got)
 
 
+def test_an_lu_factorisations_pivots_given_with_the_step_are_rows_from_one(tmp_path):
+    """``lu_solve`` and ``lu_unpack`` take an LU factorisation's pivots (LAPACK's rows, from 1 to
+    the matrix's) and check them; a factorisation made once outside the step, as a solver's cached
+    one, reaches it as an input. A trace captured elsewhere drew them as 0s and 1s, and both ops
+    were skipped ("Pivots given to lu_solve must all be greater or equal to 1"). They are rows
+    from 1 to the matrix's now."""
+    lu, pivots = torch.linalg.lu_factor(torch.randn(8, 32, 32))
+    rhs = torch.randn(8, 32, 4)
+
+    def step():
+        p, _, _ = torch.lu_unpack(lu, pivots)
+        return torch.linalg.lu_solve(lu, pivots, rhs).sum() + p.sum()
+
+    replay = _replayed_without_records(step, tmp_path / "lu.json.gz")
+    drawn = next(t for _, t in replay.inputs() if t.dtype == torch.int32)
+    assert int(drawn.min()) >= 1 and int(drawn.max()) <= 32 and drawn.unique().numel() > 8, drawn
+
+
 def test_a_sparse_tensors_indices_given_with_the_step_span_its_dimensions(tmp_path):
     """A sparse COO tensor built in the step from index tensors it was given (a graph's rows and
     columns stacked, ``torch.sparse_coo_tensor(indices, values, size)``): its indices had no rule,
