@@ -438,22 +438,20 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             put("lengths", IntRange(0, size, "parts"))
         if size is not None and isinstance(args.get("offsets"), TensorRef) and len(args["offsets"].shape) == 1:
             put("offsets", IntRange(0, size, "cuts"))
-    elif name in ("_jagged_to_padded_dense_forward", "_padded_dense_to_jagged_forward", "_nested_view_from_jagged"):
-        # a jagged batch's offsets (one ragged dimension), sorted from 0 to its rows: the values'
-        # (a nested tensor's), or the jagged output's count (``total_L``), which its kernel checks
-        # (spans at most the padded length, which the padded-to-jagged kernel checks)
+    elif name in ("_jagged_to_padded_dense_forward", "_padded_dense_to_jagged_forward"):
+        # a jagged batch's offsets (one ragged dimension) cut its rows (the values', or the jagged
+        # output's, ``total_L``), each span at most the padded length: the unpadding kernel checks
+        # both ("final offset should match total_L", "found batch item of length ...")
         offsets, most = args.get("offsets"), None
-        offsets = offsets.items if isinstance(offsets, ListValue) else (offsets,)
+        offsets = offsets.items if isinstance(offsets, ListValue) else ()
         if name == "_padded_dense_to_jagged_forward":
             total = scalar("total_L") or _dim_size(node.outputs[0] if node.outputs else None, 0)
             most = _dim_size(args.get("dense"), 1)
         else:
-            total = _dim_size(args.get("values" if name == "_jagged_to_padded_dense_forward" else "self"), 0)
-            lengths = args.get("max_lengths")
+            total, lengths = _dim_size(args.get("values"), 0), args.get("max_lengths")
             if isinstance(lengths, ListValue) and len(lengths.items) == 1:
                 most = getattr(lengths.items[0], "value", None)
-        if (len(offsets) == 1 and isinstance(offsets[0], TensorRef) and offsets[0].defined and len(offsets[0].shape) == 1
-                and total and (name != "_nested_view_from_jagged" or scalar("ragged_idx") in (None, 1))):  # fmt: skip
+        if len(offsets) == 1 and isinstance(offsets[0], TensorRef) and offsets[0].defined and len(offsets[0].shape) == 1 and total:
             spans = (0, most) if isinstance(most, int) and not isinstance(most, bool) and most > 0 else ()
             out[offsets[0]] = IntRange(0, total, "cuts", spans)
     elif name == "_convert_indices_from_coo_to_csr":
@@ -505,11 +503,10 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             sizes = [getattr(v, "value", None) for v in size.items[: idx.shape[0]]]
             if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
                 put("indices", IntRange(0, min(sizes)))
-    elif name in ("linalg_lu_solve", "lu_unpack", "lu_solve", "linalg_ldl_solve"):
-        # an LU (or LDL) factorisation's pivots, LAPACK's rows from 1 to the matrix's, which these
-        # check ("pivots ... must be between 1 and LU.size(-2)"): drawn as 0s and 1s, both skipped
-        matrix, pivots = ("LU_data", "LU_pivots") if name in ("lu_unpack", "lu_solve") else (
-            "LD" if name == "linalg_ldl_solve" else "LU", "pivots")  # fmt: skip
+    elif name in _PIVOTS:
+        # a factorisation's pivots, LAPACK's rows from 1 to the matrix's, which these check
+        # ("pivots ... must be between 1 and LU.size(-2)"): drawn as 0s and 1s, they were skipped
+        matrix, pivots = _PIVOTS[name]
         n = _dim_size(args.get(matrix), -2)
         if n:
             put(pivots, IntRange(1, n + 1))
@@ -666,7 +663,6 @@ def _torch_spline_conv_ranges(name: str, inputs: list, outputs: list) -> dict[Te
     return {}
 
 
-#: Extensions whose operators :func:`index_ranges` knows, by namespace
 def _torchaudio_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef, IntRange]:
     """What torchaudio's alignment losses need (by position: ``rnnt_loss_forward`` is registered
     without argument names; ``rnnt_loss`` and ``forced_align`` have the same order), as a speech
@@ -686,17 +682,22 @@ def _torchaudio_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef
         return {}
     classes, steps = scores.shape[-1], scores.shape[1]
     labelled = scores.shape[2] - 1 if rnnt else targets.shape[1]
-    out = {targets: IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, max(blank, 1))}
+    out = {targets: _labels(blank, classes)}
     for ref, size in ((lengths, steps), (target_lengths, labelled)):
         if ref is not None and integral(ref) and size >= 0:
             out[ref] = IntRange(size, size + 1)
     return out
 
 
+#: Extensions whose operators :func:`index_ranges` knows, by namespace
 _EXTENSION_RANGES = {"torch_scatter": _torch_scatter_ranges, "torch_sparse": _torch_sparse_ranges,
                      "torch_cluster": _torch_cluster_ranges, "torch_spline_conv": _torch_spline_conv_ranges,
                      "torchaudio": _torchaudio_ranges}  # fmt: skip
 
+
+#: Operators that read an LU or LDL factorisation's pivots: (the factorisation's argument, the pivots')
+_PIVOTS = {"linalg_lu_solve": ("LU", "pivots"), "lu_unpack": ("LU_data", "LU_pivots"), "lu_solve": ("LU_data", "LU_pivots"),
+           "linalg_ldl_solve": ("LD", "pivots")}  # fmt: skip
 
 _CTC = {"ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss", "_use_cudnn_ctc_loss"}
 
@@ -775,13 +776,19 @@ def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange]:
     if not isinstance(lp, TensorRef) or not lp.shape or not isinstance(targets, TensorRef) or not targets.shape:
         return {}
     classes, steps = lp.shape[-1], lp.shape[0]
-    labels = IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, blank)
+    labels = _labels(blank, classes)
     if len(targets.shape) > 1:
         most = max(min(targets.shape[-1], steps // 2), 1)
         lengths = IntRange(most, most + 1)
     else:
         lengths = IntRange(0, targets.shape[0], "parts")
     return {"targets": labels, "input_lengths": IntRange(steps, steps + 1), "target_lengths": lengths}
+
+
+def _labels(blank: int, classes: int) -> IntRange:
+    """An alignment loss's target labels: in the class range but the blank (a blank in a target is
+    no label), those above it, or below it where it is the last class."""
+    return IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, max(blank, 1))
 
 
 def _running(total: int | None, ref, most: int | None) -> IntRange | None:
