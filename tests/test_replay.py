@@ -4767,7 +4767,7 @@ def _extension_stand_ins(module: str, schemas: dict, key: str = "CPU"):
     if importlib.util.find_spec(module) is not None:
         try:
             importlib.import_module(module)
-        except (ImportError, RuntimeError):  # (a build for another torch: PyPI's torchvision beside the CPU one)
+        except (ImportError, RuntimeError, OSError):  # (a build for another torch: PyPI's torchvision beside the CPU one)
             pytest.skip(f"{module} is installed but its operators do not load beside this torch")
         yield
         return
