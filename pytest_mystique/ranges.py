@@ -417,7 +417,8 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
     elif name == "one_hot":
         nc = scalar("num_classes")
         put("self", IntRange(0, nc if nc and nc > 0 else 2))
-    elif name in ("index", "_index_put_impl_", "index_put", "index_put_", "_unsafe_index"):
+    elif name in ("index", "_index_put_impl_", "index_put", "index_put_", "_unsafe_index", "_unsafe_index_put",
+                  "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate"):  # fmt: skip
         idx = args.get("indices")
         base = args.get("self")
         if isinstance(idx, ListValue):

@@ -5079,10 +5079,11 @@ def test_a_batch_vector_cut_into_clouds_by_bucketize_samples_as_the_original_did
 
 def test_indices_of_index_reduce_put_and_renormalised_rows_span_their_tensors(tmp_path):
     """``index_reduce_``'s index (along ``dim`` of ``self``), ``put_``'s and ``take``'s positions (in
-    the flattened tensor) and ``embedding_renorm_``'s rows (the lookup rows a ``max_norm``
-    embedding renormalises) had no rule: a trace captured elsewhere drew them as 0s and 1s, so
-    each read two rows of its tensor. They span their tensors now."""
-    i1, i2, i3, i4 = (torch.randint(0, n, (k,)) for n, k in ((300, 500), (3000, 400), (250, 64), (3000, 90)))
+    the flattened tensor), ``embedding_renorm_``'s rows (the lookup rows a ``max_norm`` embedding
+    renormalises) and ``_unsafe_index_put``'s indices (decomposed code's ``index_put``) had no
+    rule: a trace captured elsewhere drew them as 0s and 1s, so each read two rows of its tensor.
+    They span their tensors now."""
+    i1, i2, i3, i4, i5 = (torch.randint(0, n, (k,)) for n, k in ((300, 500), (3000, 400), (250, 64), (3000, 90), (300, 70)))
     src, table, w = torch.randn(500, 8), torch.randn(300, 8), torch.randn(250, 16)
 
     def step():
@@ -5090,11 +5091,12 @@ def test_indices_of_index_reduce_put_and_renormalised_rows_span_their_tensors(tm
         put = torch.zeros(3000).put_(i2, torch.ones(400), accumulate=True)
         with torch.no_grad():
             torch.embedding_renorm_(w, i3, 1.0, 2.0)
-        return reduced.sum() + put.take(i4).sum()
+        unsafe = torch.ops.aten._unsafe_index_put(table, [i5], torch.ones(70, 8), True)  # (decomposed code's)
+        return reduced.sum() + put.take(i4).sum() + unsafe.sum()
 
     replay = _replayed_without_records(step, tmp_path / "indices.json.gz")
     drawn = {t.numel(): t for _, t in replay.inputs() if t.dtype == torch.int64}
-    for count, rows in ((500, 300), (400, 3000), (64, 250), (90, 3000)):
+    for count, rows in ((500, 300), (400, 3000), (64, 250), (90, 3000), (70, 300)):
         got = drawn[count]
         assert int(got.min()) >= 0 and int(got.max()) < rows and got.unique().numel() > count // 4, (count, got)
 
