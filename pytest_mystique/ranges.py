@@ -453,7 +453,7 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
             if isinstance(lengths, ListValue) and len(lengths.items) == 1:
                 most = getattr(lengths.items[0], "value", None)
         if len(offsets) == 1 and isinstance(offsets[0], TensorRef) and offsets[0].defined and len(offsets[0].shape) == 1 and total:
-            spans = (0, most) if isinstance(most, int) and not isinstance(most, bool) and most > 0 else ()
+            spans = (0, most) if _positive(most) else ()
             out[offsets[0]] = IntRange(0, total, "cuts", spans)
     elif name == "_convert_indices_from_coo_to_csr":
         # a sparse matrix's row indices (sorted: see plan._SORTED_READS), made its row pointers
@@ -501,8 +501,8 @@ def index_ranges(node: Node, arg_names: list[str], *, recorded: bool = True) -> 
         # sparse dimensions' sizes (one range holds for the whole tensor; torch checks each bound)
         idx, size = args.get("indices"), args.get("size")
         if isinstance(idx, TensorRef) and len(idx.shape) == 2 and isinstance(size, ListValue):
-            sizes = [getattr(v, "value", None) for v in size.items[: idx.shape[0]]]
-            if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+            sizes = [_positive(getattr(v, "value", None)) for v in size.items[: idx.shape[0]]]
+            if sizes and all(sizes):
                 put("indices", IntRange(0, min(sizes)))
     elif name in _PIVOTS:
         # a factorisation's pivots, LAPACK's rows from 1 to the matrix's, which these check
@@ -551,6 +551,11 @@ def _torch_scatter_ranges(name: str, inputs: list, outputs: list) -> dict[Tensor
     return {}
 
 
+def _positive(v: Any) -> int | None:
+    """``v`` where it is a positive integer (a count or a size an operator was given), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
 def _at(inputs: list, i: int | None) -> TensorRef | None:
     """The defined tensor of at least one dimension at position ``i`` of an operator's ``inputs``
     (an extension's operators, registered without argument names, are read by position), or None."""
@@ -578,8 +583,7 @@ def _torch_sparse_ranges(name: str, inputs: list, outputs: list) -> dict[TensorR
         return t if t is not None and integral(t) else None
 
     def number(i: int) -> int | None:
-        v = getattr(inputs[i], "value", None) if i < len(inputs) else None
-        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+        return _positive(getattr(inputs[i], "value", None)) if i < len(inputs) else None
 
     out: dict[TensorRef, IntRange] = {}
     if name in _SPMM:
@@ -683,7 +687,8 @@ def _torchaudio_ranges(name: str, inputs: list, outputs: list) -> dict[TensorRef
         return {}
     classes, steps = scores.shape[-1], scores.shape[1]
     labelled = scores.shape[2] - 1 if rnnt else targets.shape[1]
-    out = {targets: _labels(blank, classes)}
+    labels = _labels(blank, classes)
+    out = {targets: labels} if labels.high > labels.low else {}
     for ref, size in ((lengths, steps), (target_lengths, labelled)):
         if ref is not None and integral(ref) and size >= 0:
             out[ref] = IntRange(size, size + 1)
@@ -789,7 +794,7 @@ def _ctc_ranges(args: dict, blank: int) -> dict[str, IntRange]:
 def _labels(blank: int, classes: int) -> IntRange:
     """An alignment loss's target labels: in the class range but the blank (a blank in a target is
     no label), those above it, or below it where it is the last class."""
-    return IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, max(blank, 1))
+    return IntRange(blank + 1, classes) if blank + 1 < classes else IntRange(0, blank)
 
 
 def _running(total: int | None, ref, most: int | None) -> IntRange | None:

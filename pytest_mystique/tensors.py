@@ -476,7 +476,7 @@ class TensorFactory:
             # earlier one's tensor id too (PointNet++'s k-NN pairs took its radius pairs'), and the
             # k-NN's draw, indices of 2,048 points, wrote over the radius pairs' centres, of 512.
             self._alone += 1
-            key = (*key, ref.tensor_id, -self._alone)
+            key = (*key, "stand-in", self._alone)
         elif not ref.shape and nbytes <= ref.itemsize:
             # Numbers alone in their storage (0-dim inputs: a program's Python numbers) under other
             # tensor ids are numbers made at different times at an address the writer recycled,
@@ -506,7 +506,7 @@ class TensorFactory:
             made = False
         t = torch.empty(0, dtype=dtype, device=device)
         t.set_(base.untyped_storage(), ref.offset, ref.shape, ref.layout_strides())
-        rng = self.ranges.get(ref)
+        rng, want = self.ranges.get(ref), None  # (want: the range a uniform draw of it took)
         if rng is not None and rng.kind == "uniform":
             # Index tensors in one allocation with ranges of their own (the row and the column
             # indices torch.where returns): each view gets values in its range, narrowed by those
@@ -561,7 +561,7 @@ class TensorFactory:
             if values is None or len(values) != t.numel():  # (not the original's own, as recorded)
                 self._draw_regions(t, self.regions[ref])
         if ref in self.ordered and device.type != "meta" and t.dim() >= 1 and t.is_contiguous():
-            self._in_order(t, ref, want if rng is not None and rng.kind == "uniform" else None)
+            self._in_order(t, ref, want)
         if ref in self.preconditioners and made:
             self.fill(t, ref)  # (its allocation was filled flat: the diagonal is the view's)
         if (ref in self.apart or ref in self.rows_apart) and device.type != "meta":
